@@ -1,0 +1,38 @@
+# dctnet — the README's commands. Everything installs into .venv; the only system package is
+# libjpeg's header (libjpeg-dev), installed with apt-get when it is missing.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.dctnet-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo bench fuzz clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h)
+	@if [ ! -f /usr/include/jpeglib.h ]; then \
+	  echo "libjpeg header missing: installing libjpeg-dev"; \
+	  apt-get update -qq && apt-get install -y -qq libjpeg-dev; \
+	fi
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	# torch/torchvision pinned to the builds that lie on local disk (a different pin downloads GBs)
+	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(VPY) -m pip install -q "setuptools>=64" wheel
+	$(VPY) -m pip install -q --no-build-isolation -e ".[test]"
+	@touch $@
+
+test: setup
+	$(VPY) -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
+
+demo: setup
+	$(VPY) -m dctnet demo
+
+bench: setup
+	$(VPY) benchmarks/decode.py
+
+fuzz: setup
+	$(VPY) tests/fuzz_reader.py --cases 200000
+
+clean:
+	rm -rf build *.egg-info dctnet/*.so $(VENV)

@@ -1,0 +1,601 @@
+/*
+ * dctjpeg: libjpeg coefficient reader. See dctjpeg.h for the contract.
+ *
+ * Error handling follows libjpeg's example.c: a custom error manager longjmps back to the
+ * entry point, which aborts the decompressor (freeing everything libjpeg allocated for the
+ * image) and reports the formatted message. Nothing in here calls exit() or prints.
+ */
+#include "dctjpeg.h"
+
+#include <setjmp.h>
+#include <stdio.h> /* jpeglib.h needs FILE and size_t */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+struct dctj_decoder {
+  /* First member, so a j_common_ptr from a libjpeg callback is also a dctj_decoder*. */
+  struct jpeg_decompress_struct cinfo;
+  struct jpeg_error_mgr err;
+  struct jpeg_source_mgr src;
+  struct jpeg_progress_mgr progress;
+  jmp_buf jump;
+  /* libjpeg's own virtual-array methods, wrapped by ours (see "decoding in place"). */
+  jvirt_barray_ptr (*orig_request_virt_barray)(j_common_ptr, int, boolean, JDIMENSION, JDIMENSION, JDIMENSION);
+  void (*orig_realize_virt_arrays)(j_common_ptr);
+  JBLOCKARRAY (*orig_access_virt_barray)(j_common_ptr, jvirt_barray_ptr, JDIMENSION, JDIMENSION, boolean);
+  const dctj_header *target_hdr; /* set during dctj_read */
+  int16_t *target;
+  int num_virt;
+  struct dctj_virt {
+    JDIMENSION blocks_w, blocks_h;
+    boolean pre_zero;
+    JBLOCKROW *rows;
+    int16_t *base;
+  } virt[DCTJ_MAX_COMPONENTS];
+  int strict;
+  int active; /* a libjpeg decompressor exists: between dctj_begin and dctj_read/dctj_abort */
+  int num_warnings;
+  int num_texts;
+  char error[DCTJ_MSG_LEN];
+  char warnings[DCTJ_MAX_WARNINGS][DCTJ_MSG_LEN];
+};
+
+/* ---------------------------------------------------------------- libjpeg callbacks */
+
+static void set_unsupported_message(char *buf, int sof) {
+  if (sof == 3 || sof == 7 || sof == 11 || sof == 15)
+    snprintf(buf, DCTJ_MSG_LEN, "unsupported JPEG: lossless (SOF%d) files cannot be read as DCT coefficients", sof);
+  else if (sof == 5 || sof == 6 || sof == 13 || sof == 14)
+    snprintf(buf, DCTJ_MSG_LEN, "unsupported JPEG: hierarchical (SOF%d) files are not supported by libjpeg", sof);
+  else
+    snprintf(buf, DCTJ_MSG_LEN, "unsupported JPEG process (SOF%d)", sof);
+}
+
+static void on_error_exit(j_common_ptr cinfo) {
+  dctj_decoder *dec = (dctj_decoder *)cinfo;
+  int code = cinfo->err->msg_code;
+  if (code == JERR_BAD_PRECISION)
+    snprintf(dec->error, DCTJ_MSG_LEN,
+             "unsupported JPEG: %d-bit samples (dctnet reads 8-bit JPEG only)", cinfo->err->msg_parm.i[0]);
+  else if (code == JERR_SOF_UNSUPPORTED)
+    set_unsupported_message(dec->error, cinfo->err->msg_parm.i[0] - 0xC0);
+  else
+    (*cinfo->err->format_message)(cinfo, dec->error);
+  longjmp(dec->jump, 1);
+}
+
+static void on_emit_message(j_common_ptr cinfo, int msg_level) {
+  dctj_decoder *dec = (dctj_decoder *)cinfo;
+  char text[JMSG_LENGTH_MAX];
+  if (msg_level >= 0) return; /* trace messages */
+  cinfo->err->num_warnings++;
+  dec->num_warnings++;
+  (*cinfo->err->format_message)(cinfo, text);
+  if (dec->strict) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "%.150s (strict mode turns warnings into errors)", text);
+    longjmp(dec->jump, 1);
+  }
+  for (int i = 0; i < dec->num_texts; i++)
+    if (strcmp(dec->warnings[i], text) == 0) return;
+  if (dec->num_texts < DCTJ_MAX_WARNINGS) {
+    memcpy(dec->warnings[dec->num_texts], text, DCTJ_MSG_LEN);
+    dec->num_texts++;
+  }
+}
+
+static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
+
+/* Scan-flood guard: a crafted progressive file can hold thousands of tiny scans, each one a
+ * full pass over the coefficient arrays. libjpeg calls the monitor once per input step. */
+static void on_progress(j_common_ptr cinfo) {
+  dctj_decoder *dec = (dctj_decoder *)cinfo;
+  if (dec->cinfo.input_scan_number > DCTJ_MAX_SCANS) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "more than %d scans: refusing a likely malicious file", DCTJ_MAX_SCANS);
+    longjmp(dec->jump, 1);
+  }
+}
+
+/* In-memory source. At the end of the data it does what libjpeg's own sources do: warn
+ * "Premature end of JPEG file" and feed a fake EOI, so a truncated file decodes to what it has. */
+static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
+
+static void src_init(j_decompress_ptr cinfo) { (void)cinfo; }
+
+static boolean src_fill(j_decompress_ptr cinfo) {
+  WARNMS(cinfo, JWRN_JPEG_EOF);
+  cinfo->src->next_input_byte = fake_eoi;
+  cinfo->src->bytes_in_buffer = 2;
+  return TRUE;
+}
+
+static void src_skip(j_decompress_ptr cinfo, long num_bytes) {
+  struct jpeg_source_mgr *src = cinfo->src;
+  if (num_bytes <= 0) return;
+  if ((size_t)num_bytes > src->bytes_in_buffer) {
+    /* Skipping past the end: one warning and the fake EOI (not one warning per 2 bytes). */
+    src_fill(cinfo);
+    return;
+  }
+  src->next_input_byte += num_bytes;
+  src->bytes_in_buffer -= (size_t)num_bytes;
+}
+
+static void src_term(j_decompress_ptr cinfo) { (void)cinfo; }
+
+static void setup_source(struct jpeg_source_mgr *src) {
+  src->init_source = src_init;
+  src->fill_input_buffer = src_fill;
+  src->skip_input_data = src_skip;
+  src->resync_to_restart = jpeg_resync_to_restart;
+  src->term_source = src_term;
+}
+
+/* ---------------------------------------------------------------- header helpers */
+
+/* Find the SOF marker and its sample precision by walking marker segments, since libjpeg
+ * does not tell SOF0 from SOF1 and refuses 12-bit/lossless files before reporting anything. */
+static void find_sof(const uint8_t *p, size_t n, int *sof, int *precision) {
+  size_t i = 2;
+  *sof = -1;
+  *precision = 0;
+  if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return;
+  while (i + 1 < n) {
+    uint8_t m;
+    size_t len;
+    if (p[i] != 0xFF) { /* junk between segments; libjpeg skips it too (with a warning) */
+      i++;
+      continue;
+    }
+    m = p[i + 1];
+    if (m == 0xFF) {
+      i++;
+      continue;
+    }
+    i += 2;
+    if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue; /* no length field */
+    if (m == 0xD9 || m == 0xDA) return;                                /* EOI/SOS before any SOF */
+    if (i + 2 > n) return;
+    len = ((size_t)p[i] << 8) | p[i + 1];
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      if (i + 2 < n) {
+        *sof = m - 0xC0;
+        *precision = p[i + 2];
+      }
+      return;
+    }
+    if (len < 2) return;
+    i += len;
+  }
+}
+
+static unsigned rd16(const uint8_t *p, int le) { return le ? (unsigned)(p[0] | p[1] << 8) : (unsigned)(p[0] << 8 | p[1]); }
+
+static uint32_t rd32(const uint8_t *p, int le) {
+  return le ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24
+            : (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* Orientation tag (0x0112) of IFD0 in an APP1 "Exif" payload; 0 when absent or malformed. */
+static int exif_orientation(const uint8_t *p, size_t n) {
+  int le;
+  size_t ifd, count;
+  if (n < 6 + 8 || memcmp(p, "Exif\0\0", 6) != 0) return 0;
+  p += 6;
+  n -= 6;
+  if (p[0] == 'I' && p[1] == 'I') le = 1;
+  else if (p[0] == 'M' && p[1] == 'M') le = 0;
+  else return 0;
+  if (rd16(p + 2, le) != 42) return 0;
+  ifd = rd32(p + 4, le);
+  if (ifd < 8 || ifd + 2 > n) return 0;
+  count = rd16(p + ifd, le);
+  for (size_t i = 0; i < count; i++) {
+    size_t e = ifd + 2 + 12 * i;
+    if (e + 12 > n) break;
+    if (rd16(p + e, le) == 0x0112) {
+      unsigned v;
+      if (rd16(p + e + 2, le) != 3 /* SHORT */) return 0;
+      v = rd16(p + e + 8, le);
+      return (v >= 1 && v <= 8) ? (int)v : 0;
+    }
+  }
+  return 0;
+}
+
+static void fill_header(dctj_decoder *dec, dctj_header *hdr) {
+  struct jpeg_decompress_struct *c = &dec->cinfo;
+  size_t offset = 0;
+  hdr->width = (int)c->image_width;
+  hdr->height = (int)c->image_height;
+  hdr->num_components = c->num_components;
+  hdr->color_space = (int)c->jpeg_color_space;
+  hdr->saw_jfif = c->saw_JFIF_marker;
+  hdr->saw_adobe = c->saw_Adobe_marker;
+  hdr->adobe_transform = c->Adobe_transform;
+  hdr->progressive = c->progressive_mode;
+  hdr->arithmetic = c->arith_code;
+  hdr->restart_interval = (int)c->restart_interval;
+  hdr->max_h_samp = c->max_h_samp_factor;
+  hdr->max_v_samp = c->max_v_samp_factor;
+  hdr->mcu_cols = (int)((c->image_width + 8 * c->max_h_samp_factor - 1) / (8 * c->max_h_samp_factor));
+  hdr->mcu_rows = (int)((c->image_height + 8 * c->max_v_samp_factor - 1) / (8 * c->max_v_samp_factor));
+  for (int ci = 0; ci < c->num_components; ci++) {
+    jpeg_component_info *cp = &c->comp_info[ci];
+    dctj_component *out = &hdr->comp[ci];
+    JQUANT_TBL *qt = cp->quant_tbl_no >= 0 && cp->quant_tbl_no < NUM_QUANT_TBLS ? c->quant_tbl_ptrs[cp->quant_tbl_no] : NULL;
+    out->id = cp->component_id;
+    out->h_samp = cp->h_samp_factor;
+    out->v_samp = cp->v_samp_factor;
+    out->quant_index = cp->quant_tbl_no;
+    out->blocks_h = hdr->mcu_rows * cp->v_samp_factor;
+    out->blocks_w = hdr->mcu_cols * cp->h_samp_factor;
+    out->coded_h = (int)cp->height_in_blocks;
+    out->coded_w = (int)cp->width_in_blocks;
+    out->offset = offset;
+    offset += (size_t)out->blocks_h * (size_t)out->blocks_w * 64;
+    /* The table defined so far; dctj_read replaces it with the latched one. */
+    if (qt) memcpy(hdr->quant[ci], qt->quantval, sizeof(hdr->quant[ci]));
+    else memset(hdr->quant[ci], 0, sizeof(hdr->quant[ci]));
+  }
+  hdr->total_coefs = offset;
+  hdr->exif_orientation = 0;
+  for (jpeg_saved_marker_ptr m = c->marker_list; m; m = m->next) {
+    if (m->marker == JPEG_APP0 + 1) {
+      int o = exif_orientation(m->data, m->data_length);
+      if (o) {
+        hdr->exif_orientation = o;
+        break;
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- dequantization */
+
+/* out = saturate_int16(in * q) for n blocks; returns whether anything was clamped.
+ *
+ * This pass runs over every coefficient of every image, so it is vectorised by hand: baseline
+ * x86-64 (SSE2) has no 32-bit multiply or min/max, and gcc's autovectorised int32 version costs
+ * a third of the decode. In 16-bit lanes: mullo/mulhi give the low and high halves of the 32-bit
+ * product, a signed-saturating pack clamps it, and the product fitted in int16 exactly when the
+ * high half is the sign extension of the low half. Valid for tables with entries <= 32767
+ * (every 8-bit table; 16-bit DQT entries above that take the scalar path). */
+static int dequantize_scalar(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+  int32_t clipped = 0;
+  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
+    for (int k = 0; k < 64; k++) {
+      int32_t v = (int32_t)in[k] * (int32_t)q[k];
+      int32_t s = v < -32768 ? -32768 : (v > 32767 ? 32767 : v);
+      clipped |= v ^ s;
+      out[k] = (int16_t)s;
+    }
+  }
+  return clipped != 0;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_SIMD_DEQUANT 1
+
+static int dequantize_sse2(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+  __m128i qv[8], acc = _mm_setzero_si128();
+  for (int i = 0; i < 8; i++) qv[i] = _mm_loadu_si128((const __m128i *)(q + 8 * i));
+  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
+    for (int i = 0; i < 8; i++) {
+      __m128i a = _mm_loadu_si128((const __m128i *)(in + 8 * i));
+      __m128i lo = _mm_mullo_epi16(a, qv[i]), hi = _mm_mulhi_epi16(a, qv[i]);
+      __m128i r = _mm_packs_epi32(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
+      acc = _mm_or_si128(acc, _mm_xor_si128(hi, _mm_srai_epi16(lo, 15)));
+      _mm_storeu_si128((__m128i *)(out + 8 * i), r);
+    }
+  }
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(acc, _mm_setzero_si128())) != 0xFFFF;
+}
+
+__attribute__((target("avx2"))) static int dequantize_avx2(const JCOEF *in, int16_t *out, const uint16_t *q,
+                                                            size_t nblocks) {
+  __m256i qv[4], acc = _mm256_setzero_si256();
+  for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_si256((const __m256i *)(q + 16 * i));
+  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
+    for (int i = 0; i < 4; i++) {
+      __m256i a = _mm256_loadu_si256((const __m256i *)(in + 16 * i));
+      __m256i lo = _mm256_mullo_epi16(a, qv[i]), hi = _mm256_mulhi_epi16(a, qv[i]);
+      /* unpack/pack work within 128-bit lanes, so the element order comes back unchanged */
+      __m256i r = _mm256_packs_epi32(_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi));
+      acc = _mm256_or_si256(acc, _mm256_xor_si256(hi, _mm256_srai_epi16(lo, 15)));
+      _mm256_storeu_si256((__m256i *)(out + 16 * i), r);
+    }
+  }
+  return !_mm256_testz_si256(acc, acc);
+}
+
+__attribute__((target("avx512bw"))) static int dequantize_avx512(const JCOEF *in, int16_t *out, const uint16_t *q,
+                                                                  size_t nblocks) {
+  __m512i q0 = _mm512_loadu_si512((const void *)q), q1 = _mm512_loadu_si512((const void *)(q + 32));
+  __m512i acc = _mm512_setzero_si512();
+  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
+    for (int i = 0; i < 2; i++) {
+      __m512i qv = i ? q1 : q0;
+      __m512i a = _mm512_loadu_si512((const void *)(in + 32 * i));
+      __m512i lo = _mm512_mullo_epi16(a, qv), hi = _mm512_mulhi_epi16(a, qv);
+      __m512i r = _mm512_packs_epi32(_mm512_unpacklo_epi16(lo, hi), _mm512_unpackhi_epi16(lo, hi));
+      acc = _mm512_or_si512(acc, _mm512_xor_si512(hi, _mm512_srai_epi16(lo, 15)));
+      _mm512_storeu_si512((void *)(out + 32 * i), r);
+    }
+  }
+  return _mm512_test_epi16_mask(acc, acc) != 0;
+}
+#endif
+
+static int dequantize(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+#ifdef HAVE_SIMD_DEQUANT
+  static int level = -1; /* 0 SSE2, 1 AVX2, 2 AVX-512BW; a benign race: every thread computes the same */
+  int small = 1;
+  for (int k = 0; k < 64; k++) small &= q[k] <= 32767;
+  if (small) {
+    if (level < 0) level = __builtin_cpu_supports("avx512bw") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    if (level == 2) return dequantize_avx512(in, out, q, nblocks);
+    if (level == 1) return dequantize_avx2(in, out, q, nblocks);
+    return dequantize_sse2(in, out, q, nblocks);
+  }
+#endif
+  return dequantize_scalar(in, out, q, nblocks);
+}
+
+/* ---------------------------------------------------------------- decoding in place
+ *
+ * jpeg_read_coefficients makes libjpeg allocate one zeroed whole-image array per component,
+ * decode into it, and free it again at the end of the image. For 0.1-1 MB images that is a
+ * fresh mmap, page faults and a munmap per image: about a fifth of the raw read, in the kernel.
+ * Our plane layout is exactly libjpeg's array layout (rows of blocks_w JBLOCKs, JCOEF = int16),
+ * so while dctj_read runs we answer libjpeg's virtual-array requests with rows of the output
+ * buffer itself: libjpeg decodes straight into the planes, and dequantization is one in-place
+ * pass. These are libjpeg's public memory-manager methods (jpeglib.h, struct jpeg_memory_mgr);
+ * requests we do not expect are passed on to the original methods. */
+
+static jvirt_barray_ptr hook_request_virt_barray(j_common_ptr cinfo, int pool_id, boolean pre_zero,
+                                                 JDIMENSION blocksperrow, JDIMENSION numrows, JDIMENSION maxaccess) {
+  dctj_decoder *dec = (dctj_decoder *)cinfo;
+  const dctj_header *hdr = dec->target_hdr;
+  if (hdr && pool_id == JPOOL_IMAGE && dec->num_virt < hdr->num_components) {
+    int ci = dec->num_virt;
+    struct dctj_virt *v = &dec->virt[ci];
+    if (blocksperrow != (JDIMENSION)hdr->comp[ci].blocks_w || numrows != (JDIMENSION)hdr->comp[ci].blocks_h) {
+      snprintf(dec->error, DCTJ_MSG_LEN, "internal: libjpeg asked for a %ux%u block array, expected %dx%d",
+               numrows, blocksperrow, hdr->comp[ci].blocks_h, hdr->comp[ci].blocks_w);
+      longjmp(dec->jump, 1);
+    }
+    v->blocks_w = blocksperrow;
+    v->blocks_h = numrows;
+    v->pre_zero = pre_zero;
+    v->rows = NULL;
+    v->base = dec->target + hdr->comp[ci].offset;
+    dec->num_virt++;
+    return (jvirt_barray_ptr)v;
+  }
+  return dec->orig_request_virt_barray(cinfo, pool_id, pre_zero, blocksperrow, numrows, maxaccess);
+}
+
+static int is_ours(dctj_decoder *dec, jvirt_barray_ptr ptr) {
+  return (const char *)ptr >= (const char *)dec->virt && (const char *)ptr < (const char *)(dec->virt + dec->num_virt);
+}
+
+static void hook_realize_virt_arrays(j_common_ptr cinfo) {
+  dctj_decoder *dec = (dctj_decoder *)cinfo;
+  dec->orig_realize_virt_arrays(cinfo);
+  for (int ci = 0; ci < dec->num_virt; ci++) {
+    struct dctj_virt *v = &dec->virt[ci];
+    v->rows = (JBLOCKROW *)(*cinfo->mem->alloc_small)(cinfo, JPOOL_IMAGE, sizeof(JBLOCKROW) * v->blocks_h);
+    for (JDIMENSION r = 0; r < v->blocks_h; r++) v->rows[r] = (JBLOCKROW)(v->base + (size_t)r * v->blocks_w * 64);
+    if (v->pre_zero) memset(v->base, 0, sizeof(JBLOCK) * (size_t)v->blocks_w * v->blocks_h);
+  }
+}
+
+static JBLOCKARRAY hook_access_virt_barray(j_common_ptr cinfo, jvirt_barray_ptr ptr, JDIMENSION start_row,
+                                          JDIMENSION num_rows, boolean writable) {
+  dctj_decoder *dec = (dctj_decoder *)cinfo;
+  if (is_ours(dec, ptr)) {
+    struct dctj_virt *v = (struct dctj_virt *)ptr;
+    if (!v->rows || start_row + num_rows > v->blocks_h || start_row + num_rows < start_row) {
+      snprintf(dec->error, DCTJ_MSG_LEN, "internal: bad coefficient array access");
+      longjmp(dec->jump, 1);
+    }
+    return v->rows + start_row;
+  }
+  return dec->orig_access_virt_barray(cinfo, ptr, start_row, num_rows, writable);
+}
+
+static void install_hooks(dctj_decoder *dec) {
+  struct jpeg_memory_mgr *mem = dec->cinfo.mem;
+  dec->orig_request_virt_barray = mem->request_virt_barray;
+  dec->orig_realize_virt_arrays = mem->realize_virt_arrays;
+  dec->orig_access_virt_barray = mem->access_virt_barray;
+  mem->request_virt_barray = hook_request_virt_barray;
+  mem->realize_virt_arrays = hook_realize_virt_arrays;
+  mem->access_virt_barray = hook_access_virt_barray;
+}
+
+/* ---------------------------------------------------------------- public API */
+
+dctj_decoder *dctj_new(void) { return (dctj_decoder *)calloc(1, sizeof(dctj_decoder)); }
+
+void dctj_free(dctj_decoder *dec) {
+  if (!dec) return;
+  dctj_abort(dec);
+  free(dec);
+}
+
+/* Every image gets a fresh libjpeg decompressor. Reusing one is not only unnecessary (creating
+ * one costs well under a microsecond) but wrong: libjpeg keeps quantization and Huffman tables
+ * across images on purpose (abbreviated streams), so a file that lacks its tables would
+ * silently decode with the previous image's. */
+static void create_decompressor(dctj_decoder *dec) {
+  dec->cinfo.err = jpeg_std_error(&dec->err);
+  dec->err.error_exit = on_error_exit;
+  dec->err.emit_message = on_emit_message;
+  dec->err.output_message = on_output_message;
+  jpeg_create_decompress(&dec->cinfo);
+  dec->active = 1;
+  install_hooks(dec);
+  setup_source(&dec->src);
+  dec->cinfo.src = &dec->src;
+  dec->progress.progress_monitor = on_progress;
+  dec->cinfo.progress = &dec->progress;
+}
+
+static void destroy_decompressor(dctj_decoder *dec) {
+  jpeg_destroy_decompress(&dec->cinfo);
+  dec->active = 0;
+  dec->target_hdr = NULL;
+}
+
+int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict, uint64_t max_pixels,
+               dctj_header *hdr) {
+  int sof, precision;
+  if (dec->active) dctj_abort(dec);
+  dec->strict = strict;
+  dec->num_warnings = 0;
+  dec->num_texts = 0;
+  dec->error[0] = 0;
+  if (len == 0) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "empty input (0 bytes)");
+    return -1;
+  }
+  find_sof(data, len, &sof, &precision);
+  if (sof == 3 || sof == 5 || sof == 6 || sof == 7 || sof == 11 || sof == 13 || sof == 14 || sof == 15) {
+    set_unsupported_message(dec->error, sof);
+    return -1;
+  }
+  if (sof >= 0 && precision != 8) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "unsupported JPEG: %d-bit samples (dctnet reads 8-bit JPEG only)", precision);
+    return -1;
+  }
+  if (setjmp(dec->jump)) {
+    destroy_decompressor(dec);
+    return -1;
+  }
+  create_decompressor(dec);
+  dec->src.next_input_byte = data;
+  dec->src.bytes_in_buffer = len;
+  jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 1, 0xFFFF);
+  jpeg_read_header(&dec->cinfo, TRUE);
+  if (max_pixels > 0 && (uint64_t)dec->cinfo.image_width * dec->cinfo.image_height > max_pixels) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "image is %ux%u = %llu pixels, more than max_pixels=%llu (decompression-bomb guard)",
+             dec->cinfo.image_width, dec->cinfo.image_height,
+             (unsigned long long)dec->cinfo.image_width * dec->cinfo.image_height, (unsigned long long)max_pixels);
+    destroy_decompressor(dec);
+    return -1;
+  }
+  fill_header(dec, hdr);
+  hdr->sof = sof;
+  hdr->precision = sof >= 0 ? precision : dec->cinfo.data_precision;
+  return 0;
+}
+
+int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len, int *saturated) {
+  struct jpeg_decompress_struct *c = &dec->cinfo;
+  volatile int clipped = 0; /* volatile: live across the setjmp below */
+  if (!dec->active) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "dctj_read without a successful dctj_begin");
+    return -1;
+  }
+  if (out_len < hdr->total_coefs) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "output holds %zu coefficients, the image needs %zu", out_len, hdr->total_coefs);
+    dctj_abort(dec);
+    return -1;
+  }
+  dec->target_hdr = hdr;
+  dec->target = out;
+  dec->num_virt = 0;
+  if (setjmp(dec->jump)) {
+    destroy_decompressor(dec);
+    return -1;
+  }
+  jpeg_read_coefficients(c); /* decodes into out (see hook_request_virt_barray) */
+  if (dec->num_virt != c->num_components) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "internal: libjpeg set up %d coefficient arrays for %d components",
+             dec->num_virt, c->num_components);
+    longjmp(dec->jump, 1);
+  }
+  for (int ci = 0; ci < c->num_components; ci++) {
+    jpeg_component_info *cp = &c->comp_info[ci];
+    dctj_component *comp = &hdr->comp[ci];
+    int16_t *plane = out + comp->offset;
+    /* libjpeg latches a component's table when its first scan starts (tables may be redefined
+     * later). A component that no scan reached (truncated file) has none and stays all zero. */
+    if (cp->quant_table) memcpy(hdr->quant[ci], cp->quant_table->quantval, sizeof(hdr->quant[ci]));
+    clipped |= dequantize(plane, plane, hdr->quant[ci], (size_t)comp->blocks_w * comp->blocks_h);
+  }
+  jpeg_finish_decompress(c);
+  destroy_decompressor(dec);
+  *saturated = clipped;
+  return 0;
+}
+
+void dctj_abort(dctj_decoder *dec) {
+  if (dec->active) destroy_decompressor(dec);
+}
+
+const char *dctj_error(const dctj_decoder *dec) { return dec->error; }
+int dctj_num_warnings(const dctj_decoder *dec) { return dec->num_warnings; }
+int dctj_num_warning_texts(const dctj_decoder *dec) { return dec->num_texts; }
+const char *dctj_warning(const dctj_decoder *dec, int i) { return dec->warnings[i]; }
+int dctj_lib_version(void) { return JPEG_LIB_VERSION; }
+
+const char *dctj_color_space_name(int cs) {
+  switch (cs) {
+  case JCS_GRAYSCALE: return "gray";
+  case JCS_RGB: return "RGB";
+  case JCS_YCbCr: return "YCbCr";
+  case JCS_CMYK: return "CMYK";
+  case JCS_YCCK: return "YCCK";
+  default: return "unknown";
+  }
+}
+
+const char *dctj_process_name(int sof) {
+  switch (sof) {
+  case 0: return "baseline";
+  case 1: return "extended";
+  case 2: return "progressive";
+  case 9: return "extended-arithmetic";
+  case 10: return "progressive-arithmetic";
+  default: return "unknown";
+  }
+}
+
+/* ---------------------------------------------------------------- raw floor */
+
+struct raw_ctx {
+  struct jpeg_decompress_struct cinfo;
+  struct jpeg_error_mgr err;
+  jmp_buf jump;
+};
+
+static void raw_error_exit(j_common_ptr cinfo) { longjmp(((struct raw_ctx *)cinfo)->jump, 1); }
+
+int dctj_raw_read(const uint8_t *data, size_t len, char *err) {
+  struct raw_ctx ctx;
+  struct jpeg_source_mgr src;
+  ctx.cinfo.err = jpeg_std_error(&ctx.err);
+  ctx.err.error_exit = raw_error_exit;
+  ctx.err.output_message = on_output_message;
+  if (setjmp(ctx.jump)) {
+    (*ctx.cinfo.err->format_message)((j_common_ptr)&ctx.cinfo, err);
+    jpeg_destroy_decompress(&ctx.cinfo);
+    return -1;
+  }
+  jpeg_create_decompress(&ctx.cinfo);
+  setup_source(&src);
+  src.next_input_byte = data;
+  src.bytes_in_buffer = len;
+  ctx.cinfo.src = &src;
+  jpeg_read_header(&ctx.cinfo, TRUE);
+  jpeg_read_coefficients(&ctx.cinfo);
+  jpeg_finish_decompress(&ctx.cinfo);
+  jpeg_destroy_decompress(&ctx.cinfo);
+  return 0;
+}

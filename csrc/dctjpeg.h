@@ -1,0 +1,105 @@
+/*
+ * dctjpeg: read dequantized DCT coefficients from an in-memory JPEG with libjpeg.
+ *
+ * Pure C (no Python), so the same code serves the extension module, the raw-floor timer and the
+ * fuzz harness. A decoder object is reusable and owns its libjpeg state; one decoder per thread.
+ *
+ * Output layout (DESIGN.md section 2): one int16 plane per component, stored back to back,
+ * each (blocks_h, blocks_w, 64) in natural (row-major, k = 8*v + u) coefficient order, where
+ * blocks_h = mcu_rows * v_samp and blocks_w = mcu_cols * h_samp ("MCU-aligned"), so the grid of
+ * every component is an exact multiple of the others. Blocks beyond a component's coded size
+ * (coded_h x coded_w, libjpeg's height/width_in_blocks) hold the encoder's dummy blocks when the
+ * component was coded in an interleaved scan, and zeros otherwise.
+ */
+#ifndef DCTJPEG_H
+#define DCTJPEG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DCTJ_MAX_COMPONENTS 10 /* libjpeg's MAX_COMPONENTS */
+#define DCTJ_MAX_WARNINGS 8    /* distinct warning texts kept; all are counted */
+#define DCTJ_MSG_LEN 200       /* libjpeg's JMSG_LENGTH_MAX */
+#define DCTJ_MAX_SCANS 500     /* same bound as TurboJPEG's scan limit: stops scan-flood DoS */
+
+typedef struct {
+  int id;          /* component identifier from the SOF marker */
+  int h_samp;      /* sampling factors */
+  int v_samp;
+  int quant_index; /* which DQT slot the component uses */
+  int blocks_h;    /* MCU-aligned plane size in blocks */
+  int blocks_w;
+  int coded_h; /* libjpeg's height_in_blocks / width_in_blocks */
+  int coded_w;
+  size_t offset; /* start of this plane in the output, in int16 elements */
+} dctj_component;
+
+typedef struct {
+  int width;
+  int height;
+  int num_components;
+  int color_space;     /* libjpeg's J_COLOR_SPACE guess for the file */
+  int saw_jfif;
+  int saw_adobe;
+  int adobe_transform; /* valid when saw_adobe */
+  int sof;             /* SOF marker number 0..15 (0xC0 + sof), -1 if not seen */
+  int precision;
+  int progressive;
+  int arithmetic;
+  int restart_interval; /* in MCUs, 0 = none */
+  int exif_orientation; /* 1..8, 0 = absent */
+  int max_h_samp;
+  int max_v_samp;
+  int mcu_rows;
+  int mcu_cols;
+  dctj_component comp[DCTJ_MAX_COMPONENTS];
+  /* Quantization table per component, natural order. After dctj_read these are the tables
+   * libjpeg latched for the component's first scan, i.e. the ones its coefficients use. */
+  uint16_t quant[DCTJ_MAX_COMPONENTS][64];
+  size_t total_coefs; /* int16 elements needed for all planes */
+} dctj_header;
+
+typedef struct dctj_decoder dctj_decoder;
+
+/* Returns NULL only when out of memory. */
+dctj_decoder *dctj_new(void);
+void dctj_free(dctj_decoder *dec);
+
+/*
+ * Parse the header of data[0:len). max_pixels > 0 refuses images with width*height above it
+ * (before anything large is allocated). strict != 0 turns the first libjpeg warning into an
+ * error. Returns 0 on success, -1 on error (dctj_error() says why). After success, call either
+ * dctj_read() or dctj_abort(). data must stay valid until then.
+ */
+int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict,
+               uint64_t max_pixels, dctj_header *hdr);
+
+/*
+ * Decode all coefficients, dequantize (saturating to int16) into out (out_len int16 elements,
+ * at least hdr->total_coefs) and finish. Sets *saturated when any value was clamped.
+ * Returns 0 on success, -1 on error. The decoder is ready for the next dctj_begin either way.
+ */
+int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len, int *saturated);
+
+/* Release the current image after dctj_begin without decoding it. */
+void dctj_abort(dctj_decoder *dec);
+
+const char *dctj_error(const dctj_decoder *dec);
+/* Warnings of the last image: total count and up to DCTJ_MAX_WARNINGS distinct texts. */
+int dctj_num_warnings(const dctj_decoder *dec);
+int dctj_num_warning_texts(const dctj_decoder *dec);
+const char *dctj_warning(const dctj_decoder *dec, int i);
+
+/* libjpeg version the reader was built against (JPEG_LIB_VERSION) and libjpeg-turbo's, if known. */
+int dctj_lib_version(void);
+const char *dctj_color_space_name(int color_space);
+const char *dctj_process_name(int sof);
+
+/*
+ * The raw floor: jpeg_create_decompress + header + jpeg_read_coefficients + destroy, exactly
+ * what a plain libjpeg program does, with no dequantization or copy. Returns 0 or -1 (error
+ * text in err, DCTJ_MSG_LEN bytes).
+ */
+int dctj_raw_read(const uint8_t *data, size_t len, char *err);
+
+#endif

@@ -1,0 +1,568 @@
+/*
+ * dctnet._jpeg: the Python face of dctjpeg.c.
+ *
+ * One decoder (libjpeg state + a file buffer) per OS thread, kept in thread-local storage and
+ * reused across calls, so steady-state decoding allocates only libjpeg's per-image arrays and
+ * the output. The GIL is released for all file I/O and libjpeg work; it is taken back briefly
+ * only to allocate the output buffer when the caller did not supply a buffer.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <stdio.h>
+#include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
+
+#include "dctjpeg.h"
+
+#define MAX_FILE_BYTES ((size_t)1 << 31) /* 2 GiB: far above any JPEG libjpeg can describe */
+#define KEEP_FILE_BUFFER ((size_t)64 << 20)  /* per-thread file buffer kept between calls */
+
+typedef struct {
+  dctj_decoder *dec;
+  uint8_t *file_buf;
+  size_t file_cap;
+} thread_state;
+
+static pthread_key_t tls_key;
+static PyObject *error_type; /* dctnet.codec.JpegError once registered, ValueError before */
+
+static void thread_state_free(void *p) {
+  thread_state *ts = (thread_state *)p;
+  if (!ts) return;
+  dctj_free(ts->dec);
+  free(ts->file_buf);
+  free(ts);
+}
+
+static thread_state *get_thread_state(void) {
+  thread_state *ts = (thread_state *)pthread_getspecific(tls_key);
+  if (ts) return ts;
+  ts = (thread_state *)calloc(1, sizeof(thread_state));
+  if (!ts) return NULL;
+  ts->dec = dctj_new();
+  if (!ts->dec || pthread_setspecific(tls_key, ts) != 0) {
+    thread_state_free(ts);
+    return NULL;
+  }
+  return ts;
+}
+
+/* Read a whole file into the thread's buffer. Called without the GIL. Returns 0, or an errno
+ * value (EFBIG for files over MAX_FILE_BYTES). */
+static int read_file(thread_state *ts, const char *path, size_t *len) {
+  struct stat st;
+  size_t size, got = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return e;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return EISDIR;
+  }
+  if (st.st_size < 0 || (size_t)st.st_size > MAX_FILE_BYTES) {
+    close(fd);
+    return EFBIG;
+  }
+  size = (size_t)st.st_size;
+  if (size > ts->file_cap || (ts->file_cap > KEEP_FILE_BUFFER && size < KEEP_FILE_BUFFER)) {
+    uint8_t *nb = (uint8_t *)malloc(size ? size : 1);
+    if (!nb) {
+      close(fd);
+      return ENOMEM;
+    }
+    free(ts->file_buf);
+    ts->file_buf = nb;
+    ts->file_cap = size ? size : 1;
+  }
+  while (got < size) {
+    ssize_t r = read(fd, ts->file_buf + got, size - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      close(fd);
+      return e;
+    }
+    if (r == 0) break; /* file shrank under us: decode what is there */
+    got += (size_t)r;
+  }
+  close(fd);
+  *len = got;
+  return 0;
+}
+
+static void raise_jpeg_error(const char *reason, PyObject *source) {
+  PyObject *exc = PyObject_CallFunction(error_type, "sO", reason, source ? source : Py_None);
+  if (exc) {
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+  }
+}
+
+
+/* ---------------------------------------------------------------- output buffers
+ *
+ * The default output (no caller buffer) is a CoefBuffer: a plain writable buffer object whose
+ * memory comes from a small free list. Fresh 0.1-1 MB mallocs are served by mmap and page-
+ * faulted in on first write, which costs as much as the entropy decode itself (DESIGN.md §7);
+ * recycling buffers keeps them resident. All pool operations run with the GIL held. */
+
+#define POOL_MAX_BUFFERS 1024
+#define POOL_MAX_BYTES ((size_t)256 << 20)
+
+typedef struct {
+  char *ptr;
+  size_t cap;
+} pool_entry;
+
+static pool_entry pool[POOL_MAX_BUFFERS];
+static int pool_count;
+static size_t pool_bytes;
+
+static char *pool_take(size_t n, size_t *cap) {
+  /* Most recently returned first (warm in cache); accept up to 25% slack. */
+  for (int i = pool_count - 1; i >= 0; i--) {
+    if (pool[i].cap >= n && pool[i].cap - n <= n / 4 + 4096) {
+      char *p = pool[i].ptr;
+      *cap = pool[i].cap;
+      pool_bytes -= pool[i].cap;
+      pool[i] = pool[--pool_count];
+      return p;
+    }
+  }
+  *cap = n ? n : 1;
+  return (char *)malloc(*cap);
+}
+
+static void pool_give(char *p, size_t cap) {
+  if (!p) return;
+  if (pool_count < POOL_MAX_BUFFERS && pool_bytes + cap <= POOL_MAX_BYTES) {
+    pool[pool_count].ptr = p;
+    pool[pool_count].cap = cap;
+    pool_count++;
+    pool_bytes += cap;
+  } else {
+    free(p);
+  }
+}
+
+typedef struct {
+  PyObject_HEAD char *ptr;
+  size_t cap;
+  Py_ssize_t len;
+} CoefBuffer;
+
+static void coefbuffer_dealloc(CoefBuffer *self) {
+  pool_give(self->ptr, self->cap);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int coefbuffer_getbuffer(CoefBuffer *self, Py_buffer *view, int flags) {
+  return PyBuffer_FillInfo(view, (PyObject *)self, self->ptr, self->len, 0, flags);
+}
+
+static Py_ssize_t coefbuffer_length(CoefBuffer *self) { return self->len; }
+
+static PyBufferProcs coefbuffer_as_buffer = {(getbufferproc)coefbuffer_getbuffer, NULL};
+static PySequenceMethods coefbuffer_as_sequence = {.sq_length = (lenfunc)coefbuffer_length};
+
+static PyTypeObject CoefBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dctnet._jpeg.CoefBuffer",
+    .tp_basicsize = sizeof(CoefBuffer),
+    .tp_dealloc = (destructor)coefbuffer_dealloc,
+    .tp_as_buffer = &coefbuffer_as_buffer,
+    .tp_as_sequence = &coefbuffer_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Writable memory holding a JPEG's int16 coefficient planes (recycled when freed).",
+};
+
+static CoefBuffer *coefbuffer_new(size_t n) {
+  CoefBuffer *b = PyObject_New(CoefBuffer, &CoefBufferType);
+  if (!b) return NULL;
+  b->ptr = pool_take(n, &b->cap);
+  b->len = (Py_ssize_t)n;
+  if (!b->ptr) {
+    b->cap = 0;
+    Py_DECREF(b);
+    return (CoefBuffer *)PyErr_NoMemory();
+  }
+  return b;
+}
+
+static PyObject *py_pool_info(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return Py_BuildValue("{s:i,s:n}", "buffers", pool_count, "bytes", (Py_ssize_t)pool_bytes);
+}
+
+static PyObject *py_pool_clear(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  while (pool_count > 0) {
+    pool_count--;
+    free(pool[pool_count].ptr);
+  }
+  pool_bytes = 0;
+  Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------- result building */
+
+static PyObject *color_space_names[8], *process_names[16];
+
+static PyObject *cached_name(PyObject **cache, int n, int i, const char *(*namer)(int)) {
+  if (i < 0 || i >= n) i = n - 1; /* the namers answer "unknown" for out-of-range values */
+  if (!cache[i]) {
+    cache[i] = PyUnicode_InternFromString(namer(i));
+    if (!cache[i]) return NULL;
+  }
+  return Py_NewRef(cache[i]);
+}
+
+static PyObject *pair(int a, int b) {
+  PyObject *t = PyTuple_New(2);
+  if (!t) return NULL;
+  PyTuple_SET_ITEM(t, 0, PyLong_FromLong(a));
+  PyTuple_SET_ITEM(t, 1, PyLong_FromLong(b));
+  return t;
+}
+
+static PyObject *int_or_none(int present, long v) { return present ? PyLong_FromLong(v) : Py_NewRef(Py_None); }
+
+/* Header facts as a flat tuple, in the order dctnet.codec._HEADER_FIELDS names them (a tuple
+ * is several times cheaper to build and unpack than a dict, and this runs once per image). */
+#define HEADER_FIELDS 20
+static PyObject *header_tuple(const dctj_header *h) {
+  int nc = h->num_components, i = 0;
+  PyObject *t = PyTuple_New(HEADER_FIELDS);
+  PyObject *sampling = PyTuple_New(nc), *ids = PyTuple_New(nc), *qidx = PyTuple_New(nc);
+  PyObject *blocks = PyTuple_New(nc), *coded = PyTuple_New(nc);
+  uint16_t quant[DCTJ_MAX_COMPONENTS * 64];
+  if (!t || !sampling || !ids || !qidx || !blocks || !coded) {
+    Py_XDECREF(t);
+    Py_XDECREF(sampling);
+    Py_XDECREF(ids);
+    Py_XDECREF(qidx);
+    Py_XDECREF(blocks);
+    Py_XDECREF(coded);
+    return NULL;
+  }
+  for (int c = 0; c < nc; c++) {
+    const dctj_component *cp = &h->comp[c];
+    PyTuple_SET_ITEM(sampling, c, pair(cp->h_samp, cp->v_samp));
+    PyTuple_SET_ITEM(ids, c, PyLong_FromLong(cp->id));
+    PyTuple_SET_ITEM(qidx, c, PyLong_FromLong(cp->quant_index));
+    PyTuple_SET_ITEM(blocks, c, pair(cp->blocks_h, cp->blocks_w));
+    PyTuple_SET_ITEM(coded, c, pair(cp->coded_h, cp->coded_w));
+    memcpy(quant + 64 * c, h->quant[c], 64 * sizeof(uint16_t));
+  }
+  PyTuple_SET_ITEM(t, i++, PyLong_FromLong(h->width));
+  PyTuple_SET_ITEM(t, i++, PyLong_FromLong(h->height));
+  PyTuple_SET_ITEM(t, i++, cached_name(color_space_names, 8, h->color_space, dctj_color_space_name));
+  PyTuple_SET_ITEM(t, i++, int_or_none(h->saw_adobe, h->adobe_transform));
+  PyTuple_SET_ITEM(t, i++, PyBool_FromLong(h->saw_jfif));
+  PyTuple_SET_ITEM(t, i++, int_or_none(h->sof >= 0, h->sof));
+  PyTuple_SET_ITEM(t, i++, cached_name(process_names, 16, h->sof, dctj_process_name));
+  PyTuple_SET_ITEM(t, i++, PyLong_FromLong(h->precision));
+  PyTuple_SET_ITEM(t, i++, PyBool_FromLong(h->progressive));
+  PyTuple_SET_ITEM(t, i++, PyBool_FromLong(h->arithmetic));
+  PyTuple_SET_ITEM(t, i++, PyLong_FromLong(h->restart_interval));
+  PyTuple_SET_ITEM(t, i++, int_or_none(h->exif_orientation, h->exif_orientation));
+  PyTuple_SET_ITEM(t, i++, sampling);
+  PyTuple_SET_ITEM(t, i++, ids);
+  PyTuple_SET_ITEM(t, i++, qidx);
+  PyTuple_SET_ITEM(t, i++, PyBytes_FromStringAndSize((const char *)quant, (Py_ssize_t)(64 * sizeof(uint16_t) * nc)));
+  PyTuple_SET_ITEM(t, i++, blocks);
+  PyTuple_SET_ITEM(t, i++, coded);
+  PyTuple_SET_ITEM(t, i++, pair(h->mcu_rows, h->mcu_cols));
+  PyTuple_SET_ITEM(t, i++, PyLong_FromSize_t(h->total_coefs * sizeof(int16_t)));
+  /* Any failed allocation above left a NULL slot. */
+  for (int k = 0; k < HEADER_FIELDS; k++) {
+    if (!PyTuple_GET_ITEM(t, k)) {
+      Py_DECREF(t);
+      return NULL;
+    }
+  }
+  for (int c = 0; c < nc; c++) {
+    if (!PyTuple_GET_ITEM(sampling, c) || !PyTuple_GET_ITEM(ids, c) || !PyTuple_GET_ITEM(qidx, c) ||
+        !PyTuple_GET_ITEM(blocks, c) || !PyTuple_GET_ITEM(coded, c)) {
+      Py_DECREF(t);
+      return NULL;
+    }
+  }
+  return t;
+}
+
+static PyObject *warnings_tuple(const dctj_decoder *dec) {
+  int n = dctj_num_warning_texts(dec);
+  PyObject *t = PyTuple_New(n);
+  if (!t) return NULL;
+  for (int i = 0; i < n; i++) {
+    PyObject *s = PyUnicode_DecodeLatin1(dctj_warning(dec, i), (Py_ssize_t)strlen(dctj_warning(dec, i)), "replace");
+    if (!s) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, s);
+  }
+  return t;
+}
+
+/* ---------------------------------------------------------------- read() */
+
+PyDoc_STRVAR(read_doc,
+             "read(src, out, strict, max_pixels, header_only, name)\n"
+             "    -> header | (header, data, warnings, num_warnings, saturated)\n\n"
+             "header is a tuple in the order of dctnet.codec._HEADER_FIELDS.\n"
+             "src: a path (str) or any bytes-like object (read in place, zero copy).\n"
+             "out: None, or a writable C-contiguous buffer of at least the image's 'nbytes' bytes\n"
+             "     that receives the int16 planes (returned as 'data'); None takes a pooled CoefBuffer.\n"
+             "strict: turn libjpeg warnings into errors. max_pixels: 0 for no limit.\n"
+             "header_only: stop after the header. name: used in error messages for bytes input.\n"
+             "Raises JpegError(reason, source) for bad data, OSError for file-system errors.");
+
+static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyObject *src, *out_obj, *name, *path_bytes = NULL, *result = NULL, *data_obj = NULL;
+  Py_buffer in_view = {0}, out_view = {0};
+  int strict, header_only, have_in = 0, have_out = 0, rc, io_err = 0, saturated = 0;
+  unsigned long long max_pixels;
+  const uint8_t *data;
+  size_t len = 0;
+  dctj_header hdr;
+  thread_state *ts;
+  (void)self;
+
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "read() takes 6 positional arguments");
+    return NULL;
+  }
+  src = args[0];
+  out_obj = args[1];
+  strict = PyObject_IsTrue(args[2]);
+  max_pixels = PyLong_AsUnsignedLongLong(args[3]);
+  header_only = PyObject_IsTrue(args[4]);
+  name = args[5];
+  if (strict < 0 || header_only < 0 || PyErr_Occurred()) return NULL;
+
+  ts = get_thread_state();
+  if (!ts) return PyErr_NoMemory();
+
+  if (PyUnicode_Check(src)) {
+    if (!PyUnicode_FSConverter(src, &path_bytes)) return NULL;
+    if (name == Py_None) name = src;
+  } else {
+    if (PyObject_GetBuffer(src, &in_view, PyBUF_SIMPLE) != 0) {
+      PyErr_Format(PyExc_TypeError, "src must be a path or a bytes-like object, not %.100s", Py_TYPE(src)->tp_name);
+      return NULL;
+    }
+    have_in = 1;
+  }
+  if (out_obj != Py_None) {
+    if (PyObject_GetBuffer(out_obj, &out_view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) goto done;
+    have_out = 1;
+    if (((uintptr_t)out_view.buf & 1) != 0) {
+      PyErr_SetString(PyExc_ValueError, "out buffer must be 2-byte aligned (int16)");
+      goto done;
+    }
+  }
+
+  Py_BEGIN_ALLOW_THREADS
+  if (path_bytes) {
+    io_err = read_file(ts, PyBytes_AS_STRING(path_bytes), &len);
+    data = ts->file_buf;
+  } else {
+    data = (const uint8_t *)in_view.buf;
+    len = (size_t)in_view.len;
+  }
+  rc = io_err ? -1 : dctj_begin(ts->dec, data, len, strict, (uint64_t)max_pixels, &hdr);
+  if (rc == 0 && !header_only && have_out) {
+    if ((size_t)out_view.len < hdr.total_coefs * sizeof(int16_t)) rc = 1; /* reported below */
+    else rc = dctj_read(ts->dec, &hdr, (int16_t *)out_view.buf, (size_t)out_view.len / sizeof(int16_t), &saturated);
+  }
+  Py_END_ALLOW_THREADS
+
+  if (io_err) {
+    errno = io_err;
+    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, src);
+    goto done;
+  }
+  if (rc < 0) {
+    raise_jpeg_error(dctj_error(ts->dec), name);
+    goto done;
+  }
+  if (rc == 1) {
+    dctj_abort(ts->dec);
+    PyErr_Format(PyExc_ValueError, "out buffer has %zd bytes, this image needs %zu", out_view.len,
+                 hdr.total_coefs * sizeof(int16_t));
+    goto done;
+  }
+  if (header_only) {
+    dctj_abort(ts->dec);
+    result = header_tuple(&hdr);
+    goto done;
+  }
+  if (!have_out) {
+    /* Allocate with the GIL, decode without it. */
+    data_obj = (PyObject *)coefbuffer_new(hdr.total_coefs * sizeof(int16_t));
+    if (!data_obj) {
+      dctj_abort(ts->dec);
+      goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = dctj_read(ts->dec, &hdr, (int16_t *)((CoefBuffer *)data_obj)->ptr, hdr.total_coefs, &saturated);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+      raise_jpeg_error(dctj_error(ts->dec), name);
+      goto done;
+    }
+  } else {
+    data_obj = Py_NewRef(out_obj);
+  }
+  {
+    PyObject *header = header_tuple(&hdr), *warnings = warnings_tuple(ts->dec);
+    if (header && warnings)
+      result = Py_BuildValue("(NONiN)", header, data_obj, warnings, dctj_num_warnings(ts->dec), PyBool_FromLong(saturated));
+    else {
+      Py_XDECREF(header);
+      Py_XDECREF(warnings);
+    }
+  }
+done:
+  Py_XDECREF(data_obj);
+  Py_XDECREF(path_bytes);
+  if (have_in) PyBuffer_Release(&in_view);
+  if (have_out) PyBuffer_Release(&out_view);
+  return result;
+}
+
+/* ---------------------------------------------------------------- timing entries */
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static PyObject *ns_list(const int64_t *ns, Py_ssize_t n) {
+  PyObject *l = PyList_New(n);
+  if (!l) return NULL;
+  for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(l, i, PyLong_FromLongLong(ns[i]));
+  return l;
+}
+
+PyDoc_STRVAR(time_raw_doc,
+             "time_raw(data, repeat) -> list[int]\n\n"
+             "Nanoseconds per call of the raw libjpeg floor on one in-memory JPEG: create, read header,\n"
+             "jpeg_read_coefficients, destroy; no dequantization, no copy, no Python. Benchmarks only.");
+
+PyDoc_STRVAR(time_read_doc,
+             "time_read(data, repeat) -> list[int]\n\n"
+             "Nanoseconds per call of dctnet's C path (reused decoder, dequantize into a reused buffer),\n"
+             "without Python overhead. Benchmarks only.");
+
+static PyObject *time_common(PyObject *args, int raw) {
+  Py_buffer view;
+  Py_ssize_t repeat;
+  int64_t *ns;
+  int16_t *buf = NULL;
+  size_t cap = 0;
+  int failed = 0;
+  char err[DCTJ_MSG_LEN] = {0};
+  PyObject *res;
+  thread_state *ts = get_thread_state();
+  if (!ts) return PyErr_NoMemory();
+  if (!PyArg_ParseTuple(args, "y*n", &view, &repeat)) return NULL;
+  if (repeat < 1) repeat = 1;
+  ns = (int64_t *)malloc(sizeof(int64_t) * (size_t)repeat);
+  if (!ns) {
+    PyBuffer_Release(&view);
+    return PyErr_NoMemory();
+  }
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < repeat && !failed; i++) {
+    int64_t t0 = now_ns();
+    if (raw) {
+      failed = dctj_raw_read((const uint8_t *)view.buf, (size_t)view.len, err) != 0;
+    } else {
+      dctj_header hdr;
+      int sat;
+      failed = dctj_begin(ts->dec, (const uint8_t *)view.buf, (size_t)view.len, 0, 0, &hdr) != 0;
+      if (!failed && hdr.total_coefs > cap) {
+        free(buf);
+        cap = hdr.total_coefs;
+        buf = (int16_t *)malloc(cap * sizeof(int16_t));
+        if (!buf) { dctj_abort(ts->dec); snprintf(err, sizeof err, "out of memory"); failed = 1; }
+      }
+      if (!failed) failed = dctj_read(ts->dec, &hdr, buf, cap, &sat) != 0;
+      if (failed && !err[0]) snprintf(err, sizeof err, "%s", dctj_error(ts->dec));
+    }
+    ns[i] = now_ns() - t0;
+  }
+  Py_END_ALLOW_THREADS
+  free(buf);
+  PyBuffer_Release(&view);
+  if (failed) {
+    free(ns);
+    raise_jpeg_error(err, NULL);
+    return NULL;
+  }
+  res = ns_list(ns, repeat);
+  free(ns);
+  return res;
+}
+
+static PyObject *py_time_raw(PyObject *self, PyObject *args) { (void)self; return time_common(args, 1); }
+static PyObject *py_time_read(PyObject *self, PyObject *args) { (void)self; return time_common(args, 0); }
+
+static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
+  (void)self;
+  if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_ValueError)) {
+    PyErr_SetString(PyExc_TypeError, "error type must be a ValueError subclass");
+    return NULL;
+  }
+  Py_XSETREF(error_type, Py_NewRef(cls));
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
+    {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
+    {"time_read", py_time_read, METH_VARARGS, time_read_doc},
+    {"pool_info", py_pool_info, METH_NOARGS, "Free output buffers kept for reuse: {'buffers': n, 'bytes': n}."},
+    {"pool_clear", py_pool_clear, METH_NOARGS, "Free all output buffers kept for reuse."},
+    {"set_error_type", py_set_error_type, METH_O, "Register the exception class raised for bad JPEG data."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jpeg", "libjpeg DCT-coefficient reader (see dctnet.codec).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__jpeg(void) {
+  PyObject *m;
+  if (pthread_key_create(&tls_key, thread_state_free) != 0) return PyErr_NoMemory();
+  if (PyType_Ready(&CoefBufferType) < 0) return NULL;
+  m = PyModule_Create(&module);
+  if (!m) return NULL;
+  error_type = Py_NewRef(PyExc_ValueError);
+  if (PyModule_AddIntConstant(m, "JPEG_LIB_VERSION", dctj_lib_version()) ||
+#ifdef LIBJPEG_TURBO_VERSION_NUMBER
+      PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER", LIBJPEG_TURBO_VERSION_NUMBER) ||
+#endif
+      PyModule_AddIntConstant(m, "MAX_SCANS", DCTJ_MAX_SCANS)) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

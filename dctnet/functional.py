@@ -1,0 +1,377 @@
+r"""Pure tensor maths on 8×8 DCT blocks: the device side of dctnet.
+
+Every function here is plain, batched ``torch`` (matmul / einsum / indexing, no per-sample or
+per-block Python loops) and runs on any device. Conventions (DESIGN.md §2):
+
+- A *plane* is ``(..., Hb, Wb, 64)``: a grid of blocks, coefficients in natural order
+  ``k = 8·v + u`` (``v`` vertical, ``u`` horizontal frequency).
+- Blocks hold the orthonormal 2-D DCT-II of level-shifted samples:
+  :math:`F = C (f - 128) C^\top`, :math:`C[u, x] = c_u \cos\frac{(2x+1)u\pi}{16}`,
+  :math:`c_0 = \sqrt{1/8}`, :math:`c_u = \sqrt{2/8}`. So ``DC = 8·mean(f − 128)``.
+- Pixel tensors are float in the 0..255 scale unless a docstring says otherwise; :func:`to_rgb`
+  returns torchvision's float convention, 0..1.
+
+Colour (JFIF, full range)::
+
+    R = Y + 1.402 (Cr − 128)
+    G = Y − 0.344136 (Cb − 128) − 0.714136 (Cr − 128)
+    B = Y + 1.772 (Cb − 128)
+
+CMYK / YCCK (4 components, Adobe): libjpeg's CMYK samples are taken to follow the Adobe
+(Photoshop) convention of *inverted* ink values, as Pillow assumes when it reads any CMYK JPEG
+(rawmode ``"CMYK;I"``); converting like Pillow's ``convert("RGB")`` then gives
+``R = C·K/255, G = M·K/255, B = Y·K/255`` in libjpeg's sample values. YCCK is first turned into
+libjpeg's CMYK (``C = 255 − R(Y,Cb,Cr)`` etc., ``K`` unchanged), exactly as libjpeg does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Union
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ZIGZAG",
+    "block_dct",
+    "block_idct",
+    "coefficients_to_rgb",
+    "dct_matrix",
+    "dct_basis",
+    "from_rgb",
+    "rgb_to_ycbcr",
+    "to_rgb",
+    "upsample_nearest_dct",
+    "upsample_nearest_matrices",
+    "upsample_pixels",
+    "ycbcr_to_rgb",
+    "zigzag_indices",
+]
+
+#: Natural index (``8·v + u``) of the i-th coefficient in JPEG zigzag order.
+ZIGZAG: tuple[int, ...] = (
+    0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5,
+    12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6, 7, 14, 21, 28,
+    35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+    58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+)
+
+Size = Union[tuple[int, int], Sequence[int], Tensor]
+
+_cache: dict[tuple[Any, ...], Tensor] = {}
+
+
+def _cached(key: tuple[Any, ...], make: Any) -> Tensor:
+    # Small constant matrices, built once per (kind, dtype, device).
+    t = _cache.get(key)
+    if t is None:
+        t = make()
+        _cache[key] = t
+    return t
+
+
+def zigzag_indices(device: torch.device | str | None = None) -> Tensor:
+    """``int64 (64,)``: natural index of each zigzag position (for frequency selection)."""
+    return _cached(("zigzag", str(device)), lambda: torch.tensor(ZIGZAG, dtype=torch.long, device=device))
+
+
+def dct_matrix(n: int = 8, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
+    """Orthonormal DCT-II matrix ``C (n, n)``: ``C[u, x] = c_u cos((2x+1)uπ/2n)``, so ``C @ C.T = I``."""
+
+    def make() -> Tensor:
+        x = torch.arange(n, dtype=torch.float64)
+        u = x[:, None]
+        c = torch.cos((2 * x[None, :] + 1) * u * math.pi / (2 * n)) * math.sqrt(2.0 / n)
+        c[0] /= math.sqrt(2.0)
+        return c.to(dtype=dtype, device=device)
+
+    return _cached(("dct", n, dtype, str(device)), make)
+
+
+def dct_basis(*, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
+    """``(64, 64)`` matrix ``K`` with ``K[8v+u, 8y+x] = C[v, y]·C[u, x]``.
+
+    A block's pixels (flattened row-major) are ``coeffs @ K``; its coefficients are
+    ``pixels @ K.T`` (``K`` is orthogonal). One 64×64 matmul per block batch is the fastest
+    form on GPUs and keeps the whole transform a single kernel."""
+
+    def make() -> Tensor:
+        c = dct_matrix(8, dtype=torch.float64)
+        return torch.einsum("vy,ux->vuyx", c, c).reshape(64, 64).to(dtype=dtype, device=device)
+
+    return _cached(("basis", dtype, str(device)), make)
+
+
+def block_idct(coeffs: Tensor) -> Tensor:
+    """Inverse DCT of every block: ``(..., Hb, Wb, 64) -> (..., 8·Hb, 8·Wb)``.
+
+    No level shift (add 128 for samples). Floating dtypes are kept; integers become float32."""
+    if not coeffs.is_floating_point():
+        coeffs = coeffs.float()
+    *lead, hb, wb, _ = coeffs.shape
+    pix = coeffs @ dct_basis(dtype=coeffs.dtype, device=coeffs.device)
+    pix = pix.reshape(*lead, hb, wb, 8, 8).transpose(-3, -2)
+    return pix.reshape(*lead, hb * 8, wb * 8)
+
+
+def block_dct(pixels: Tensor) -> Tensor:
+    """Forward DCT of every 8×8 block: ``(..., H, W) -> (..., H/8, W/8, 64)``; H, W multiples of 8.
+
+    No level shift (subtract 128 from samples first)."""
+    if not pixels.is_floating_point():
+        pixels = pixels.float()
+    *lead, h, w = pixels.shape
+    if h % 8 or w % 8:
+        raise ValueError(f"block_dct needs sizes that are multiples of 8, got {h}x{w}")
+    blocks = pixels.reshape(*lead, h // 8, 8, w // 8, 8).transpose(-3, -2).reshape(*lead, h // 8, w // 8, 64)
+    return blocks @ dct_basis(dtype=blocks.dtype, device=blocks.device).T
+
+
+def upsample_nearest_matrices(fh: int, fv: int, *, dtype: torch.dtype = torch.float32,
+                              device: torch.device | str | None = None) -> Tensor:
+    """``(fv, fh, 64, 64)`` operators of nearest-neighbour upsampling in the DCT domain.
+
+    Output block ``(i, j)`` of an upsampled block ``F`` is ``F @ M[i, j]``. Built by pushing the
+    64 basis blocks through the pixel-domain operation (IDCT → repeat → DCT), so it is exact."""
+
+    def make() -> Tensor:
+        eye = torch.eye(64, dtype=torch.float64).reshape(64, 1, 1, 64)          # 64 one-block planes
+        pix = block_idct(eye)                                                   # (64, 8, 8)
+        up = pix.repeat_interleave(fv, dim=-2).repeat_interleave(fh, dim=-1)    # (64, 8fv, 8fh)
+        out = block_dct(up)                                                     # (64, fv, fh, 64)
+        return out.permute(1, 2, 0, 3).contiguous().to(dtype=dtype, device=device)
+
+    return _cached(("upnn", fh, fv, dtype, str(device)), make)
+
+
+def upsample_nearest_dct(plane: Tensor, fh: int, fv: int) -> Tensor:
+    """Nearest-neighbour upsampling by integer factors, on coefficients:
+    ``(..., Hb, Wb, 64) -> (..., fv·Hb, fh·Wb, 64)``. Equals DCT(repeat(IDCT(plane)))."""
+    if fh == 1 and fv == 1:
+        return plane
+    if not plane.is_floating_point():
+        plane = plane.float()
+    m = upsample_nearest_matrices(fh, fv, dtype=plane.dtype, device=plane.device)
+    *lead, hb, wb, _ = plane.shape
+    out = torch.einsum("...hwk,ijkl->...hiwjl", plane, m)
+    return out.reshape(*lead, hb * fv, wb * fh, 64)
+
+
+def _as_sizes(size: Size, batch: int, device: torch.device) -> Tensor:
+    """``int64 (B, 2)`` of (height, width) per sample."""
+    if isinstance(size, Tensor):
+        s = size.to(device=device, dtype=torch.long)
+        return s.expand(batch, 2) if s.dim() == 1 else s
+    h, w = (int(v) for v in size)
+    return torch.tensor([[h, w]], dtype=torch.long, device=device).expand(batch, 2)
+
+
+def _resample_axis(x: Tensor, factor: int, valid: Tensor, fancy: Tensor | None, dim: int) -> Tensor:
+    """Upsample ``x (B, H, W)`` by an integer ``factor`` along ``dim`` (1 rows, 2 columns).
+
+    Samples at index ``>= valid[b]`` are treated as absent (replicated from the last valid one),
+    as libjpeg does at the component's true edge. ``fancy`` (bool per sample, factor 2 only)
+    selects libjpeg's triangle filter: output ``2i`` = ¾·s[i] + ¼·s[i−1], ``2i+1`` = ¾·s[i] + ¼·s[i+1]."""
+    b, n = x.shape[0], x.shape[dim]
+    out_n = n * factor
+    pos = torch.arange(out_n, device=x.device)
+    last = (valid - 1).clamp(min=0)[:, None]                                   # (B, 1)
+    near = torch.minimum((pos // factor)[None, :], last)                       # (B, out_n)
+    if fancy is None or factor != 2:
+        idx = near
+        shape = (b, 1, out_n) if dim == 2 else (b, out_n, 1)
+        return torch.gather(x, dim, idx.reshape(shape).expand(*(x.shape[:dim]), out_n, *x.shape[dim + 1:]))
+    step = torch.where(pos % 2 == 0, -1, 1)[None, :]
+    far = (pos // 2)[None, :] + step
+    far = torch.minimum(far.clamp(min=0), last)
+    w_near = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None]                 # (B, 1)
+    if dim == 2:
+        gn = torch.gather(x, 2, near[:, None, :].expand(b, x.shape[1], out_n))
+        gf = torch.gather(x, 2, far[:, None, :].expand(b, x.shape[1], out_n))
+        w = w_near[:, :, None]
+    else:
+        gn = torch.gather(x, 1, near[:, :, None].expand(b, out_n, x.shape[2]))
+        gf = torch.gather(x, 1, far[:, :, None].expand(b, out_n, x.shape[2]))
+        w = w_near[:, :, None]
+    return gf + w * (gn - gf)
+
+
+def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy") -> Tensor:
+    """Upsample one component's samples ``(B, H, W)`` by integer factors ``(fh, fv)``.
+
+    ``valid (B, 2)``: the component's true (downsampled) height and width per sample; samples
+    beyond are replaced by edge replication, as libjpeg does. ``mode="fancy"`` reproduces
+    libjpeg-turbo's default upsampler: the triangle filter for 2×1 (only when the component is
+    more than 2 samples wide), 2×2 (same condition) and 1×2, and replication for every other
+    ratio. ``mode="nearest"`` always replicates."""
+    if mode not in ("fancy", "nearest"):
+        raise ValueError(f"mode must be 'fancy' or 'nearest', not {mode!r}")
+    use_fancy = mode == "fancy" and (fh, fv) in ((2, 1), (2, 2), (1, 2))
+    wide = valid[:, 1] > 2
+    if use_fancy and fh == 2:
+        fancy_h: Tensor | None = wide
+        fancy_v: Tensor | None = wide if fv == 2 else None
+    elif use_fancy:  # (1, 2): libjpeg-turbo has no width condition for h1v2
+        fancy_h, fancy_v = None, torch.ones_like(wide)
+    else:
+        fancy_h = fancy_v = None
+    out = pix
+    if fv != 1:
+        out = _resample_axis(out, fv, valid[:, 0], fancy_v, dim=1)
+    if fh != 1:
+        out = _resample_axis(out, fh, valid[:, 1], fancy_h, dim=2)
+    return out
+
+
+_YCC_TO_RGB = ((1.0, 0.0, 1.402), (1.0, -0.344136, -0.714136), (1.0, 1.772, 0.0))
+
+
+def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
+    """JFIF YCbCr → RGB on samples (0..255 scale), channels along ``dim``; no clamping."""
+    m = torch.tensor(_YCC_TO_RGB, dtype=ycc.dtype, device=ycc.device)
+    x = ycc.movedim(dim, -1)
+    offset = torch.tensor([0.0, 128.0, 128.0], dtype=ycc.dtype, device=ycc.device)
+    return ((x - offset) @ m.T).movedim(-1, dim)
+
+
+def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:
+    """RGB → JFIF YCbCr on samples (0..255 scale), channels along ``dim``."""
+    m = torch.tensor(((0.299, 0.587, 0.114), (-0.168735892, -0.331264108, 0.5), (0.5, -0.418687589, -0.081312411)),
+                     dtype=rgb.dtype, device=rgb.device)
+    x = rgb.movedim(dim, -1) @ m.T
+    return (x + torch.tensor([0.0, 128.0, 128.0], dtype=rgb.dtype, device=rgb.device)).movedim(-1, dim)
+
+
+def _components_to_rgb(comps: Tensor, color_space: str) -> Tensor:
+    """``(B, C, H, W)`` samples (0..255) in ``color_space`` → ``(B, 3, H, W)`` RGB (0..255)."""
+    if color_space == "gray":
+        return comps[:, :1].expand(-1, 3, -1, -1)
+    if color_space == "YCbCr":
+        return ycbcr_to_rgb(comps, dim=1)
+    if color_space == "RGB":
+        return comps
+    if color_space in ("CMYK", "YCCK"):
+        if color_space == "YCCK":
+            cmy = 255.0 - ycbcr_to_rgb(comps[:, :3], dim=1).clamp(0, 255)
+            comps = torch.cat([cmy, comps[:, 3:]], dim=1)
+        comps = comps.clamp(0, 255)
+        return comps[:, :3] * comps[:, 3:4] / 255.0
+    raise ValueError(f"cannot convert colour space {color_space!r} to RGB")
+
+
+def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: Size, *,
+           color_space: str = "YCbCr", upsampling: str = "fancy", clamp: bool = True,
+           dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rebuild RGB images from coefficient planes (block IDCT, chroma upsampling, colour).
+
+    Args:
+        planes: one tensor per component, ``(B, Hb_c, Wb_c, 64)`` (int16 or float), MCU-aligned
+            as :func:`dctnet.read_coefficients` returns them (``Hb_c = mcu_rows·v_c`` …).
+        sampling: ``(h, v)`` sampling factors per component.
+        size: true ``(height, width)``, shared, or an ``int64 (B, 2)`` tensor per sample.
+        color_space: ``"YCbCr"``, ``"gray"``, ``"RGB"``, ``"CMYK"`` or ``"YCCK"``.
+        upsampling: ``"fancy"`` (libjpeg's default, matches Pillow/libjpeg output) or
+            ``"nearest"``. Non-integer ratios (e.g. 3×2 luma with 2×1 chroma), which libjpeg
+            cannot decode, always use nearest: output pixel ``x`` takes component sample
+            ``floor(x·h_c/h_max)``.
+        clamp: clamp each component's samples to [0, 255] after the IDCT and the RGB result to
+            [0, 1], as an 8-bit decoder does (off: the purely linear reconstruction).
+        dtype: compute dtype (float32 default; autocast is disabled inside so AMP does not
+            degrade reconstruction).
+
+    Returns:
+        ``(B, 3, H, W)`` float RGB in [0, 1], ``H, W`` the largest true size in the batch;
+        pixels beyond a smaller sample's own size are padding (whatever its blocks decode to).
+    """
+    if len(planes) != len(sampling):
+        raise ValueError(f"{len(planes)} planes but {len(sampling)} sampling factors")
+    device = planes[0].device
+    batch = planes[0].shape[0]
+    sizes = _as_sizes(size, batch, device)
+    if isinstance(size, Tensor):
+        out_h, out_w = int(sizes[:, 0].max()), int(sizes[:, 1].max())
+    else:
+        out_h, out_w = int(size[0]), int(size[1])
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    with torch.autocast(device_type=device.type, enabled=False):
+        comps = []
+        for plane, (h, v) in zip(planes, sampling):
+            pix = block_idct(plane.to(dtype)) + 128.0                      # (B, 8Hb, 8Wb)
+            if clamp:  # a decoder's samples are 8-bit: ringing past 0/255 is cut before colour maths
+                pix = pix.clamp(0.0, 255.0)
+            # The component's true extent, libjpeg's downsampled_height/width.
+            valid = torch.stack([(sizes[:, 0] * v + vmax - 1) // vmax, (sizes[:, 1] * h + hmax - 1) // hmax], 1)
+            if hmax % h == 0 and vmax % v == 0:
+                pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling)
+            else:
+                pix = _upsample_fractional(pix, h, v, hmax, vmax, valid, out_h, out_w)
+            comps.append(pix[:, :out_h, :out_w])
+        rgb = _components_to_rgb(torch.stack(comps, dim=1), color_space)
+        if clamp:
+            rgb = rgb.clamp(0.0, 255.0)
+        return rgb / 255.0
+
+
+def _upsample_fractional(pix: Tensor, h: int, v: int, hmax: int, vmax: int, valid: Tensor, out_h: int,
+                         out_w: int) -> Tensor:
+    """Nearest mapping for non-integer sampling ratios: out (y, x) ← (⌊y·v/vmax⌋, ⌊x·h/hmax⌋)."""
+    b = pix.shape[0]
+    ys = torch.arange(out_h, device=pix.device) * v // vmax
+    xs = torch.arange(out_w, device=pix.device) * h // hmax
+    ys = torch.minimum(ys[None, :], (valid[:, :1] - 1).clamp(min=0)).clamp(max=pix.shape[1] - 1)
+    xs = torch.minimum(xs[None, :], (valid[:, 1:] - 1).clamp(min=0)).clamp(max=pix.shape[2] - 1)
+    rows = torch.gather(pix, 1, ys[:, :, None].expand(b, out_h, pix.shape[2]))
+    return torch.gather(rows, 2, xs[:, None, :].expand(b, out_h, out_w))
+
+
+def coefficients_to_rgb(coeffs: Any, *, device: torch.device | str | None = None, **kwargs: Any) -> Tensor:
+    """:func:`to_rgb` for one :class:`dctnet.JpegCoefficients`: ``(1, 3, H, W)`` float in [0, 1]."""
+    planes = [t.to(device).unsqueeze(0) for t in coeffs.to_torch()]
+    return to_rgb(planes, coeffs.sampling, (coeffs.height, coeffs.width), color_space=coeffs.color_space, **kwargs)
+
+
+def from_rgb(rgb: Tensor, sampling: Sequence[tuple[int, int]] = ((2, 2), (1, 1), (1, 1)), *,
+             quant_tables: Tensor | None = None) -> list[Tensor]:
+    """Encode-side counterpart of :func:`to_rgb`: RGB → YCbCr → chroma downsampling → block DCT.
+
+    Args:
+        rgb: ``(B, 3, H, W)`` float RGB in [0, 1] (torchvision convention).
+        sampling: per component ``(h, v)``; one entry gives a grayscale (luma-only) result.
+        quant_tables: optional ``(C, 64)`` or ``(C, 8, 8)`` tables; when given, coefficients are
+            quantized and dequantized (``round(F/Q)·Q``) as a JPEG encoder at that table would.
+
+    Returns:
+        One float plane per component, ``(B, mcu_rows·v_c, mcu_cols·h_c, 64)``: MCU-aligned like
+        the reader's output. Edges are padded by replicating the last row/column (what libjpeg's
+        encoder does); chroma is downsampled by box averaging (libjpeg's downsampler, without
+        its alternating rounding bias).
+    """
+    b, c, height, width = rgb.shape
+    if c != 3:
+        raise ValueError(f"from_rgb expects (B, 3, H, W) RGB, got {tuple(rgb.shape)}")
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    mcu_h, mcu_w = 8 * vmax, 8 * hmax
+    pad_h, pad_w = -height % mcu_h, -width % mcu_w
+    x = rgb.float() * 255.0
+    ycc = rgb_to_ycbcr(x, dim=1) if len(sampling) > 1 else (x * torch.tensor(
+        [0.299, 0.587, 0.114], device=x.device).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
+    if pad_h or pad_w:
+        ycc = torch.nn.functional.pad(ycc, (0, pad_w, 0, pad_h), mode="replicate")
+    planes = []
+    for ci, (h, v) in enumerate(sampling):
+        fh, fv = hmax // h, vmax // v
+        if hmax % h or vmax % v:
+            raise ValueError(f"from_rgb supports integer sampling ratios only, got {sampling}")
+        comp = ycc[:, ci:ci + 1]
+        if fh > 1 or fv > 1:
+            comp = torch.nn.functional.avg_pool2d(comp, (fv, fh))
+        coeffs = block_dct(comp[:, 0] - 128.0)
+        if quant_tables is not None:
+            q = quant_tables[ci].reshape(64).to(coeffs)
+            coeffs = torch.round(coeffs / q) * q
+        planes.append(coeffs)
+    return planes

@@ -1,0 +1,91 @@
+"""Shared fixtures. Data under ../shared is read in place and skipped cleanly when absent.
+
+The libjpeg oracle is jpeglib pinned to libjpeg-turbo 2.1 (its default, 6b, cannot read
+arithmetic-coded files); the pin must happen before jpeglib loads any libjpeg.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import jpeglib
+import numpy as np
+import pytest
+
+jpeglib.version.set("turbo210")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("DCTNET_SHARED", ROOT.parent / "shared"))
+CORPUS = SHARED / "jpeg-corpus"
+IMAGENETTE = Path(os.environ.get("DCTNET_DATA", SHARED / "data" / "imagenette"))
+
+
+def corpus_rows() -> list[dict[str, str]]:
+    catalog = CORPUS / "catalog.tsv"
+    if not catalog.is_file():
+        return []
+    with open(catalog, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def corpus_params(predicate=lambda row: True) -> list:
+    """pytest params over corpus rows (one skipped placeholder when the corpus is absent)."""
+    rows = [r for r in corpus_rows() if predicate(r)]
+    if not rows:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"corpus not found at {CORPUS}"))]
+    return [pytest.param(r, id=r["file"]) for r in rows]
+
+
+def corpus_file(row: dict[str, str]) -> str:
+    return str(CORPUS / "files" / row["file"])
+
+
+def imagenette_files(split: str = "val", every: int = 1) -> list[str]:
+    d = IMAGENETTE / split
+    if not d.is_dir():
+        return []
+    return [str(p) for p in sorted(d.glob("*/*.JPEG"))[::every]]
+
+
+@pytest.fixture(scope="session")
+def imagenette_sample() -> list[str]:
+    files = imagenette_files("val", every=40)
+    if not files:
+        pytest.skip(f"Imagenette not found at {IMAGENETTE}")
+    return files
+
+
+@pytest.fixture(scope="session")
+def synthetic_files(tmp_path_factory) -> list[str]:
+    """Generated JPEGs covering the layouts Pillow writes; always available."""
+    from dctnet.synthetic import synthetic_jpeg
+
+    out = tmp_path_factory.mktemp("synthetic")
+    paths = []
+    variants = [
+        dict(subsampling="4:2:0"), dict(subsampling="4:2:2"), dict(subsampling="4:4:4"),
+        dict(subsampling="4:2:0", progressive=True), dict(gray=True), dict(subsampling="4:2:0", quality=95),
+        dict(subsampling="4:2:0", quality=10, optimize=True),
+    ]
+    sizes = [(96, 128), (17, 33), (1, 1), (61, 67), (224, 224), (8, 8), (203, 157)]
+    i = 0
+    for v in variants:
+        for h, w in sizes:
+            p = out / f"syn_{i:03d}.jpg"
+            p.write_bytes(synthetic_jpeg(i, h, w, **v))
+            paths.append(str(p))
+            i += 1
+    return paths
+
+
+def jpeglib_components(path: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """libjpeg's quantized coefficients per component ``(hb, wb, 64)`` (coded blocks only) and
+    the quantization table each component uses, via jpeglib (the independent oracle)."""
+    d = jpeglib.read_dct(path)
+    comps = [d.Y, d.Cb, d.Cr, d.K][: d.num_components]
+    coefs = [np.asarray(c).reshape(c.shape[0], c.shape[1], 64) for c in comps]
+    qt = np.asarray(d.qt)
+    tables = [qt[int(i)].reshape(64) for i in d.quant_tbl_no[: d.num_components]]
+    return coefs, tables
