@@ -32,7 +32,7 @@ bench: setup
 	$(VPY) benchmarks/decode.py
 
 fuzz: setup
-	$(VPY) tests/fuzz_reader.py --cases 200000
+	PY=$(VPY) tests/fuzz_asan.sh 200000
 
 clean:
 	rm -rf build *.egg-info dctnet/*.so $(VENV)

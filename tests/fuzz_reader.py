@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Mutation fuzzer for dctnet's C reader: random truncations, bit flips, byte splices,
+overwrites, insertions and header edits of real JPEGs. The only allowed outcomes are a result
+or dctnet.JpegError; a crash kills this process (the test that runs it sees the signal), any
+other exception fails it, and the caller's timeout catches hangs.
+
+    python tests/fuzz_reader.py --cases 3000 --seed 1      # what `make test` runs
+    python tests/fuzz_reader.py --cases 200000             # `make fuzz`
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import time
+
+import numpy as np
+
+import dctnet
+from dctnet.synthetic import synthetic_jpeg
+
+
+def seed_files(corpus: str | None) -> list[bytes]:
+    seeds = [synthetic_jpeg(i, h, w, **kw) for i, (h, w, kw) in enumerate([
+        (64, 64, {}), (33, 17, {"subsampling": "4:2:2"}), (40, 48, {"progressive": True}),
+        (24, 40, {"gray": True}), (48, 48, {"subsampling": "4:4:4", "optimize": True}), (16, 16, {"quality": 100}),
+    ])]
+    if corpus and os.path.isdir(corpus):
+        for path in sorted(glob.glob(os.path.join(corpus, "*"))):
+            if os.path.getsize(path) <= 64 * 1024:  # keep cases fast
+                with open(path, "rb") as f:
+                    seeds.append(f.read())
+    return seeds
+
+
+def mutate(rng: np.random.Generator, data: bytes, seeds: list[bytes]) -> bytes:
+    buf = bytearray(data)
+    for _ in range(int(rng.integers(1, 4))):
+        kind = int(rng.integers(7))
+        if kind == 0 and len(buf) > 1:                            # truncation
+            buf = buf[: int(rng.integers(0, len(buf)))]
+        elif kind == 1 and len(buf):                              # bit flips anywhere
+            for _ in range(int(rng.integers(1, 9))):
+                i = int(rng.integers(len(buf)))
+                buf[i] ^= 1 << int(rng.integers(8))
+        elif kind == 2 and len(buf) > 4:                          # bit flips in the headers
+            end = min(len(buf), 700)
+            for _ in range(int(rng.integers(1, 5))):
+                i = int(rng.integers(2, end))
+                buf[i] ^= 1 << int(rng.integers(8))
+        elif kind == 3 and len(buf):                              # splice from another file
+            other = seeds[int(rng.integers(len(seeds)))]
+            a, b = sorted(int(x) for x in rng.integers(0, len(other), 2))
+            at = int(rng.integers(len(buf)))
+            buf[at: at + (b - a)] = other[a:b]
+        elif kind == 4 and len(buf):                              # overwrite with marker-ish bytes
+            at = int(rng.integers(len(buf)))
+            buf[at: at + 2] = bytes(rng.choice([0x00, 0xFF, 0xD9, 0xDA, 0xC4, 0xDB, 0xDD, 0xD0], 2).tolist())
+        elif kind == 5:                                           # insertion of random bytes
+            at = int(rng.integers(len(buf) + 1))
+            buf[at:at] = rng.integers(0, 256, int(rng.integers(1, 32)), dtype=np.uint8).tobytes()
+        elif kind == 6 and len(buf) > 10:                         # remove a chunk
+            a = int(rng.integers(len(buf)))
+            del buf[a: a + int(rng.integers(1, 64))]
+    return bytes(buf)
+
+
+def run(cases: int, seed: int, corpus: str | None, max_pixels: int) -> dict[str, int]:
+    rng = np.random.default_rng(seed)
+    seeds = seed_files(corpus)
+    counts = {"ok": 0, "warned": 0, "error": 0, "saturated": 0}
+    out = np.empty(8 << 20, np.uint8)
+    for i in range(cases):
+        data = mutate(rng, seeds[int(rng.integers(len(seeds)))], seeds)
+        mode = i % 4
+        try:
+            if mode == 0:
+                dctnet.read_header(data, max_pixels=max_pixels)
+                counts["ok"] += 1
+                continue
+            if mode == 1:
+                c = dctnet.read_coefficients(data, strict=True, max_pixels=max_pixels)
+            elif mode == 2 and dctnet.read_header(data, max_pixels=max_pixels).nbytes <= out.nbytes:
+                c = dctnet.read_coefficients(data, max_pixels=max_pixels, out=out)
+            else:
+                c = dctnet.read_coefficients(data, max_pixels=max_pixels)
+        except dctnet.JpegError:
+            counts["error"] += 1
+            continue
+        # a result must be self-consistent
+        assert len(c.planes) == c.num_components == len(c.sampling)
+        for p, (h, v) in zip(c.planes, c.sampling):
+            assert p.shape == (c.mcu[0] * v, c.mcu[1] * h, 64)
+        counts["warned" if c.num_warnings else "ok"] += 1
+        counts["saturated"] += int(c.saturated)
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--corpus", default=os.environ.get(
+        "DCTNET_CORPUS", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "jpeg-corpus", "files")))
+    ap.add_argument("--max-pixels", type=int, default=4_000_000,
+                    help="guard for mutated sizes (keeps each case fast; the guard itself is exercised)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    counts = run(args.cases, args.seed, args.corpus, args.max_pixels)
+    dt = time.perf_counter() - t0
+    print(f"fuzz: {args.cases} cases in {dt:.1f}s, seed {args.seed}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Device-side maths: against plain numpy float64 maths and against Pillow's decoder."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import dctnet
+import dctnet.functional as F
+from dctnet.synthetic import encode_jpeg, synthetic_image, synthetic_jpeg
+
+from conftest import corpus_file, corpus_params, imagenette_files
+
+
+def np_dct_matrix() -> np.ndarray:
+    c = np.array([[math.cos((2 * x + 1) * u * math.pi / 16) for x in range(8)] for u in range(8)])
+    c *= math.sqrt(2 / 8)
+    c[0] = math.sqrt(1 / 8)
+    return c
+
+
+def np_block_idct(plane: np.ndarray) -> np.ndarray:
+    """Reference: f = Cᵀ F C per block, in float64, with explicit loops over nothing but numpy."""
+    c = np_dct_matrix()
+    hb, wb, _ = plane.shape
+    blocks = plane.reshape(hb, wb, 8, 8).astype(np.float64)
+    pix = np.einsum("vy,hwvu,ux->hwyx", c, blocks, c)
+    return pix.transpose(0, 2, 1, 3).reshape(hb * 8, wb * 8)
+
+
+def test_dct_matrix_orthonormal_and_matches_definition():
+    c = F.dct_matrix(dtype=torch.float64)
+    np.testing.assert_allclose(c.numpy(), np_dct_matrix(), atol=1e-15)
+    np.testing.assert_allclose((c @ c.T).numpy(), np.eye(8), atol=1e-14)
+
+
+def test_block_idct_matches_numpy_and_roundtrips():
+    rng = np.random.default_rng(0)
+    plane = rng.integers(-300, 300, size=(3, 5, 64)).astype(np.float64)
+    ours = F.block_idct(torch.from_numpy(plane)).numpy()
+    np.testing.assert_allclose(ours, np_block_idct(plane), atol=1e-10)
+    back = F.block_dct(torch.from_numpy(ours)).numpy()
+    np.testing.assert_allclose(back, plane, atol=1e-9)
+    # Parseval: inner products are preserved, and DC = 8·mean
+    other = rng.normal(size=(3, 5, 64))
+    np.testing.assert_allclose((plane * other).sum(),
+                               (ours * F.block_idct(torch.from_numpy(other)).numpy()).sum(), rtol=1e-10)
+    np.testing.assert_allclose(plane[..., 0], 8 * ours.reshape(3, 8, 5, 8).mean(axis=(1, 3)), atol=1e-9)
+
+
+def test_zigzag_is_a_permutation_in_jpeg_order():
+    zz = F.zigzag_indices()
+    assert sorted(zz.tolist()) == list(range(64))
+    # walk the anti-diagonals alternately (the JPEG definition)
+    order = []
+    for s in range(15):
+        diag = [(v, s - v) for v in range(8) if 0 <= s - v < 8]
+        order += diag if s % 2 else diag[::-1]
+    assert zz.tolist() == [8 * v + u for v, u in order]
+
+
+@pytest.mark.parametrize("fh,fv", [(2, 2), (2, 1), (1, 2), (4, 1), (3, 2)])
+def test_upsample_nearest_dct_equals_pixel_repeat(fh, fv):
+    rng = np.random.default_rng(1)
+    plane = rng.normal(0, 50, size=(2, 3, 4, 64))
+    ours = F.upsample_nearest_dct(torch.from_numpy(plane), fh, fv)
+    assert ours.shape == (2, 3 * fv, 4 * fh, 64)
+    for b in range(2):
+        pix = np_block_idct(plane[b]).repeat(fv, axis=0).repeat(fh, axis=1)
+        np.testing.assert_allclose(np_block_idct(ours[b].numpy()), pix, atol=1e-9)
+
+
+def test_colour_conversions_invert_each_other():
+    rgb = torch.rand(2, 3, 5, 7, dtype=torch.float64) * 255
+    np.testing.assert_allclose(F.ycbcr_to_rgb(F.rgb_to_ycbcr(rgb)).numpy(), rgb.numpy(), atol=1e-4)
+    # JFIF definition, checked on one pixel with plain float maths
+    y, cb, cr = 100.0, 90.0, 200.0
+    out = F.ycbcr_to_rgb(torch.tensor([y, cb, cr], dtype=torch.float64).reshape(1, 3, 1, 1)).flatten().tolist()
+    ref = [y + 1.402 * (cr - 128), y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128), y + 1.772 * (cb - 128)]
+    np.testing.assert_allclose(out, ref, atol=1e-9)
+
+
+def pillow_rgb(path) -> np.ndarray:
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"), dtype=np.float64)
+
+
+def errors_vs_pillow(path) -> tuple[float, float]:
+    ours = F.coefficients_to_rgb(dctnet.read_coefficients(path))[0].permute(1, 2, 0).double().numpy() * 255
+    diff = np.abs(np.round(ours) - pillow_rgb(path))
+    return float(diff.max()), float(diff.mean())
+
+
+PIXEL_OK = corpus_params(lambda r: r["pillow_decode"] == "ok" and r["libjpeg_coef"] == "ok")
+
+
+@pytest.mark.parametrize("row", PIXEL_OK)
+def test_to_rgb_matches_pillow_on_corpus(row):
+    """Every layout Pillow decodes (gray, 4:4:4 … 4:1:0, 4:4:0, chroma finer than luma, odd sizes,
+    RGB, CMYK, YCCK, progressive, arithmetic): our float pipeline vs its integer one."""
+    worst, mean = errors_vs_pillow(corpus_file(row))
+    assert worst <= 4 and mean < 1.0, (worst, mean)
+
+
+def test_to_rgb_matches_pillow_on_synthetic(synthetic_files):
+    for path in synthetic_files:
+        worst, mean = errors_vs_pillow(path)
+        assert worst <= 4 and mean < 1.0, (path, worst, mean)
+
+
+def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
+    files = imagenette_files("val")
+    if not files:
+        pytest.skip("Imagenette not found")
+    groups: dict[tuple, list] = collections.defaultdict(list)
+    for path in files:
+        c = dctnet.read_coefficients(path)
+        groups[(c.subsampling, c.sampling, c.color_space, c.size)].append((path, c))
+    stats = {}
+    for (label, sampling, space, size), items in groups.items():
+        worst, total, count = 0.0, 0.0, 0
+        for start in range(0, len(items), 64):  # batched, as on the device
+            chunk = items[start:start + 64]
+            planes = [torch.from_numpy(np.stack([c.planes[i] for _, c in chunk])) for i in range(len(sampling))]
+            rgb = F.to_rgb(planes, sampling, size, color_space=space).permute(0, 2, 3, 1).double().numpy() * 255
+            for (path, _), img in zip(chunk, rgb):
+                diff = np.abs(np.round(img) - pillow_rgb(path))
+                worst, total, count = max(worst, diff.max()), total + diff.mean(), count + 1
+        stats[label] = (count, worst, total / count)
+    with capsys.disabled():
+        print("\nto_rgb vs Pillow, Imagenette val (grey levels):")
+        for label, (n, worst, mean) in sorted(stats.items()):
+            print(f"  {label:6s} n={n:5d}  max={worst:.0f}  mean={mean:.3f}")
+    for label, (n, worst, mean) in stats.items():
+        assert mean < 0.75 and worst <= 4, (label, worst, mean)
+
+
+def test_per_sample_sizes_in_one_batch():
+    """A padded batch with per-sample true sizes decodes each sample as if alone."""
+    rng = np.random.default_rng(3)
+    sizes = [(37, 50), (64, 64), (21, 9)]
+    coeffs = [dctnet.read_coefficients(encode_jpeg(synthetic_image(rng, h, w))) for h, w in sizes]
+    hb = max(c.blocks[0][0] for c in coeffs)
+    wb = max(c.blocks[0][1] for c in coeffs)
+    planes = []
+    for ci in range(3):
+        f = 2 if ci else 1
+        batch = torch.zeros(3, hb // f, wb // f, 64)
+        for b, c in enumerate(coeffs):
+            p = torch.from_numpy(c.planes[ci].astype(np.float32))
+            batch[b, : p.shape[0], : p.shape[1]] = p
+        planes.append(batch)
+    out = F.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes))
+    for b, (c, (h, w)) in enumerate(zip(coeffs, sizes)):
+        alone = F.coefficients_to_rgb(c)[0]
+        torch.testing.assert_close(out[b, :, :h, :w], alone, atol=1e-5, rtol=0)
+
+
+def test_nearest_upsampling_mode_equals_dct_domain_upsampling():
+    c = dctnet.read_coefficients(synthetic_jpeg(8, 48, 64, subsampling="4:2:0"))
+    planes = [t.unsqueeze(0).float() for t in c.to_torch()]
+    direct = F.to_rgb(planes, c.sampling, c.size, upsampling="nearest", clamp=False)
+    up = [planes[0]] + [F.upsample_nearest_dct(p, 2, 2) for p in planes[1:]]
+    via_dct = F.to_rgb(up, [(1, 1)] * 3, c.size, clamp=False)
+    torch.testing.assert_close(direct, via_dct, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("sub,sampling", [("4:4:4", ((1, 1), (1, 1), (1, 1))), ("4:2:0", ((2, 2), (1, 1), (1, 1))),
+                                          ("4:2:2", ((2, 1), (1, 1), (1, 1)))])
+def test_from_rgb_matches_libjpeg_encoder(sub, sampling):
+    """from_rgb + the file's tables reproduces libjpeg's quantized coefficients (Pillow's encoder)
+    up to its integer rounding: ≥ 97 % identical, none off by more than one step."""
+    img = synthetic_image(np.random.default_rng(5), 72, 104)
+    data = encode_jpeg(img, quality=90, subsampling=sub)
+    ref = dctnet.read_coefficients(data)
+    rgb = torch.from_numpy(img).permute(2, 0, 1).unsqueeze(0).double() / 255
+    ours = F.from_rgb(rgb, sampling, quant_tables=torch.from_numpy(ref.quant_tables.astype(np.float64)))
+    for c in range(3):
+        q = ref.quant_tables[c].reshape(64).astype(np.float64)
+        assert ours[c][0].shape == ref.planes[c].shape
+        # only coded blocks: libjpeg's encoder fills whole dummy blocks with a DC copy, not pixels
+        hb, wb = ref.coded_blocks[c]
+        a = ours[c][0, :hb, :wb].numpy() / q
+        b = ref.planes[c][:hb, :wb].astype(np.float64) / q
+        steps = np.abs(np.round(a) - np.round(b))
+        assert steps.max() <= 1 and (steps == 0).mean() >= 0.97, (c, steps.max(), (steps == 0).mean())
+
+
+def test_from_rgb_then_to_rgb_is_lossless_for_444_without_quantization():
+    rgb = torch.rand(2, 3, 19, 30, dtype=torch.float64)
+    planes = F.from_rgb(rgb, ((1, 1), (1, 1), (1, 1)))
+    back = F.to_rgb(planes, ((1, 1), (1, 1), (1, 1)), (19, 30), clamp=False, dtype=torch.float64)
+    # 1e-6: the JFIF forward and inverse colour matrices are published rounded, not exact inverses
+    torch.testing.assert_close(back, rgb, atol=1e-6, rtol=0)
+
+
+def test_batch_size_does_not_change_kernel_count():
+    """No per-sample Python loop on the device path: the operator count of to_rgb is the same
+    for a batch of 2 and of 32 (after a warm-up call that builds the cached matrices)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def count(batch: int) -> int:
+        planes = [torch.randn(batch, 28, 28, 64), torch.randn(batch, 14, 14, 64), torch.randn(batch, 14, 14, 64)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            F.to_rgb(planes, ((2, 2), (1, 1), (1, 1)), (224, 224))
+        return sum(e.count for e in prof.key_averages())
+
+    count(2)
+    assert count(2) == count(32)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_to_rgb_on_cuda_matches_cpu():
+    c = dctnet.read_coefficients(synthetic_jpeg(9, 120, 160))
+    cpu = F.coefficients_to_rgb(c)
+    gpu = F.coefficients_to_rgb(c, device="cuda")
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=0)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        amp = F.coefficients_to_rgb(c, device="cuda")
+    assert amp.dtype == torch.float32
+    torch.testing.assert_close(amp.cpu(), cpu, atol=1e-4, rtol=0)
