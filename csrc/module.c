@@ -2,9 +2,7 @@
  * dctnet._jpeg: the Python face of dctjpeg.c.
  *
  * One decoder (libjpeg state + a file buffer) per OS thread, kept in thread-local storage and
- * reused across calls, so steady-state decoding allocates only libjpeg's per-image arrays and
- * the output. The GIL is released for all file I/O and libjpeg work; it is taken back briefly
- * only to allocate the output buffer when the caller did not supply a buffer.
+ * reused across calls. The GIL is released once per call, for all file I/O and libjpeg work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,10 +23,34 @@
 #define MAX_FILE_BYTES ((size_t)1 << 31) /* 2 GiB: far above any JPEG libjpeg can describe */
 #define KEEP_FILE_BUFFER ((size_t)64 << 20)  /* per-thread file buffer kept between calls */
 
+/* A job is one source and everything its decode produced, so results can be turned into Python
+ * objects after the GIL is back (read() handles one job, read_many() a list of them). */
+typedef struct job_t job_t;
+struct job_t {
+  /* input, set with the GIL */
+  PyObject *src;        /* borrowed */
+  PyObject *path_bytes; /* owned: fs-encoded path, or NULL for buffer input */
+  Py_buffer in_view;
+  int have_in;
+  /* output of run_job */
+  int status; /* ST_* */
+  int io_err;
+  int saturated;
+  dctj_header hdr;
+  char *mem; /* pool memory holding the planes (default output) */
+  size_t mem_cap;
+  int num_warnings, num_texts;
+  char error[DCTJ_MSG_LEN];
+  char warnings[DCTJ_MAX_WARNINGS][DCTJ_MSG_LEN];
+};
+
+enum { ST_OK, ST_JPEG_ERROR, ST_IO_ERROR, ST_OUT_TOO_SMALL, ST_NO_MEMORY };
+
 typedef struct {
   dctj_decoder *dec;
   uint8_t *file_buf;
   size_t file_cap;
+  struct job_t *job; /* scratch for read() */
 } thread_state;
 
 static pthread_key_t tls_key;
@@ -39,6 +61,7 @@ static void thread_state_free(void *p) {
   if (!ts) return;
   dctj_free(ts->dec);
   free(ts->file_buf);
+  free(ts->job);
   free(ts);
 }
 
@@ -48,7 +71,8 @@ static thread_state *get_thread_state(void) {
   ts = (thread_state *)calloc(1, sizeof(thread_state));
   if (!ts) return NULL;
   ts->dec = dctj_new();
-  if (!ts->dec || pthread_setspecific(tls_key, ts) != 0) {
+  ts->job = (job_t *)malloc(sizeof(job_t));
+  if (!ts->dec || !ts->job || pthread_setspecific(tls_key, ts) != 0) {
     thread_state_free(ts);
     return NULL;
   }
@@ -116,7 +140,8 @@ static void raise_jpeg_error(const char *reason, PyObject *source) {
  * The default output (no caller buffer) is a CoefBuffer: a plain writable buffer object whose
  * memory comes from a small free list. Fresh 0.1-1 MB mallocs are served by mmap and page-
  * faulted in on first write, which costs as much as the entropy decode itself (DESIGN.md §7);
- * recycling buffers keeps them resident. All pool operations run with the GIL held. */
+ * recycling buffers keeps them resident. The pool has its own lock so that memory can be taken
+ * without the GIL, letting one read() call release the GIL just once. */
 
 #define POOL_MAX_BUFFERS 1024
 #define POOL_MAX_BYTES ((size_t)256 << 20)
@@ -129,32 +154,42 @@ typedef struct {
 static pool_entry pool[POOL_MAX_BUFFERS];
 static int pool_count;
 static size_t pool_bytes;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static char *pool_take(size_t n, size_t *cap) {
+  char *p = NULL;
+  pthread_mutex_lock(&pool_lock);
   /* Most recently returned first (warm in cache); accept up to 25% slack. */
   for (int i = pool_count - 1; i >= 0; i--) {
     if (pool[i].cap >= n && pool[i].cap - n <= n / 4 + 4096) {
-      char *p = pool[i].ptr;
+      p = pool[i].ptr;
       *cap = pool[i].cap;
       pool_bytes -= pool[i].cap;
       pool[i] = pool[--pool_count];
-      return p;
+      break;
     }
   }
-  *cap = n ? n : 1;
-  return (char *)malloc(*cap);
+  pthread_mutex_unlock(&pool_lock);
+  if (!p) {
+    *cap = n ? n : 1;
+    p = (char *)malloc(*cap);
+  }
+  return p;
 }
 
 static void pool_give(char *p, size_t cap) {
+  int kept = 0;
   if (!p) return;
+  pthread_mutex_lock(&pool_lock);
   if (pool_count < POOL_MAX_BUFFERS && pool_bytes + cap <= POOL_MAX_BYTES) {
     pool[pool_count].ptr = p;
     pool[pool_count].cap = cap;
     pool_count++;
     pool_bytes += cap;
-  } else {
-    free(p);
+    kept = 1;
   }
+  pthread_mutex_unlock(&pool_lock);
+  if (!kept) free(p);
 }
 
 typedef struct {
@@ -187,33 +222,41 @@ static PyTypeObject CoefBufferType = {
     .tp_doc = "Writable memory holding a JPEG's int16 coefficient planes (recycled when freed).",
 };
 
-static CoefBuffer *coefbuffer_new(size_t n) {
+/* Wrap pool memory (taken without the GIL) in a CoefBuffer; on failure the memory goes back. */
+static CoefBuffer *coefbuffer_wrap(char *ptr, size_t cap, size_t len) {
   CoefBuffer *b = PyObject_New(CoefBuffer, &CoefBufferType);
-  if (!b) return NULL;
-  b->ptr = pool_take(n, &b->cap);
-  b->len = (Py_ssize_t)n;
-  if (!b->ptr) {
-    b->cap = 0;
-    Py_DECREF(b);
-    return (CoefBuffer *)PyErr_NoMemory();
+  if (!b) {
+    pool_give(ptr, cap);
+    return NULL;
   }
+  b->ptr = ptr;
+  b->cap = cap;
+  b->len = (Py_ssize_t)len;
   return b;
 }
 
 static PyObject *py_pool_info(PyObject *self, PyObject *unused) {
+  int count;
+  size_t bytes;
   (void)self;
   (void)unused;
-  return Py_BuildValue("{s:i,s:n}", "buffers", pool_count, "bytes", (Py_ssize_t)pool_bytes);
+  pthread_mutex_lock(&pool_lock);
+  count = pool_count;
+  bytes = pool_bytes;
+  pthread_mutex_unlock(&pool_lock);
+  return Py_BuildValue("{s:i,s:n}", "buffers", count, "bytes", (Py_ssize_t)bytes);
 }
 
 static PyObject *py_pool_clear(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
+  pthread_mutex_lock(&pool_lock);
   while (pool_count > 0) {
     pool_count--;
     free(pool[pool_count].ptr);
   }
   pool_bytes = 0;
+  pthread_mutex_unlock(&pool_lock);
   Py_RETURN_NONE;
 }
 
@@ -304,22 +347,130 @@ static PyObject *header_tuple(const dctj_header *h) {
   return t;
 }
 
-static PyObject *warnings_tuple(const dctj_decoder *dec) {
-  int n = dctj_num_warning_texts(dec);
-  PyObject *t = PyTuple_New(n);
-  if (!t) return NULL;
-  for (int i = 0; i < n; i++) {
-    PyObject *s = PyUnicode_DecodeLatin1(dctj_warning(dec, i), (Py_ssize_t)strlen(dctj_warning(dec, i)), "replace");
-    if (!s) {
-      Py_DECREF(t);
-      return NULL;
-    }
-    PyTuple_SET_ITEM(t, i, s);
+/* ---------------------------------------------------------------- one image, without the GIL */
+
+
+
+/* Take what the job needs from src (a str path or a bytes-like object). With the GIL. */
+static int job_init(job_t *job, PyObject *src) {
+  job->src = src;
+  job->path_bytes = NULL;
+  job->have_in = 0;
+  job->mem = NULL;
+  if (PyUnicode_Check(src)) return PyUnicode_FSConverter(src, &job->path_bytes) ? 0 : -1;
+  if (PyObject_GetBuffer(src, &job->in_view, PyBUF_SIMPLE) != 0) {
+    PyErr_Format(PyExc_TypeError, "src must be a path or a bytes-like object, not %.100s", Py_TYPE(src)->tp_name);
+    return -1;
   }
-  return t;
+  job->have_in = 1;
+  return 0;
 }
 
-/* ---------------------------------------------------------------- read() */
+static void job_release(job_t *job) {
+  Py_CLEAR(job->path_bytes);
+  if (job->have_in) PyBuffer_Release(&job->in_view);
+  job->have_in = 0;
+  if (job->mem) pool_give(job->mem, job->mem_cap);
+  job->mem = NULL;
+}
+
+/* Read the file (if a path), the header, then the planes into out (if given) or pool memory.
+ * Without the GIL. */
+static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixels, int header_only, Py_buffer *out) {
+  const uint8_t *data;
+  size_t len = 0;
+  int rc;
+  job->status = ST_OK;
+  job->saturated = 0;
+  job->num_warnings = job->num_texts = 0;
+  if (job->path_bytes) {
+    job->io_err = read_file(ts, PyBytes_AS_STRING(job->path_bytes), &len);
+    if (job->io_err) {
+      job->status = ST_IO_ERROR;
+      return;
+    }
+    data = ts->file_buf;
+  } else {
+    data = (const uint8_t *)job->in_view.buf;
+    len = (size_t)job->in_view.len;
+  }
+  rc = dctj_begin(ts->dec, data, len, strict, max_pixels, &job->hdr);
+  if (rc == 0 && header_only) {
+    dctj_abort(ts->dec);
+  } else if (rc == 0 && out) {
+    if ((size_t)out->len < job->hdr.total_coefs * sizeof(int16_t)) {
+      dctj_abort(ts->dec);
+      job->status = ST_OUT_TOO_SMALL;
+      return;
+    }
+    rc = dctj_read(ts->dec, &job->hdr, (int16_t *)out->buf, (size_t)out->len / sizeof(int16_t), &job->saturated);
+  } else if (rc == 0) {
+    job->mem = pool_take(job->hdr.total_coefs * sizeof(int16_t), &job->mem_cap);
+    if (!job->mem) {
+      dctj_abort(ts->dec);
+      job->status = ST_NO_MEMORY;
+      return;
+    }
+    rc = dctj_read(ts->dec, &job->hdr, (int16_t *)job->mem, job->hdr.total_coefs, &job->saturated);
+  }
+  if (rc != 0) {
+    job->status = ST_JPEG_ERROR;
+    snprintf(job->error, DCTJ_MSG_LEN, "%s", dctj_error(ts->dec));
+    return;
+  }
+  /* The decoder is reused by the next job: keep its warnings with this one. */
+  job->num_warnings = dctj_num_warnings(ts->dec);
+  job->num_texts = dctj_num_warning_texts(ts->dec);
+  for (int i = 0; i < job->num_texts; i++) snprintf(job->warnings[i], DCTJ_MSG_LEN, "%s", dctj_warning(ts->dec, i));
+}
+
+/* The job's exception (not raised): JpegError(reason, source), OSError or ValueError. With the GIL. */
+static PyObject *job_exception(const job_t *job, PyObject *name) {
+  PyObject *source = name != Py_None ? name : (job->path_bytes ? job->src : Py_None);
+  switch (job->status) {
+  case ST_IO_ERROR:
+    return PyObject_CallFunction(PyExc_OSError, "isO", job->io_err, strerror(job->io_err), job->src);
+  case ST_OUT_TOO_SMALL:
+    return PyObject_CallFunction(PyExc_ValueError, "s", "out buffer is too small for this image");
+  case ST_NO_MEMORY:
+    return PyObject_CallFunction(PyExc_MemoryError, "s", "no memory for the coefficient planes");
+  default:
+    return PyObject_CallFunction(error_type, "sO", job->error, source);
+  }
+}
+
+/* The job's result tuple: header, or (header, data, warnings, num_warnings, saturated). Takes
+ * over job->mem. With the GIL. */
+static PyObject *job_result(job_t *job, int header_only, PyObject *out_obj) {
+  PyObject *header = header_tuple(&job->hdr), *data_obj, *warnings;
+  if (!header || header_only) return header;
+  if (job->mem) {
+    data_obj = (PyObject *)coefbuffer_wrap(job->mem, job->mem_cap, job->hdr.total_coefs * sizeof(int16_t));
+    job->mem = NULL; /* now owned by data_obj, or given back on failure */
+  } else {
+    data_obj = Py_NewRef(out_obj);
+  }
+  warnings = PyTuple_New(job->num_texts);
+  if (!data_obj || !warnings) {
+    Py_DECREF(header);
+    Py_XDECREF(data_obj);
+    Py_XDECREF(warnings);
+    return NULL;
+  }
+  for (int i = 0; i < job->num_texts; i++) {
+    PyObject *w = PyUnicode_DecodeLatin1(job->warnings[i], (Py_ssize_t)strlen(job->warnings[i]), "replace");
+    if (!w) {
+      Py_DECREF(header);
+      Py_DECREF(data_obj);
+      Py_DECREF(warnings);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(warnings, i, w);
+  }
+  return Py_BuildValue("(NNNiN)", header, data_obj, warnings, job->num_warnings, PyBool_FromLong(job->saturated));
+}
+
+/* ---------------------------------------------------------------- read() and read_many() */
 
 PyDoc_STRVAR(read_doc,
              "read(src, out, strict, max_pixels, header_only, name)\n"
@@ -333,42 +484,29 @@ PyDoc_STRVAR(read_doc,
              "Raises JpegError(reason, source) for bad data, OSError for file-system errors.");
 
 static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  PyObject *src, *out_obj, *name, *path_bytes = NULL, *result = NULL, *data_obj = NULL;
-  Py_buffer in_view = {0}, out_view = {0};
-  int strict, header_only, have_in = 0, have_out = 0, rc, io_err = 0, saturated = 0;
+  PyObject *out_obj, *name, *result = NULL;
+  Py_buffer out_view = {0};
+  int strict, header_only, have_out = 0;
   unsigned long long max_pixels;
-  const uint8_t *data;
-  size_t len = 0;
-  dctj_header hdr;
   thread_state *ts;
+  job_t *job;
   (void)self;
 
   if (nargs != 6) {
     PyErr_SetString(PyExc_TypeError, "read() takes 6 positional arguments");
     return NULL;
   }
-  src = args[0];
   out_obj = args[1];
   strict = PyObject_IsTrue(args[2]);
   max_pixels = PyLong_AsUnsignedLongLong(args[3]);
   header_only = PyObject_IsTrue(args[4]);
   name = args[5];
   if (strict < 0 || header_only < 0 || PyErr_Occurred()) return NULL;
-
   ts = get_thread_state();
   if (!ts) return PyErr_NoMemory();
-
-  if (PyUnicode_Check(src)) {
-    if (!PyUnicode_FSConverter(src, &path_bytes)) return NULL;
-    if (name == Py_None) name = src;
-  } else {
-    if (PyObject_GetBuffer(src, &in_view, PyBUF_SIMPLE) != 0) {
-      PyErr_Format(PyExc_TypeError, "src must be a path or a bytes-like object, not %.100s", Py_TYPE(src)->tp_name);
-      return NULL;
-    }
-    have_in = 1;
-  }
-  if (out_obj != Py_None) {
+  job = ts->job; /* per-thread scratch: the job struct is several KB */
+  if (job_init(job, args[0]) != 0) return NULL;
+  if (out_obj != Py_None && !header_only) {
     if (PyObject_GetBuffer(out_obj, &out_view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) goto done;
     have_out = 1;
     if (((uintptr_t)out_view.buf & 1) != 0) {
@@ -377,72 +515,67 @@ static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
   }
 
+  /* The only GIL release of the call: file I/O, header, output memory (pool) and decode. */
   Py_BEGIN_ALLOW_THREADS
-  if (path_bytes) {
-    io_err = read_file(ts, PyBytes_AS_STRING(path_bytes), &len);
-    data = ts->file_buf;
-  } else {
-    data = (const uint8_t *)in_view.buf;
-    len = (size_t)in_view.len;
-  }
-  rc = io_err ? -1 : dctj_begin(ts->dec, data, len, strict, (uint64_t)max_pixels, &hdr);
-  if (rc == 0 && !header_only && have_out) {
-    if ((size_t)out_view.len < hdr.total_coefs * sizeof(int16_t)) rc = 1; /* reported below */
-    else rc = dctj_read(ts->dec, &hdr, (int16_t *)out_view.buf, (size_t)out_view.len / sizeof(int16_t), &saturated);
-  }
+  run_job(ts, job, strict, (uint64_t)max_pixels, header_only, have_out ? &out_view : NULL);
   Py_END_ALLOW_THREADS
 
-  if (io_err) {
-    errno = io_err;
-    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, src);
-    goto done;
-  }
-  if (rc < 0) {
-    raise_jpeg_error(dctj_error(ts->dec), name);
-    goto done;
-  }
-  if (rc == 1) {
-    dctj_abort(ts->dec);
+  if (job->status == ST_OUT_TOO_SMALL) {
     PyErr_Format(PyExc_ValueError, "out buffer has %zd bytes, this image needs %zu", out_view.len,
-                 hdr.total_coefs * sizeof(int16_t));
-    goto done;
-  }
-  if (header_only) {
-    dctj_abort(ts->dec);
-    result = header_tuple(&hdr);
-    goto done;
-  }
-  if (!have_out) {
-    /* Allocate with the GIL, decode without it. */
-    data_obj = (PyObject *)coefbuffer_new(hdr.total_coefs * sizeof(int16_t));
-    if (!data_obj) {
-      dctj_abort(ts->dec);
-      goto done;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = dctj_read(ts->dec, &hdr, (int16_t *)((CoefBuffer *)data_obj)->ptr, hdr.total_coefs, &saturated);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-      raise_jpeg_error(dctj_error(ts->dec), name);
-      goto done;
+                 job->hdr.total_coefs * sizeof(int16_t));
+  } else if (job->status != ST_OK) {
+    PyObject *exc = job_exception(job, name);
+    if (exc) {
+      PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+      Py_DECREF(exc);
     }
   } else {
-    data_obj = Py_NewRef(out_obj);
-  }
-  {
-    PyObject *header = header_tuple(&hdr), *warnings = warnings_tuple(ts->dec);
-    if (header && warnings)
-      result = Py_BuildValue("(NONiN)", header, data_obj, warnings, dctj_num_warnings(ts->dec), PyBool_FromLong(saturated));
-    else {
-      Py_XDECREF(header);
-      Py_XDECREF(warnings);
-    }
+    result = job_result(job, header_only, out_obj);
   }
 done:
-  Py_XDECREF(data_obj);
-  Py_XDECREF(path_bytes);
-  if (have_in) PyBuffer_Release(&in_view);
+  job_release(job);
   if (have_out) PyBuffer_Release(&out_view);
+  return result;
+}
+
+PyDoc_STRVAR(read_many_doc,
+             "read_many(srcs, strict, max_pixels) -> list\n\n"
+             "read() for each source of a sequence, all decoded in one GIL-free stretch; each item is\n"
+             "the result tuple or the exception instance (JpegError, OSError) for that source.");
+
+static PyObject *py_read_many(PyObject *self, PyObject *args) {
+  PyObject *seq, *fast, *result = NULL;
+  int strict;
+  unsigned long long max_pixels;
+  Py_ssize_t n, ready = 0;
+  thread_state *ts;
+  job_t *jobs;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OpK", &seq, &strict, &max_pixels)) return NULL;
+  fast = PySequence_Fast(seq, "read_many() needs a sequence of sources");
+  if (!fast) return NULL;
+  n = PySequence_Fast_GET_SIZE(fast);
+  ts = get_thread_state();
+  jobs = (job_t *)PyMem_RawMalloc(sizeof(job_t) * (size_t)(n ? n : 1));
+  if (!ts || !jobs) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (; ready < n; ready++)
+    if (job_init(&jobs[ready], PySequence_Fast_GET_ITEM(fast, ready)) != 0) goto done;
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, (uint64_t)max_pixels, 0, NULL);
+  Py_END_ALLOW_THREADS
+  result = PyList_New(n);
+  for (Py_ssize_t i = 0; result && i < n; i++) {
+    PyObject *item = jobs[i].status == ST_OK ? job_result(&jobs[i], 0, Py_None) : job_exception(&jobs[i], Py_None);
+    if (!item) Py_CLEAR(result);
+    else PyList_SET_ITEM(result, i, item);
+  }
+done:
+  for (Py_ssize_t i = 0; i < ready; i++) job_release(&jobs[i]);
+  PyMem_RawFree(jobs);
+  Py_DECREF(fast);
   return result;
 }
 
@@ -537,6 +670,7 @@ static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
 
 static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
+    {"read_many", py_read_many, METH_VARARGS, read_many_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
     {"pool_info", py_pool_info, METH_NOARGS, "Free output buffers kept for reuse: {'buffers': n, 'bytes': n}."},
@@ -546,7 +680,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_jpeg", "libjpeg DCT-coefficient reader (see dctnet.codec).", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_jpeg",
+    .m_doc = "libjpeg DCT-coefficient reader (see dctnet.codec).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__jpeg(void) {

@@ -1,0 +1,3 @@
+from dctnet.cli import main
+
+main()

@@ -1,0 +1,43 @@
+"""The dctnet command line: info on good and bad files, quality estimates."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import dctnet
+from dctnet.cli import estimate_quality
+from dctnet.synthetic import synthetic_jpeg
+
+
+@pytest.mark.parametrize("quality", [1, 5, 20, 50, 75, 90, 100])
+def test_estimate_quality_inverts_libjpeg_scaling(quality):
+    hdr = dctnet.read_header(synthetic_jpeg(0, 16, 16, quality=quality))
+    assert round(estimate_quality(hdr.quant_tables[0])) == quality
+    assert round(estimate_quality(hdr.quant_tables[1], chroma=True)) == quality
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dctnet", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_info_good_and_bad_files(tmp_path):
+    good = tmp_path / "good.jpg"
+    good.write_bytes(synthetic_jpeg(1, 40, 56, quality=80, subsampling="4:2:2"))
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 not really")
+    out = run_cli("info", "--decode", str(good))
+    assert out.returncode == 0, out.stderr
+    assert "56x40" in out.stdout and "4:2:2" in out.stdout and "quality ~80" in out.stdout
+    out = run_cli("info", str(good), str(bad), str(tmp_path / "missing.jpg"))
+    assert out.returncode == 1
+    assert "56x40" in out.stdout
+    assert f"error: {bad}:" in out.stderr and "No such file" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_help_lists_commands():
+    out = run_cli("--help")
+    assert out.returncode == 0 and "info" in out.stdout and "demo" in out.stdout
