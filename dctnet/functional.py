@@ -168,34 +168,24 @@ def _as_sizes(size: Size, batch: int, device: torch.device) -> Tensor:
     return torch.tensor([[h, w]], dtype=torch.long, device=device).expand(batch, 2)
 
 
-def _resample_axis(x: Tensor, factor: int, valid: Tensor, fancy: Tensor | None, dim: int) -> Tensor:
-    """Upsample ``x (B, H, W)`` by an integer ``factor`` along ``dim`` (1 rows, 2 columns).
+def _resample_last(x: Tensor, factor: int, valid: Tensor, fancy: Tensor | None) -> Tensor:
+    """Upsample ``x (B, R, N)`` by an integer ``factor`` along its last dimension.
 
     Samples at index ``>= valid[b]`` are treated as absent (replicated from the last valid one),
     as libjpeg does at the component's true edge. ``fancy`` (bool per sample, factor 2 only)
-    selects libjpeg's triangle filter: output ``2i`` = ¾·s[i] + ¼·s[i−1], ``2i+1`` = ¾·s[i] + ¼·s[i+1]."""
-    b, n = x.shape[0], x.shape[dim]
-    out_n = n * factor
-    pos = torch.arange(out_n, device=x.device)
+    selects libjpeg's triangle filter: output ``2i`` = ¾·s[i] + ¼·s[i−1], ``2i+1`` = ¾·s[i] + ¼·s[i+1];
+    where it is False, or ``None``, samples are replicated."""
+    b, rows, n = x.shape
+    pos = torch.arange(n * factor, device=x.device)
     last = (valid - 1).clamp(min=0)[:, None]                                   # (B, 1)
-    near = torch.minimum((pos // factor)[None, :], last)                       # (B, out_n)
+    near = torch.minimum((pos // factor)[None, :], last)                       # (B, n·factor)
+    gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
     if fancy is None or factor != 2:
-        idx = near
-        shape = (b, 1, out_n) if dim == 2 else (b, out_n, 1)
-        return torch.gather(x, dim, idx.reshape(shape).expand(*(x.shape[:dim]), out_n, *x.shape[dim + 1:]))
-    step = torch.where(pos % 2 == 0, -1, 1)[None, :]
-    far = (pos // 2)[None, :] + step
-    far = torch.minimum(far.clamp(min=0), last)
-    w_near = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None]                 # (B, 1)
-    if dim == 2:
-        gn = torch.gather(x, 2, near[:, None, :].expand(b, x.shape[1], out_n))
-        gf = torch.gather(x, 2, far[:, None, :].expand(b, x.shape[1], out_n))
-        w = w_near[:, :, None]
-    else:
-        gn = torch.gather(x, 1, near[:, :, None].expand(b, out_n, x.shape[2]))
-        gf = torch.gather(x, 1, far[:, :, None].expand(b, out_n, x.shape[2]))
-        w = w_near[:, :, None]
-    return gf + w * (gn - gf)
+        return gather(near)
+    far = torch.minimum((pos // 2 + torch.where(pos % 2 == 0, -1, 1)).clamp(min=0)[None, :], last)
+    w_near = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None, None]          # (B, 1, 1)
+    g_far = gather(far)
+    return g_far + w_near * (gather(near) - g_far)
 
 
 def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy") -> Tensor:
@@ -218,10 +208,10 @@ def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str =
     else:
         fancy_h = fancy_v = None
     out = pix
-    if fv != 1:
-        out = _resample_axis(out, fv, valid[:, 0], fancy_v, dim=1)
+    if fv != 1:  # rows: the same filter on the transposed samples
+        out = _resample_last(out.transpose(1, 2), fv, valid[:, 0], fancy_v).transpose(1, 2)
     if fh != 1:
-        out = _resample_axis(out, fh, valid[:, 1], fancy_h, dim=2)
+        out = _resample_last(out, fh, valid[:, 1], fancy_h)
     return out
 
 
