@@ -365,3 +365,39 @@ def from_rgb(rgb: Tensor, sampling: Sequence[tuple[int, int]] = ((2, 2), (1, 1),
             coeffs = torch.round(coeffs / q) * q
         planes.append(coeffs)
     return planes
+
+
+def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int, *,
+                    dtype: torch.dtype = torch.float32) -> Tensor:
+    """Per-sample 1-D resampling matrices ``(B, out_size, in_size)`` for an antialiased bilinear
+    resize of the window ``[starts[b], starts[b] + lengths[b])`` of an axis to ``out_size``.
+
+    The weights are exactly those of ``torch.nn.functional.interpolate(mode="bilinear",
+    antialias=True, align_corners=False)`` (PIL's scheme, which torchvision's ``resize`` and
+    ``RandomResizedCrop`` use): for output ``i`` with ``scale = length/out``, centre
+    ``c = scale·(i + ½)``, support ``max(scale, 1)``, taps ``j ∈ [trunc(c − support + ½),
+    trunc(c + support + ½))`` clipped to the window, weight ``max(0, 1 − |(j − c + ½)/max(scale, 1)|)``,
+    normalised to sum 1. Applying ``M_y @ img @ M_xᵀ`` crops and resizes every sample at once."""
+    device = starts.device
+    lengths = lengths.to(torch.float64)
+    scale = (lengths / out_size)[:, None]                                       # (B, 1)
+    i = torch.arange(out_size, device=device, dtype=torch.float64)[None, :]
+    centre = scale * (i + 0.5)                                                  # (B, out)
+    support = torch.clamp(scale, min=1.0)
+    lo = torch.clamp(torch.trunc(centre - support + 0.5), min=0.0)
+    hi = torch.minimum(torch.trunc(centre + support + 0.5), lengths[:, None])
+    j = torch.arange(in_size, device=device, dtype=torch.float64)[None, None, :] - starts.to(torch.float64)[:, None, None]
+    w = torch.clamp(1.0 - torch.abs((j - centre[..., None] + 0.5) / support[..., None]), min=0.0)
+    w = w * ((j >= lo[..., None]) & (j < hi[..., None]))
+    w = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
+    return w.to(dtype)
+
+
+def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    """Crop ``boxes (B, 4)`` = (top, left, height, width) out of ``images (B, C, H, W)`` and
+    resize each to ``size`` with antialiased bilinear weights — torchvision's
+    ``resized_crop(..., antialias=True)`` for every sample at once, as two batched matmuls."""
+    th, tw = size
+    my = resize_matrices(boxes[:, 0], boxes[:, 2], images.shape[-2], th, dtype=images.dtype)
+    mx = resize_matrices(boxes[:, 1], boxes[:, 3], images.shape[-1], tw, dtype=images.dtype)
+    return torch.einsum("bih,bchw,bjw->bcij", my, images, mx)

@@ -1,0 +1,23 @@
+"""Datasets, collate, samplers, loaders and statistics (the CPU side of training).
+
+Data flows: files → :mod:`dctnet.codec` → canonical 4:2:0 planes → crop window (host) →
+:func:`collate` → :class:`dctnet.transforms.JpegBatch` → device (prefetcher) → transforms.
+"""
+
+from dctnet.data.crop import CenterCrop, FullImage, RandomResizedCrop, mcu_window
+from dctnet.data.dataset import (
+    CoefficientSample,
+    ImageFolderDataset,
+    apply_orientation,
+    sample_from_coefficients,
+    sample_generator,
+    to_canonical,
+)
+from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, collate, make_dataloader
+from dctnet.data.stats import compute_stats
+
+__all__ = [
+    "CenterCrop", "CoefficientSample", "DevicePrefetcher", "EpochSampler", "FullImage", "ImageFolderDataset",
+    "RandomResizedCrop", "ThreadLoader", "apply_orientation", "collate", "compute_stats", "make_dataloader",
+    "mcu_window", "sample_from_coefficients", "sample_generator", "to_canonical",
+]

@@ -1,0 +1,211 @@
+"""Datasets that yield cropped coefficient samples: image folders and WebDataset tar shards.
+
+A sample is the coefficient planes of one image, converted to the loader's canonical layout
+(4:2:0 YCbCr; see :func:`to_canonical`), sliced to an MCU-aligned window around its crop box
+(:mod:`dctnet.data.crop`), plus its label. Randomness is a pure function of
+``(seed, epoch, index)`` — a fresh ``torch.Generator`` per sample — so batches are the same
+whatever the number of workers or threads, and a sample can be re-drawn on its own.
+
+Bad samples follow ``on_error``: ``"raise"`` (a :class:`dctnet.JpegError` naming the file) or
+``"skip"`` (the sample becomes ``None``; collate drops it and records ``(index, name, reason)``
+in the batch's ``skipped``).
+
+EXIF orientation is **ignored by default**, like ``torchvision.io.decode_jpeg`` and Pillow's
+``Image.open``; ``exif="apply"`` rotates/flips the coefficient planes of images whose tag asks for
+it (exact in the DCT domain; see :func:`apply_orientation`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients
+from dctnet.data.crop import Box, FullImage, mcu_window
+
+__all__ = ["CoefficientSample", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
+           "sample_generator", "to_canonical"]
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
+
+
+@dataclass
+class CoefficientSample:
+    """One cropped sample (host, numpy).
+
+    Attributes:
+        y: ``int16 (hb, wb, 64)`` luma window (hb, wb even).
+        c: ``(cb, cr)``, each ``int16 (hb/2, wb/2, 64)`` (views into the decoded planes).
+        valid: (height, width) in pixels of image content in the window.
+        box: (top, left, height, width) crop box in pixels relative to the window.
+        label, index: class index and dataset index.
+    """
+
+    y: np.ndarray
+    c: tuple[np.ndarray, np.ndarray]
+    valid: tuple[int, int]
+    box: Box
+    label: int
+    index: int
+
+
+def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
+    """The per-sample generator: a pure function of (seed, epoch, index)."""
+    g = torch.Generator()
+    g.manual_seed((seed * 1_000_003 + epoch) * 10_000_019 + index)
+    return g
+
+
+def to_canonical(c: JpegCoefficients) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], int, int]:
+    """``(y, (cb, cr), height, width)`` in the loader's layout: 4:2:0 YCbCr int16 planes.
+
+    4:2:0 YCbCr files pass through untouched (views). Grayscale gets zero chroma (exact:
+    Cb = Cr = 128 decodes to R = G = B = Y) and its luma grid padded to whole MCUs. Anything else
+    (4:4:4, 4:2:2, other sampling, RGB/CMYK/YCCK colour) is converted through pixels on the host
+    — decode, RGB → YCbCr, 2×2 chroma box average, forward DCT, rounding to int16 — which is lossy
+    for the chroma and costs a few ms; such files are rare in photo datasets."""
+    h, w = c.height, c.width
+    if c.color_space == "YCbCr" and c.sampling == ((2, 2), (1, 1), (1, 1)):
+        return c.planes[0], (c.planes[1], c.planes[2]), h, w
+    rows, cols = -(-h // 16), -(-w // 16)
+    if c.color_space == "gray" and c.num_components == 1:
+        y = np.zeros((2 * rows, 2 * cols, 64), np.int16)
+        p = c.planes[0]
+        y[: min(p.shape[0], 2 * rows), : min(p.shape[1], 2 * cols)] = p[: 2 * rows, : 2 * cols]
+        zero = np.zeros((rows, cols, 64), np.int16)
+        return y, (zero, zero), h, w
+    from dctnet import functional as F
+
+    rgb = F.coefficients_to_rgb(c)
+    planes = F.from_rgb(rgb, ((2, 2), (1, 1), (1, 1)))
+    out = [p[0].round().clamp(-32768, 32767).to(torch.int16).numpy() for p in planes]
+    return out[0], (out[1], out[2]), h, w
+
+
+# EXIF orientation → (transpose, then hflip, then vflip) on the image, applied in that order.
+_ORIENTATION = {1: (False, False, False), 2: (False, True, False), 3: (False, True, True), 4: (False, False, True),
+                5: (True, False, False), 6: (True, True, False), 7: (True, True, True), 8: (True, False, True)}
+
+
+def _flip_blocks(p: np.ndarray, axis: int) -> np.ndarray:
+    """Mirror a plane ``(..., hb, wb, 64)`` along a block axis, exactly: reverse the blocks and
+    negate the odd frequencies of that direction."""
+    k = np.arange(64)
+    freq = k % 8 if axis == -2 else k // 8
+    return np.flip(p, axis=axis) * np.where(freq % 2 == 1, -1, 1).astype(np.int16)
+
+
+def _transpose_blocks(p: np.ndarray) -> np.ndarray:
+    """Transpose a plane ``(hb, wb, 64)``: swap the grid axes and transpose every 8×8 block."""
+    hb, wb, _ = p.shape
+    return p.transpose(1, 0, 2).reshape(wb, hb, 8, 8).transpose(0, 1, 3, 2).reshape(wb, hb, 64)
+
+
+def apply_orientation(y: np.ndarray, cbcr: tuple[np.ndarray, np.ndarray], height: int, width: int,
+                      orientation: int | None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], int, int]:
+    """Rotate/flip 4:2:0 planes as EXIF ``orientation`` (1..8) asks, in the DCT domain.
+
+    Exact for images whose size is a multiple of 16 (whole MCUs); otherwise the padding blocks
+    move to the top/left edge and the image is shifted by less than one MCU, as with
+    ``jpegtran -trim`` off. Returns the new planes and the displayed (height, width)."""
+    t, hf, vf = _ORIENTATION.get(orientation or 1, (False, False, False))
+    planes = [y, *cbcr]
+    if t:
+        planes = [_transpose_blocks(p) for p in planes]
+        height, width = width, height
+    if hf:
+        planes = [_flip_blocks(p, -2) for p in planes]
+    if vf:
+        planes = [_flip_blocks(p, -3) for p in planes]
+    y, cb, cr = (np.ascontiguousarray(p) for p in planes)
+    return y, (cb, cr), height, width
+
+
+def sample_from_coefficients(coeffs: JpegCoefficients, crop: Callable, gen: torch.Generator, label: int, index: int,
+                             exif: str = "ignore") -> CoefficientSample:
+    """Canonical layout → (optional orientation) → crop box → MCU window slice."""
+    y, cbcr, h, w = to_canonical(coeffs)
+    if exif == "apply" and coeffs.exif_orientation not in (None, 1):
+        y, cbcr, h, w = apply_orientation(y, cbcr, h, w, coeffs.exif_orientation)
+    box = crop(h, w, gen)
+    r0, r1, c0, c1 = mcu_window(box, h, w)
+    return CoefficientSample(
+        y=y[2 * r0:2 * r1, 2 * c0:2 * c1], c=(cbcr[0][r0:r1, c0:c1], cbcr[1][r0:r1, c0:c1]),
+        valid=(min(h - 16 * r0, 16 * (r1 - r0)), min(w - 16 * c0, 16 * (c1 - c0))),
+        box=(box[0] - 16 * r0, box[1] - 16 * c0, box[2], box[3]), label=label, index=index)
+
+
+class ImageFolderDataset(torch.utils.data.Dataset):
+    """``root/<class>/<image>.jpg`` (torchvision's ImageFolder layout, classes sorted) → samples.
+
+    Args:
+        root: dataset folder.
+        crop: box policy (``RandomResizedCrop()`` for training, ``CenterCrop()`` for eval).
+        seed: base of the per-sample randomness.
+        on_error: ``"raise"`` or ``"skip"`` (see module docs).
+        exif: ``"ignore"`` (default) or ``"apply"``.
+        max_pixels: decompression-bomb guard passed to the reader.
+
+    Indexing takes ``index`` or ``(epoch, index)`` — :class:`dctnet.data.EpochSampler` yields the
+    latter so that worker processes know the epoch without shared state.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0,
+                 on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 extensions: Sequence[str] = IMG_EXTENSIONS) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if exif not in ("ignore", "apply"):
+            raise ValueError(f"exif must be 'ignore' or 'apply', not {exif!r}")
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"dataset folder not found: {self.root}")
+        self.classes = sorted(d.name for d in os.scandir(self.root) if d.is_dir())
+        if not self.classes:
+            raise ValueError(f"no class folders in {self.root}")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        exts = tuple(e.lower() for e in extensions)
+        self.samples: list[tuple[str, int]] = []
+        for c in self.classes:
+            for dirpath, _, files in sorted(os.walk(self.root / c)):
+                for f in sorted(files):
+                    if f.lower().endswith(exts):
+                        self.samples.append((os.path.join(dirpath, f), self.class_to_idx[c]))
+        if not self.samples:
+            raise ValueError(f"no JPEG files under {self.root}")
+        self.targets = [t for _, t in self.samples]
+        self.crop = crop or FullImage()
+        self.seed, self.on_error, self.exif, self.max_pixels = seed, on_error, exif, max_pixels
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def load(self, index: int, epoch: int, data: Any = None) -> CoefficientSample | tuple[int, str, str]:
+        """Read and crop one sample; on a bad file under ``"skip"``, ``(index, path, reason)``."""
+        path, label = self.samples[index]
+        try:
+            coeffs = read_coefficients(path if data is None else data, max_pixels=self.max_pixels, name=path)
+        except (JpegError, OSError) as exc:
+            if self.on_error == "raise":
+                raise
+            return index, path, str(exc)
+        return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, epoch, index), label, index,
+                                        self.exif)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
+        epoch, index = key if isinstance(key, tuple) else (self.epoch, key)
+        return self.load(index, epoch)
+
+    def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
+        for i in range(len(self)):
+            yield self[i]

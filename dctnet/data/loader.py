@@ -1,0 +1,260 @@
+"""Collate, samplers, loaders and the device prefetcher.
+
+Two ways to run the CPU side, giving identical batches for the same seed:
+
+- ``torch.utils.data.DataLoader(dataset, sampler=EpochSampler(...), collate_fn=collate, ...)`` —
+  worker processes, as any PyTorch pipeline (:func:`make_dataloader` wires it);
+- :class:`ThreadLoader` — threads in this process: the coefficient reader releases the GIL, so
+  threads decode in parallel without pickling batches between processes.
+
+``drop_last``: with ``EpochSampler(drop_last=False)`` every sample appears exactly once per epoch
+across all ranks (ranks may differ by one sample; nothing is padded or repeated); with
+``drop_last=True`` each rank gets ``len(dataset) // world_size`` samples (the remainder, a
+different one each epoch, is left out). Loaders' own ``drop_last`` drops a final partial batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from dctnet.codec import read_coefficients_batch
+from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients, sample_generator
+from dctnet.transforms.batch import JpegBatch
+
+__all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "make_dataloader"]
+
+
+def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], *,
+            grid: tuple[int, int] | None = None, pin_memory: bool | None = None) -> JpegBatch:
+    """Stack samples into a :class:`JpegBatch`, zero-padded to a common block grid.
+
+    ``grid=(Hb, Wb)`` fixes the luma grid (even numbers) for constant batch shapes; by default it
+    is the largest window in the batch. Skipped samples (``(index, name, reason)`` tuples) are
+    left out and listed in ``batch.skipped``. ``pin_memory`` (default: when CUDA is available)
+    allocates the batch page-locked, ready for an asynchronous copy."""
+    ok = [s for s in samples if isinstance(s, CoefficientSample)]
+    skipped = tuple(s for s in samples if isinstance(s, tuple))
+    hb = max([s.y.shape[0] for s in ok] + [2])
+    wb = max([s.y.shape[1] for s in ok] + [2])
+    if grid is not None:
+        if hb > grid[0] or wb > grid[1]:
+            raise ValueError(f"a window of {hb}x{wb} blocks does not fit the fixed grid {grid}")
+        hb, wb = grid
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    n = len(ok)
+    y = _empty((n, hb, wb, 64), pin_memory)
+    c = _empty((n, 2, hb // 2, wb // 2, 64), pin_memory)
+    yn, cn = y.numpy(), c.numpy()
+    meta = np.empty((n, 8), np.int64)
+    for i, s in enumerate(ok):
+        h, w = s.y.shape[:2]
+        yn[i, :h, :w] = s.y
+        yn[i, h:] = 0  # zero only the padding: writing the batch once is the cost that matters
+        yn[i, :h, w:] = 0
+        for k in (0, 1):
+            cn[i, k, : h // 2, : w // 2] = s.c[k]
+            cn[i, k, h // 2:] = 0
+            cn[i, k, : h // 2, w // 2:] = 0
+        meta[i] = (*s.valid, *s.box, s.label, s.index)
+    meta_t = torch.from_numpy(meta)
+    if pin_memory:
+        meta_t = meta_t.pin_memory()
+    return JpegBatch(y=y, c=c, valid=meta_t[:, 0:2], boxes=meta_t[:, 2:6], labels=meta_t[:, 6], index=meta_t[:, 7],
+                     skipped=skipped)
+
+
+def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
+    """int16 batch storage. In a DataLoader worker it is allocated in shared memory directly, so
+    sending the batch to the main process moves a handle instead of copying the planes."""
+    if pin_memory:
+        return torch.empty(shape, dtype=torch.int16, pin_memory=True)
+    if torch.utils.data.get_worker_info() is not None:
+        nbytes = 2 * math.prod(shape)
+        storage = torch.UntypedStorage._new_shared(nbytes)
+        return torch.empty(0, dtype=torch.int16).set_(storage, 0, shape)
+    return torch.empty(shape, dtype=torch.int16)
+
+
+class EpochSampler(torch.utils.data.Sampler):
+    """Seeded per-epoch order, split across distributed ranks; yields ``(epoch, index)``.
+
+    Args:
+        n: dataset size.
+        shuffle: a new permutation each epoch (``seed + epoch``), else 0..n−1.
+        rank, world_size: defaults from ``torch.distributed`` when initialised, else 0 and 1.
+        drop_last: see the module docstring.
+    """
+
+    def __init__(self, n: int, *, shuffle: bool = True, seed: int = 0, rank: int | None = None,
+                 world_size: int | None = None, drop_last: bool = False) -> None:
+        dist = torch.distributed
+        initialised = dist.is_available() and dist.is_initialized()
+        self.world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
+        self.rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} outside world size {self.world_size}")
+        self.n, self.shuffle, self.seed, self.drop_last = n, shuffle, seed, drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self) -> list[int]:
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.n, generator=g).tolist()
+        else:
+            order = list(range(self.n))
+        mine = order[self.rank::self.world_size]
+        if self.drop_last:
+            mine = mine[: self.n // self.world_size]
+        return mine
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter([(self.epoch, i) for i in self.indices()])
+
+    def __len__(self) -> int:
+        return self.n // self.world_size if self.drop_last else len(range(self.rank, self.n, self.world_size))
+
+
+def make_dataloader(dataset: ImageFolderDataset, batch_size: int, *, sampler: EpochSampler | None = None,
+                    num_workers: int = 2, drop_last: bool = False, grid: tuple[int, int] | None = None,
+                    pin_memory: bool | None = None, **kwargs) -> torch.utils.data.DataLoader:
+    """A ``DataLoader`` over a coefficient dataset: our sampler, collate and worker settings.
+
+    Batches are collated (and pinned, when CUDA is available) inside the workers."""
+    sampler = sampler or EpochSampler(len(dataset), seed=dataset.seed)
+    fn = _Collate(grid, pin_memory if pin_memory is not None else False)
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=fn,
+                                       num_workers=num_workers, drop_last=drop_last,
+                                       pin_memory=bool(pin_memory if pin_memory is not None else torch.cuda.is_available()),
+                                       **kwargs)
+
+
+class _Collate:
+    """Picklable collate with fixed options (for worker processes)."""
+
+    def __init__(self, grid: tuple[int, int] | None, pin_memory: bool) -> None:
+        self.grid, self.pin_memory = grid, pin_memory
+
+    def __call__(self, samples):
+        return collate(samples, grid=self.grid, pin_memory=self.pin_memory)
+
+
+class ThreadLoader:
+    """Batches from a dataset using threads in this process.
+
+    Each batch is one task: its files are read with the GIL-free reader (chunks of 16 per GIL
+    release), cropped and collated. ``threads`` tasks run at once and ``prefetch`` batches are kept
+    ready, in order. The same ``sampler`` gives the same batches as a DataLoader.
+    """
+
+    def __init__(self, dataset: ImageFolderDataset, batch_size: int, *, sampler: EpochSampler | None = None,
+                 threads: int = 2, drop_last: bool = False, grid: tuple[int, int] | None = None,
+                 pin_memory: bool | None = None, prefetch: int | None = None) -> None:
+        self.dataset, self.batch_size = dataset, batch_size
+        self.sampler = sampler or EpochSampler(len(dataset), seed=dataset.seed)
+        self.threads, self.drop_last, self.grid = threads, drop_last, grid
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.prefetch = prefetch or 2 * threads
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def _batches(self) -> list[list[tuple[int, int]]]:
+        keys = list(self.sampler)
+        out = [keys[i:i + self.batch_size] for i in range(0, len(keys), self.batch_size)]
+        if self.drop_last and out and len(out[-1]) < self.batch_size:
+            out.pop()
+        return out
+
+    def _load(self, keys: list[tuple[int, int]]) -> JpegBatch:
+        ds = self.dataset
+        paths = [ds.samples[i][0] for _, i in keys]
+        results = read_coefficients_batch(paths, threads=1, max_pixels=ds.max_pixels, errors="return")
+        samples: list = []
+        for (epoch, index), res, path in zip(keys, results, paths):
+            if isinstance(res, BaseException):
+                if ds.on_error == "raise":
+                    raise res
+                samples.append((index, path, str(res)))
+                continue
+            samples.append(sample_from_coefficients(res, ds.crop, sample_generator(ds.seed, epoch, index),
+                                                    ds.samples[index][1], index, ds.exif))
+        return collate(samples, grid=self.grid, pin_memory=self.pin_memory)
+
+    def __iter__(self) -> Iterator[JpegBatch]:
+        batches = self._batches()
+        pending: collections.deque[Future] = collections.deque()
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="dctnet-loader") as pool:
+            it = iter(batches)
+            for keys in it:
+                pending.append(pool.submit(self._load, keys))
+                if len(pending) >= self.prefetch:
+                    break
+            while pending:
+                batch = pending.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.append(pool.submit(self._load, nxt))
+                yield batch
+
+
+class DevicePrefetcher:
+    """Moves batches to ``device`` ahead of use: copies from pinned memory with
+    ``non_blocking=True`` on a side CUDA stream, two batches in flight, and makes the compute
+    stream wait on the copy (no host sync). On a CPU device it passes batches through.
+
+    ``transform`` (optional) runs on the device batch before it is yielded (e.g. the crop/resize
+    step and augmentations), on the current stream."""
+
+    def __init__(self, loader: Iterable[JpegBatch], device: torch.device | str, *,
+                 transform: Callable[[JpegBatch], object] | None = None, depth: int = 2) -> None:
+        self.loader, self.device, self.transform, self.depth = loader, torch.device(device), transform, depth
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[object]:
+        finish = self.transform or (lambda b: b)
+        if self.device.type != "cuda":
+            for batch in self.loader:
+                yield finish(batch.to(self.device))
+            return
+        stream = torch.cuda.Stream(device=self.device)
+        queue: collections.deque = collections.deque()
+
+        def push(batch: JpegBatch) -> None:
+            with torch.cuda.stream(stream):
+                moved = batch.to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(stream)
+            queue.append((moved, event))
+
+        it = iter(self.loader)
+        for batch in it:
+            push(batch)
+            if len(queue) >= self.depth:
+                break
+        while queue:
+            moved, event = queue.popleft()
+            torch.cuda.current_stream(self.device).wait_event(event)
+            for t in moved.tensors():
+                t.record_stream(torch.cuda.current_stream(self.device))  # memory from the side stream
+            nxt = next(it, None)
+            if nxt is not None:
+                push(nxt)
+            yield finish(moved)
+

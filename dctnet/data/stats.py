@@ -1,0 +1,48 @@
+"""Streaming per-(channel, frequency) statistics of coefficient images, for ``Normalize``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from dctnet.transforms.augment import Normalize
+
+__all__ = ["compute_stats"]
+
+
+def compute_stats(batches: Iterable, to_coefficients: Callable[[object], Tensor] | None = None, *,
+                  max_batches: int | None = None, save: str | Path | None = None) -> Normalize:
+    """Mean and standard deviation of every (channel, frequency) over a dataset, in one pass.
+
+    Args:
+        batches: an iterable of coefficient images ``(B, 3, Hb, Wb, 64)``, or of anything
+            ``to_coefficients`` turns into one (e.g. a loader's ``JpegBatch`` and
+            ``lambda b: crops_to_coefficients(b, (224, 224))``).
+        max_batches: stop after this many batches.
+        save: also write the statistics to this file (``Normalize.load`` reads it).
+
+    Sums are accumulated in float64 on the batches' device (no host sync per batch), so the
+    result does not depend on how the data is split into batches beyond rounding.
+    """
+    total = None
+    for i, batch in enumerate(batches):
+        if max_batches is not None and i >= max_batches:
+            break
+        x = to_coefficients(batch) if to_coefficients else batch
+        x = x.to(torch.float64)
+        s = x.sum(dim=(0, 2, 3))
+        s2 = (x * x).sum(dim=(0, 2, 3))
+        count = x.shape[0] * x.shape[2] * x.shape[3]
+        total = (s, s2, count) if total is None else (total[0] + s, total[1] + s2, total[2] + count)
+    if total is None:
+        raise ValueError("compute_stats got no batches")
+    s, s2, count = total
+    mean = s / count
+    var = (s2 / count - mean * mean).clamp(min=0.0)
+    norm = Normalize(mean.float().cpu(), var.sqrt().float().cpu())
+    if save is not None:
+        norm.save(save)
+    return norm

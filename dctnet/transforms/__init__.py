@@ -1,0 +1,35 @@
+"""Device-side transforms on coefficient batches (policy on the host, execution batched).
+
+- :mod:`dctnet.transforms.functional` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
+- :mod:`dctnet.transforms.augment` — transform objects (draw + apply), ``Compose``, ``RandAugment``;
+- :mod:`dctnet.transforms.batch` — ``JpegBatch`` (what loaders produce) and the crop/resize step.
+"""
+
+from dctnet.transforms.augment import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ColorJitter,
+    Compose,
+    CutMix,
+    FrequencyDropout,
+    Mixup,
+    Normalize,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomRequantize,
+    RandomTranspose,
+    RandomVerticalFlip,
+    SelectFrequencies,
+    ToRGB,
+    Transform,
+)
+from dctnet.transforms.batch import SAMPLING_420, JpegBatch, crops_to_coefficients, crops_to_rgb
+
+__all__ = [
+    "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
+    "JpegBatch", "Mixup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
+    "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",
+    "crops_to_coefficients", "crops_to_rgb",
+]

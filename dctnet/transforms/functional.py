@@ -1,0 +1,204 @@
+r"""DCT-domain augmentation kernels: pure functions of (batch, per-sample parameters).
+
+The tensor every kernel here takes is a *coefficient image* ``x (B, 3, Hb, Wb, 64)``, float:
+channels Y, Cb, Cr all on the luma block grid ("4:4:4"), each block the orthonormal DCT of the
+level-shifted samples ``(s − 128)`` (DESIGN.md §2), natural order ``k = 8v + u``. Parameters are
+tensors with one entry per sample (drawn on the host by the classes in
+:mod:`dctnet.transforms.augment`); kernels are batched torch with no Python loop over samples or
+blocks, and are exact against the pixel-domain operation unless a docstring says otherwise
+(DESIGN.md §3):
+
+- flips reverse the block grid and negate odd frequencies: ``F'[v,u] = (−1)^u F[v,u]``;
+- transpose swaps grid axes and transposes each 8×8 block; rot90 = transpose ∘ flip;
+- brightness ``b``: everything × b, Y's DC += 8·128·(b − 1);
+- contrast ``c`` towards the mean grey ``m``: Y's AC × c, Y's DC' = c·DC + (1 − c)·8·(m − 128),
+  chroma × c; saturation ``s``: chroma × s — torchvision's ops up to its final clamp to [0, 1];
+- mixup is linear; cutmix / erasing with block-aligned boxes are exact;
+- requantization ``round(F/Q)·Q`` simulates re-encoding at a coarser table exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dctnet import functional as F
+
+__all__ = [
+    "adjust_brightness", "adjust_contrast", "adjust_saturation", "cutmix", "erase", "frequency_dropout",
+    "hflip", "ijg_tables", "mixup", "normalize", "requantize", "rgb_to_grayscale", "rotate_chroma",
+    "select_frequencies", "square_indices", "to_rgb", "from_rgb", "transpose", "vflip", "zigzag_first",
+]
+
+_DC_SHIFT = 8.0 * 128.0  # DC of a block of constant 255·… : 8·(s − 128) per unit of s
+
+
+def _sign(parity_of: str, device: torch.device, dtype: torch.dtype) -> Tensor:
+    k = torch.arange(64, device=device)
+    freq = k % 8 if parity_of == "u" else k // 8
+    return (1 - 2 * (freq % 2)).to(dtype)
+
+
+def _select(mask: Tensor | None, new: Tensor, old: Tensor) -> Tensor:
+    if mask is None:
+        return new
+    return torch.where(mask.reshape(-1, *([1] * (old.dim() - 1))), new, old)
+
+
+def hflip(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Horizontal flip of the samples where ``mask (B,)`` is True (all if None). Exact."""
+    return _select(mask, x.flip(-2) * _sign("u", x.device, x.dtype), x)
+
+
+def vflip(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Vertical flip. Exact."""
+    return _select(mask, x.flip(-3) * _sign("v", x.device, x.dtype), x)
+
+
+def transpose(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Swap image rows and columns (needs a square block grid when ``mask`` is given). Exact."""
+    b, c, hb, wb, _ = x.shape
+    t = x.transpose(-3, -2).reshape(b, c, wb, hb, 8, 8).transpose(-1, -2).reshape(b, c, wb, hb, 64)
+    return _select(mask, t, x) if mask is not None else t
+
+
+def adjust_brightness(x: Tensor, factor: Tensor) -> Tensor:
+    """RGB × ``factor (B,)``: every coefficient × b, Y's DC += 8·128·(b − 1)."""
+    f = factor.to(x.dtype).reshape(-1, 1, 1, 1, 1)
+    out = x * f
+    out[:, 0, ..., 0] += _DC_SHIFT * (f[:, 0, ..., 0] - 1.0)
+    return out
+
+
+def adjust_contrast(x: Tensor, factor: Tensor) -> Tensor:
+    """torchvision's ``adjust_contrast``: blend with the image's mean grey level.
+
+    The mean grey is the mean of Y (DC / 8 + 128 averaged over blocks) — torchvision uses
+    ``0.2989 R + 0.587 G + 0.114 B``, JFIF's Y uses 0.299/0.587/0.114 (≤ 0.03 grey levels apart)."""
+    c = factor.to(x.dtype).reshape(-1, 1, 1, 1)
+    mean_dc = x[:, 0, :, :, 0].mean(dim=(-2, -1)).reshape(-1, 1, 1)         # 8·(m − 128)
+    out = x * c.unsqueeze(-1)
+    out[:, 0, ..., 0] += (1.0 - c[:, 0]) * mean_dc
+    return out
+
+
+def adjust_saturation(x: Tensor, factor: Tensor) -> Tensor:
+    """torchvision's ``adjust_saturation`` (blend with grey): chroma × ``factor (B,)``."""
+    out = x.clone()
+    out[:, 1:] *= factor.to(x.dtype).reshape(-1, 1, 1, 1, 1)
+    return out
+
+
+def rgb_to_grayscale(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Zero chroma (grey RGB with R = G = B = Y) where ``mask`` is True."""
+    gray = x.clone()
+    gray[:, 1:] = 0
+    return _select(mask, gray, x)
+
+
+def rotate_chroma(x: Tensor, angle: Tensor) -> Tensor:
+    """Rotate the (Cb, Cr) plane by ``angle (B,)`` radians: a linear hue-like shift.
+
+    This is *not* torchvision's ``adjust_hue`` (an HSV operation, nonlinear per pixel); it keeps
+    luma and chroma magnitude exactly and is exact in the DCT domain."""
+    cos = torch.cos(angle).to(x.dtype).reshape(-1, 1, 1, 1)
+    sin = torch.sin(angle).to(x.dtype).reshape(-1, 1, 1, 1)
+    cb, cr = x[:, 1], x[:, 2]
+    return torch.stack([x[:, 0], cos * cb - sin * cr, sin * cb + cos * cr], dim=1)
+
+
+_STD_TABLES = torch.tensor([
+    [16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
+     14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+     49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99],
+    [17, 18, 24, 47, 99, 99, 99, 99, 18, 21, 26, 66, 99, 99, 99, 99, 24, 26, 56, 99, 99, 99, 99, 99,
+     47, 66, 99, 99, 99, 99, 99, 99] + [99] * 32], dtype=torch.float64)
+
+
+def ijg_tables(quality: Tensor) -> Tensor:
+    """libjpeg's (IJG) quantization tables for ``quality (B,)`` in 1..100: ``(B, 3, 64)``
+    (luma table for Y, chroma table for Cb and Cr), natural order, entries clamped to 1..255."""
+    q = quality.to(torch.float64).clamp(1, 100)
+    scale = torch.where(q < 50, 5000.0 / q, 200.0 - 2.0 * q)[:, None, None]
+    t = torch.floor((_STD_TABLES.to(quality.device)[None] * scale + 50.0) / 100.0).clamp(1, 255)
+    return t[:, [0, 1, 1]]
+
+
+def requantize(x: Tensor, tables: Tensor) -> Tensor:
+    """``round(F / Q)·Q`` with per-sample tables ``(B, 3, 64)`` (see :func:`ijg_tables`): the
+    coefficients a JPEG encoder at that table would store, i.e. JPEG re-compression. Exact."""
+    q = tables.to(x.dtype)[:, :, None, None, :]
+    return torch.round(x / q) * q
+
+
+def mixup(x: Tensor, labels: Tensor, lam: Tensor, perm: Tensor) -> tuple[Tensor, Tensor]:
+    """``λ·x + (1 − λ)·x[perm]`` per sample (``lam (B,)``, ``perm (B,)``); labels are soft
+    ``(B, K)`` (one-hot in, mixed out). Linear, hence exact."""
+    lam_x = lam.to(x.dtype).reshape(-1, 1, 1, 1, 1)
+    lam_y = lam.to(labels.dtype).reshape(-1, 1)
+    return lam_x * x + (1 - lam_x) * x[perm], lam_y * labels + (1 - lam_y) * labels[perm]
+
+
+def _box_mask(x: Tensor, boxes: Tensor) -> Tensor:
+    """``(B, 1, Hb, Wb, 1)`` bool: blocks inside ``boxes (B, 4)`` = (top, left, height, width) in blocks."""
+    hb, wb = x.shape[2], x.shape[3]
+    r = torch.arange(hb, device=x.device)[None, :]
+    c = torch.arange(wb, device=x.device)[None, :]
+    rows = (r >= boxes[:, :1]) & (r < boxes[:, :1] + boxes[:, 2:3])
+    cols = (c >= boxes[:, 1:2]) & (c < boxes[:, 1:2] + boxes[:, 3:4])
+    return (rows[:, :, None] & cols[:, None, :])[:, None, :, :, None]
+
+
+def cutmix(x: Tensor, labels: Tensor, boxes: Tensor, perm: Tensor) -> tuple[Tensor, Tensor]:
+    """Paste ``x[perm]`` into ``boxes (B, 4)`` (block units); labels mixed by pasted area. Exact."""
+    inside = _box_mask(x, boxes)
+    area = (boxes[:, 2] * boxes[:, 3]).to(labels.dtype) / (x.shape[2] * x.shape[3])
+    lam = (1 - area).reshape(-1, 1)
+    return torch.where(inside, x[perm], x), lam * labels + (1 - lam) * labels[perm]
+
+
+def erase(x: Tensor, boxes: Tensor, value: Tensor | float = 0.0) -> Tensor:
+    """Random erasing with block-aligned ``boxes (B, 4)``: the blocks become ``value`` (a
+    ``(B, 3, 64)`` tensor of coefficients, e.g. noise, or a constant; 0 = mid grey). Exact."""
+    if isinstance(value, Tensor):
+        value = value.to(x.dtype)[:, :, None, None, :]
+    return torch.where(_box_mask(x, boxes), value, x)
+
+
+def frequency_dropout(x: Tensor, keep: Tensor) -> Tensor:
+    """Zero the frequencies where ``keep (B, 64)`` (or ``(B, 3, 64)``) is False."""
+    k = keep.to(x.dtype)
+    k = k[:, None, None, None, :] if k.dim() == 2 else k[:, :, None, None, :]
+    return x * k
+
+
+def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """Per-(channel, frequency) standardisation: ``(x − mean) / std`` with ``(3, 64)`` statistics."""
+    return (x - mean.to(x)[None, :, None, None, :]) / std.to(x)[None, :, None, None, :]
+
+
+def select_frequencies(x: Tensor, index: Tensor) -> Tensor:
+    """Keep the coefficients listed in ``index (K,)`` (natural order): ``(..., 64) -> (..., K)``."""
+    return x.index_select(-1, index.to(x.device))
+
+
+def to_rgb(x: Tensor) -> Tensor:
+    """Coefficient image → float RGB ``(B, 3, 8·Hb, 8·Wb)`` in [0, 1] (clamped like a decoder)."""
+    pix = F.block_idct(x) + 128.0
+    return (F.ycbcr_to_rgb(pix, dim=1).clamp(0.0, 255.0) / 255.0)
+
+
+def from_rgb(rgb: Tensor) -> Tensor:
+    """Float RGB ``(B, 3, H, W)`` in [0, 1] (H, W multiples of 8) → coefficient image."""
+    ycc = F.rgb_to_ycbcr(rgb * 255.0, dim=1) - 128.0
+    return F.block_dct(ycc)
+
+
+def square_indices(k: int) -> Tensor:
+    """Natural indices of the top-left ``k×k`` frequencies."""
+    return torch.tensor([8 * v + u for v in range(k) for u in range(k)], dtype=torch.long)
+
+
+def zigzag_first(k: int) -> Tensor:
+    """Natural indices of the first ``k`` frequencies in zigzag order."""
+    return torch.tensor(F.ZIGZAG[:k], dtype=torch.long)
