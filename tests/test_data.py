@@ -1,0 +1,211 @@
+"""Datasets, collate, samplers and loaders: reproducibility, coverage, bad samples, EXIF."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import dctnet
+import dctnet.functional as F
+from dctnet import data as D
+from dctnet import transforms as T
+from dctnet.synthetic import encode_jpeg, synthetic_image, synthetic_jpeg
+
+from conftest import CORPUS
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("folder")
+    variants = [dict(subsampling="4:2:0"), dict(gray=True), dict(subsampling="4:4:4"), dict(subsampling="4:2:2"),
+                dict(subsampling="4:2:0", progressive=True)]
+    for k in range(3):
+        (root / f"class{k}").mkdir()
+        for i in range(13):
+            n = 13 * k + i
+            (root / f"class{k}" / f"{i:02d}.jpg").write_bytes(
+                synthetic_jpeg(n, 40 + 7 * i, 56 + 5 * k, **variants[n % len(variants)]))
+    return root
+
+
+def batches_equal(a: T.JpegBatch, b: T.JpegBatch) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+
+
+def test_dataset_layout_and_labels(folder):
+    ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=3)
+    assert ds.classes == ["class0", "class1", "class2"] and len(ds) == 39
+    s = ds[5]
+    assert s.label == 0 and s.index == 5
+    assert s.y.shape[0] == 2 * s.c[0].shape[0] and s.y.shape[1] == 2 * s.c[0].shape[1]
+    top, left, h, w = s.box
+    assert 0 <= top and top + h <= s.valid[0] and 0 <= left and left + w <= s.valid[1]
+    assert ds[5].box == s.box  # a pure function of (seed, epoch, index)
+    boxes = {ds[(e, 5)].box for e in range(8)}
+    assert len(boxes) > 1  # the epoch changes the draw
+
+
+def test_canonical_layouts_decode_like_the_original(folder):
+    """Gray (zero chroma) and 4:4:4/4:2:2 (host conversion) still decode to the same picture."""
+    for path, _ in D.ImageFolderDataset(folder).samples[:5]:
+        c = dctnet.read_coefficients(path)
+        y, (cb, cr), h, w = D.to_canonical(c)
+        planes = [torch.from_numpy(p).unsqueeze(0) for p in (y, cb, cr)]
+        ours = F.to_rgb(planes, T.SAMPLING_420, (h, w))
+        ref = F.coefficients_to_rgb(c)
+        err = (ours - ref).abs() * 255
+        if c.subsampling in ("4:2:0", "gray"):  # passed through (gray: zero chroma): exact
+            assert err.max() <= 1e-3, (c.subsampling, err.max())
+        else:  # 2×2 chroma averaging: small on average, large only at saturated hard colour edges
+            assert err.mean() < 3, (c.subsampling, err.mean())
+
+
+def test_loaders_give_identical_batches(folder):
+    ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=7)
+    ref = list(D.ThreadLoader(ds, 8, sampler=D.EpochSampler(len(ds), seed=7), threads=1, pin_memory=False))
+    for threads in (2, 3):
+        got = list(D.ThreadLoader(ds, 8, sampler=D.EpochSampler(len(ds), seed=7), threads=threads, pin_memory=False))
+        assert len(got) == len(ref) and all(batches_equal(a, b) for a, b in zip(got, ref))
+    for workers in (0, 1, 2):
+        dl = D.make_dataloader(ds, 8, sampler=D.EpochSampler(len(ds), seed=7), num_workers=workers, pin_memory=False)
+        got = list(dl)
+        assert len(got) == len(ref) and all(batches_equal(a, b) for a, b in zip(got, ref)), workers
+    # a new epoch reshuffles and redraws
+    s = D.EpochSampler(len(ds), seed=7)
+    s.set_epoch(1)
+    other = list(D.ThreadLoader(ds, 8, sampler=s, threads=2, pin_memory=False))
+    assert not batches_equal(other[0], ref[0])
+
+
+def test_distributed_split_covers_every_sample_once(folder):
+    n = 39
+    for world in (1, 2, 3, 4):
+        seen = []
+        for rank in range(world):
+            s = D.EpochSampler(n, seed=1, rank=rank, world_size=world)
+            s.set_epoch(5)
+            idx = [i for _, i in s]
+            assert len(idx) == len(s)
+            seen += idx
+        assert sorted(seen) == list(range(n))
+        dropped = [i for r in range(world) for _, i in D.EpochSampler(n, seed=1, rank=r, world_size=world,
+                                                                         drop_last=True)]
+        assert len(dropped) == world * (n // world) and len(set(dropped)) == len(dropped)
+
+
+def test_drop_last_and_batch_count(folder):
+    ds = D.ImageFolderDataset(folder)
+    assert len(D.ThreadLoader(ds, 8, drop_last=True)) == 4 == len(list(D.ThreadLoader(ds, 8, drop_last=True)))
+    assert len(D.ThreadLoader(ds, 8)) == 5 and sum(len(b) for b in D.ThreadLoader(ds, 8)) == 39
+
+
+def test_bad_sample_policy(folder, tmp_path):
+    root = tmp_path / "bad"
+    (root / "a").mkdir(parents=True)
+    for i in range(5):
+        (root / "a" / f"{i}.jpg").write_bytes(synthetic_jpeg(i, 32, 32))
+    (root / "a" / "2.jpg").write_bytes(b"\xff\xd8 broken")
+    (root / "a" / "4.jpg").write_bytes(synthetic_jpeg(9, 32, 32).replace(b"\xff\xc0", b"\xff\xc3", 1))
+    raising = D.ImageFolderDataset(root)
+    with pytest.raises(dctnet.JpegError, match=r"[24]\.jpg"):
+        list(D.ThreadLoader(raising, 5, threads=1))
+    skipping = D.ImageFolderDataset(root, on_error="skip")
+    for loader in (D.ThreadLoader(skipping, 5, threads=2, pin_memory=False),
+                   D.make_dataloader(skipping, 5, num_workers=1, pin_memory=False)):
+        (batch,) = list(loader)
+        assert len(batch) == 3 and sorted(batch.index.tolist()) == [0, 1, 3]
+        names = sorted(name for _, name, _ in batch.skipped)
+        assert names[0].endswith("2.jpg") and names[1].endswith("4.jpg")
+        assert any("lossless" in reason for _, _, reason in batch.skipped)
+
+
+def test_collate_fixed_grid_and_padding(folder):
+    ds = D.ImageFolderDataset(folder, crop=D.CenterCrop())
+    samples = [ds[i] for i in range(6)]
+    b = D.collate(samples, grid=(12, 14), pin_memory=False)
+    assert b.y.shape == (6, 12, 14, 64) and b.c.shape == (6, 2, 6, 7, 64)
+    for i, s in enumerate(samples):
+        h, w = s.y.shape[:2]
+        assert torch.equal(b.y[i, :h, :w], torch.from_numpy(s.y))
+        assert not b.y[i, h:].any() and not b.y[i, :, w:].any()
+    with pytest.raises(ValueError, match="grid"):
+        D.collate(samples, grid=(2, 2), pin_memory=False)
+
+
+def test_prefetcher_on_cpu_passes_batches_through(folder):
+    ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=2)
+    loader = D.ThreadLoader(ds, 8, threads=2, pin_memory=False)
+    direct = list(loader)
+    pre = list(D.DevicePrefetcher(loader, "cpu"))
+    assert all(batches_equal(a, b) for a, b in zip(direct, pre))
+    out = list(D.DevicePrefetcher(loader, "cpu", transform=lambda b: T.crops_to_coefficients(b, (32, 32))))
+    assert out[0].shape == (8, 3, 4, 4, 64)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_prefetcher_on_cuda(folder):
+    ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=2)
+    loader = D.ThreadLoader(ds, 8, threads=2)
+    cpu = [T.crops_to_coefficients(b, (32, 32)) for b in loader]
+    gpu = list(D.DevicePrefetcher(loader, "cuda", transform=lambda b: T.crops_to_coefficients(b, (32, 32))))
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(b.cpu(), a, atol=1e-2, rtol=1e-4)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_applied_exactly(tmp_path, orientation):
+    """Rotated planes decode to what Pillow's exif_transpose shows (MCU-multiple sizes: exact)."""
+    img = synthetic_image(np.random.default_rng(orientation), 48, 64)
+    im = Image.fromarray(img)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = tmp_path / "o.jpg"
+    im.save(path, "JPEG", quality=90, exif=exif.tobytes())
+    c = dctnet.read_coefficients(path)
+    assert c.exif_orientation == orientation
+    y, cbcr, h, w = D.to_canonical(c)
+    y, (cb, cr), h, w = D.apply_orientation(y, cbcr, h, w, c.exif_orientation)
+    ours = F.to_rgb([torch.from_numpy(p).unsqueeze(0) for p in (y, cb, cr)], T.SAMPLING_420, (h, w))
+    from PIL import ImageOps
+
+    with Image.open(path) as im:  # oracle: Pillow's decode, turned upright by Pillow
+        ref = np.asarray(ImageOps.exif_transpose(im).convert("RGB"), dtype=np.float64)
+    assert ref.shape[:2] == (h, w)
+    err = np.abs(np.round(ours[0].permute(1, 2, 0).double().numpy() * 255) - ref)
+    assert err.max() <= 4 and err.mean() < 1, (err.max(), err.mean())
+
+
+def test_dataset_arguments_are_checked(folder, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        D.ImageFolderDataset(tmp_path / "nope")
+    with pytest.raises(ValueError, match="on_error"):
+        D.ImageFolderDataset(folder, on_error="ignore")
+    with pytest.raises(ValueError, match="no class"):
+        D.ImageFolderDataset(tmp_path)
+
+
+def test_corpus_through_the_loader_with_skip():
+    """Every corpus file either becomes a sample or is skipped with a reason; nothing crashes."""
+    files = sorted((CORPUS / "files").glob("*.jpg")) if (CORPUS / "files").is_dir() else []
+    if not files:
+        pytest.skip("corpus not found")
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp()
+    import os
+
+    os.makedirs(f"{root}/all")
+    for f in files:
+        os.symlink(f, f"{root}/all/{f.name}")
+    ds = D.ImageFolderDataset(root, crop=D.RandomResizedCrop(), on_error="skip")
+    seen, skipped = 0, 0
+    for b in D.ThreadLoader(ds, 32, threads=2, pin_memory=False):
+        seen += len(b)
+        skipped += len(b.skipped)
+        T.crops_to_rgb(b, (32, 32))
+    shutil.rmtree(root)
+    assert seen + skipped == len(files) and skipped == 5

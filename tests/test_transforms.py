@@ -1,0 +1,242 @@
+"""Every DCT-domain transform against its pixel-domain reference (torchvision, or plain torch
+maths where torchvision has no such op), with identical parameters, on real photos.
+
+Reference setup: ``x0`` is the coefficient image of an in-range RGB image (the decoded photo,
+re-encoded exactly: ``from_rgb(to_rgb(x))``), ``rgb0 = to_rgb(x0)``. For a transform ``T`` with
+pixel counterpart ``P``: ``to_rgb(T(x0))`` vs ``P(rgb0)``. Tolerances (on [0, 1]):
+flips / transpose / crops / mixup / cutmix / erasing 1e-5 (float rounding only); brightness 1e-5;
+contrast, saturation, grayscale 2e-3 (torchvision's grey is 0.2989 R, JFIF's Y 0.299 R).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as TVF
+
+import dctnet
+import dctnet.functional as F
+from dctnet import data as D
+from dctnet import transforms as T
+from dctnet.synthetic import synthetic_jpeg
+from dctnet.transforms import functional as TF
+
+from conftest import imagenette_files
+
+
+def photos(n: int = 6) -> list[str]:
+    files = imagenette_files("val", every=400)[:n]
+    if files:
+        return files
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    out = []
+    for i in range(n):
+        p = f"{d}/{i}.jpg"
+        with open(p, "wb") as f:
+            f.write(synthetic_jpeg(i, 224, 224))
+        out.append(p)
+    return out
+
+
+@pytest.fixture(scope="module")
+def x0() -> torch.Tensor:
+    """(B, 3, 28, 28, 64) coefficient images of real 224² photos (in range, see module doc)."""
+    imgs = []
+    for path in photos():
+        c = dctnet.read_coefficients(path)
+        rgb = F.coefficients_to_rgb(c)
+        imgs.append(F.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (224, 224)))
+    rgb = torch.cat(imgs).double()
+    return TF.from_rgb(rgb)
+
+
+def rgb(x: torch.Tensor) -> torch.Tensor:
+    return TF.to_rgb(x)
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> None:
+    torch.testing.assert_close(a, b, atol=tol, rtol=0)
+
+
+def test_reference_image_is_in_range(x0):
+    r = F.ycbcr_to_rgb(F.block_idct(x0) + 128.0, dim=1) / 255
+    assert r.min() >= -1e-9 and r.max() <= 1 + 1e-9
+
+
+def test_flips_and_transpose_exact(x0):
+    mask = torch.tensor([True, False, True, True, False, True])
+    r = rgb(x0)
+    close(rgb(TF.hflip(x0, mask)), torch.where(mask[:, None, None, None], TVF.horizontal_flip(r), r), 1e-5)
+    close(rgb(TF.vflip(x0, mask)), torch.where(mask[:, None, None, None], TVF.vertical_flip(r), r), 1e-5)
+    close(rgb(TF.transpose(x0)), r.transpose(-1, -2), 1e-5)
+    # rot90 = transpose then flip
+    close(rgb(TF.hflip(TF.transpose(x0))), torch.rot90(r, -1, dims=(-2, -1)), 1e-5)
+
+
+def test_brightness_exact(x0):
+    b = torch.tensor([0.6, 1.0, 1.4, 0.9, 1.2, 0.3], dtype=torch.float64)
+    want = torch.stack([TVF.adjust_brightness(img, float(f)) for img, f in zip(rgb(x0), b)])
+    close(rgb(TF.adjust_brightness(x0, b)), want, 1e-5)
+
+
+def test_contrast_saturation_grayscale(x0):
+    f = torch.tensor([0.5, 1.0, 1.5, 0.8, 1.3, 0.0], dtype=torch.float64)
+    r = rgb(x0)
+    close(rgb(TF.adjust_contrast(x0, f)), torch.stack([TVF.adjust_contrast(i, float(v)) for i, v in zip(r, f)]), 2e-3)
+    close(rgb(TF.adjust_saturation(x0, f)),
+          torch.stack([TVF.adjust_saturation(i, float(v)) for i, v in zip(r, f)]), 2e-3)
+    close(rgb(TF.rgb_to_grayscale(x0)), TVF.rgb_to_grayscale(r, num_output_channels=3), 2e-3)
+
+
+def test_chroma_rotation_is_a_rotation_of_the_chroma_plane(x0):
+    """Reference: plain maths on the (Cb, Cr) samples (this is not torchvision's HSV hue)."""
+    angle = torch.tensor([0.3, -1.0, 0.0, 2.0, 0.5, -0.2], dtype=torch.float64)
+    ycc = F.block_idct(x0)  # (B, 3, H, W) level-shifted samples
+    cos, sin = torch.cos(angle)[:, None, None], torch.sin(angle)[:, None, None]
+    want = torch.stack([ycc[:, 0], cos * ycc[:, 1] - sin * ycc[:, 2], sin * ycc[:, 1] + cos * ycc[:, 2]], 1)
+    close(F.block_idct(TF.rotate_chroma(x0, angle)), want, 1e-8)
+
+
+def test_requantize_matches_numpy_and_ijg_tables(x0):
+    q = torch.tensor([10, 50, 75, 90, 95, 100])
+    tables = TF.ijg_tables(q)
+    # IJG tables: libjpeg's own output for that quality (Pillow's encoder) is the oracle
+    for quality, t in zip(q.tolist(), tables):
+        hdr = dctnet.read_header(synthetic_jpeg(0, 16, 16, quality=quality, subsampling="4:4:4"))
+        np.testing.assert_array_equal(t[0].numpy(), hdr.quant_tables[0].reshape(64))
+        np.testing.assert_array_equal(t[1].numpy(), hdr.quant_tables[1].reshape(64))
+    got = TF.requantize(x0, tables).numpy()
+    tab = tables.numpy()[:, :, None, None, :]
+    np.testing.assert_allclose(got, np.round(x0.numpy() / tab) * tab, atol=1e-9)
+
+
+def test_mixup_cutmix_erase_exact(x0):
+    g = torch.Generator().manual_seed(0)
+    labels = torch.nn.functional.one_hot(torch.arange(6) % 3, 3).double()
+    lam = torch.rand(6, generator=g, dtype=torch.float64)
+    perm = torch.randperm(6, generator=g)
+    r = rgb(x0)
+    xm, ym = TF.mixup(x0, labels, lam, perm)
+    close(rgb(xm), lam[:, None, None, None] * r + (1 - lam[:, None, None, None]) * r[perm], 1e-5)
+    close(ym, lam[:, None] * labels + (1 - lam[:, None]) * labels[perm], 1e-12)
+    boxes = torch.tensor([[0, 0, 5, 7], [3, 4, 10, 2], [27, 27, 1, 1], [0, 0, 28, 28], [10, 0, 0, 0], [5, 5, 9, 9]])
+    xc, yc = TF.cutmix(x0, labels, boxes, perm)
+    want = r.clone()
+    for b, (t, left, h, w) in enumerate(boxes.tolist()):  # reference in pixels (a loop is fine in a test)
+        want[b, :, 8 * t:8 * (t + h), 8 * left:8 * (left + w)] = r[perm[b], :, 8 * t:8 * (t + h), 8 * left:8 * (left + w)]
+    close(rgb(xc), want, 1e-5)
+    area = (boxes[:, 2] * boxes[:, 3]).double() / 784
+    close(yc, (1 - area)[:, None] * labels + area[:, None] * labels[perm], 1e-12)
+    xe = TF.erase(x0, boxes, 0.0)
+    want = r.clone()
+    for b, (t, left, h, w) in enumerate(boxes.tolist()):
+        want[b, :, 8 * t:8 * (t + h), 8 * left:8 * (left + w)] = 128 / 255
+    close(rgb(xe), want, 1e-5)
+
+
+def test_frequency_ops(x0):
+    keep = torch.rand(6, 64, generator=torch.Generator().manual_seed(1)) > 0.3
+    got = TF.frequency_dropout(x0, keep)
+    np.testing.assert_array_equal(got.numpy(), x0.numpy() * keep.numpy()[:, None, None, None, :])
+    sel = T.SelectFrequencies(zigzag=10)(x0)
+    np.testing.assert_array_equal(sel.numpy(), x0.numpy()[..., list(F.ZIGZAG[:10])])
+    sq = T.SelectFrequencies(square=3)(x0)
+    assert sq.shape[-1] == 9 and torch.equal(sq[..., 4], x0[..., 9])
+    with pytest.raises(ValueError):
+        T.SelectFrequencies(index=[0, 64])
+
+
+def test_normalize_and_stats_roundtrip(x0, tmp_path):
+    norm = D.compute_stats([x0[:3], x0[3:]], save=tmp_path / "stats.pt")
+    flat = x0.permute(1, 4, 0, 2, 3).reshape(3, 64, -1)
+    np.testing.assert_allclose(norm.mean.numpy(), flat.mean(-1).numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(norm.std.numpy(), flat.std(-1, unbiased=False).clamp(min=1e-6).numpy(), rtol=1e-4)
+    z = T.Normalize.load(tmp_path / "stats.pt")(x0.float())
+    zf = z.permute(1, 4, 0, 2, 3).reshape(3, 64, -1)
+    assert zf.mean(-1).abs().max() < 1e-3
+    assert (zf.std(-1) - 1).abs()[flat.std(-1) > 1e-3].max() < 1e-3
+
+
+def test_to_rgb_normalized_like_torchvision(x0):
+    out = T.ToRGB()(x0)
+    want = TVF.normalize(rgb(x0).float(), mean=list(T.IMAGENET_MEAN), std=list(T.IMAGENET_STD))
+    close(out.float(), want, 1e-4)
+
+
+def test_crop_boxes_follow_torchvision_distribution():
+    """Same seed → the very same boxes as torchvision's RandomResizedCrop."""
+    from torchvision.transforms import v2
+
+    ours = D.RandomResizedCrop(scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3))
+    tv = v2.RandomResizedCrop(128, antialias=True)
+    img = torch.zeros(3, 333, 201)
+    for seed in range(50):
+        torch.manual_seed(seed)
+        params = tv.make_params([img])
+        want = (params["top"], params["left"], params["height"], params["width"])
+        assert ours(333, 201, torch.Generator().manual_seed(seed)) == want
+
+
+def test_device_crop_matches_torchvision_resized_crop():
+    """The loader's window + device resize vs Pillow decode + torchvision resized_crop."""
+    files = photos(8)
+    ds_samples = []
+    crop = D.RandomResizedCrop()
+    for i, path in enumerate(files):
+        c = dctnet.read_coefficients(path)
+        ds_samples.append((path, D.sample_from_coefficients(c, crop, torch.Generator().manual_seed(i), 0, i)))
+    batch = D.collate([s for _, s in ds_samples], pin_memory=False)
+    ours = T.crops_to_rgb(batch, (128, 128)).double()
+    worst = []
+    for k, (path, s) in enumerate(ds_samples):
+        with Image.open(path) as im:
+            ref = torch.from_numpy(np.asarray(im.convert("RGB"))).permute(2, 0, 1).double() / 255
+        c = dctnet.read_coefficients(path)
+        box = crop(c.height, c.width, torch.Generator().manual_seed(k))
+        want = TVF.resized_crop(ref, *box, [128, 128], antialias=True).clamp(0, 1)
+        d = (ours[k] - want).abs() * 255
+        worst.append((d.max().item(), d.mean().item()))
+    assert max(w for w, _ in worst) <= 4 and max(m for _, m in worst) < 0.5, worst
+
+
+def test_compose_is_seeded_and_randaugment_runs(x0):
+    def pipeline(seed):
+        return T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.2), T.RandomGrayscale(0.3),
+                          T.RandomRequantize(), T.RandomErasing(0.5), T.FrequencyDropout(0.1), T.RandAugment()],
+                         seed=seed)
+
+    a, b, c = pipeline(1)(x0), pipeline(1)(x0), pipeline(2)(x0)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    labels = torch.arange(6) % 3
+    xm, ym = T.Mixup(0.4, num_classes=3, seed=0)(x0, labels)
+    assert ym.shape == (6, 3) and torch.allclose(ym.sum(1), torch.ones(6, dtype=ym.dtype))
+    xc, yc = T.CutMix(1.0, num_classes=3, seed=0)(x0, labels)
+    assert torch.allclose(yc.sum(1), torch.ones(6, dtype=yc.dtype))
+
+
+def test_no_per_sample_loop_in_device_transforms():
+    """Operator count of the device path does not grow with the batch size (a per-sample loop
+    would multiply it 12×; a handful of host-side parameter ops may differ)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def count(n: int) -> int:
+        g = torch.Generator().manual_seed(0)
+        batch = T.JpegBatch(y=torch.randint(-50, 50, (n, 8, 8, 64), dtype=torch.int16, generator=g),
+                            c=torch.randint(-50, 50, (n, 2, 4, 4, 64), dtype=torch.int16, generator=g),
+                            valid=torch.tensor([[64, 64]] * n), boxes=torch.tensor([[3, 5, 40, 50]] * n),
+                            labels=torch.zeros(n, dtype=torch.long), index=torch.arange(n))
+        aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.1), T.RandomGrayscale(),
+                         T.RandomRequantize(), T.RandomErasing(), T.FrequencyDropout(), T.RandAugment()], seed=0)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            x = T.crops_to_coefficients(batch, (32, 32))
+            x, _ = aug(x, torch.nn.functional.one_hot(batch.labels, 10).float())
+            T.ToRGB()(x)
+        return sum(e.count for e in prof.key_averages())
+
+    count(2)
+    small, large = count(2), count(24)
+    assert abs(large - small) <= 0.01 * small, (small, large)
