@@ -240,3 +240,28 @@ def test_no_per_sample_loop_in_device_transforms():
     count(2)
     small, large = count(2), count(24)
     assert abs(large - small) <= 0.01 * small, (small, large)
+
+
+def test_torchvision_v2_dispatches_to_dct_kernels(x0):
+    from torchvision.transforms import v2
+
+    from dctnet.transforms.tv import DCTImage
+
+    d = DCTImage(x0)
+    flipped = v2.RandomHorizontalFlip(p=1.0)(d)
+    assert isinstance(flipped, DCTImage)
+    assert torch.equal(flipped.as_subclass(torch.Tensor), TF.hflip(x0))
+    for kw, fn in (("brightness", TF.adjust_brightness), ("contrast", TF.adjust_contrast),
+                   ("saturation", TF.adjust_saturation)):
+        jit = v2.ColorJitter(**{kw: (1.3, 1.3)})(d)
+        torch.testing.assert_close(jit.as_subclass(torch.Tensor), fn(x0, torch.full((6,), 1.3, dtype=torch.float64)))
+    q = v2.JPEG(quality=(40, 40))(d)
+    torch.testing.assert_close(q.as_subclass(torch.Tensor), TF.requantize(x0, TF.ijg_tables(torch.full((6,), 40))))
+    g = v2.Grayscale(num_output_channels=3)(d)
+    assert not g[:, 1:].any()
+    for t, word in ((v2.RandomRotation(10), "rotate"), (v2.Normalize([0.5] * 3, [0.2] * 3), "Normalize"),
+                    (v2.ColorJitter(hue=0.1), "chroma_rotation")):
+        with pytest.raises(TypeError, match=word):
+            t(d)
+    with pytest.raises(ValueError, match="expects"):
+        DCTImage(torch.zeros(2, 3, 8, 8))
