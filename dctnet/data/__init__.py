@@ -14,10 +14,11 @@ from dctnet.data.dataset import (
     to_canonical,
 )
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, collate, make_dataloader
+from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
 from dctnet.data.stats import compute_stats
 
 __all__ = [
     "CenterCrop", "CoefficientSample", "DevicePrefetcher", "EpochSampler", "FullImage", "ImageFolderDataset",
-    "RandomResizedCrop", "ThreadLoader", "apply_orientation", "collate", "compute_stats", "make_dataloader",
+    "RandomResizedCrop", "TarShardDataset", "ThreadLoader", "WdsDecode", "wds_decode", "apply_orientation", "collate", "compute_stats", "make_dataloader",
     "mcu_window", "sample_from_coefficients", "sample_generator", "to_canonical",
 ]

@@ -1,0 +1,165 @@
+"""WebDataset tar shards: our own shard reader, and a decode step for ``webdataset`` pipelines.
+
+Shard format (WebDataset's): a tar whose consecutive members share a key (the member name up to
+the first dot of its basename) — here ``KEY.jpg`` (or ``.jpeg``) and ``KEY.cls`` (the label as
+decimal text).
+
+:class:`TarShardDataset` is an ``IterableDataset``: per epoch it shuffles the shard order
+(seeded), splits shards across ``rank × DataLoader worker`` (falling back to a sample-level split
+when there are fewer shards than readers, so every sample is still read exactly once per epoch
+across all of them), streams each tar, shuffles samples through a buffer, and decodes each JPEG to
+a cropped :class:`CoefficientSample`. Use it with ``DataLoader(batch_size=..., collate_fn=collate)``.
+
+:func:`wds_decode` returns a picklable step for ``webdataset.WebDataset(...).map(step)``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tarfile
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients
+from dctnet.data.crop import FullImage
+from dctnet.data.dataset import CoefficientSample, sample_from_coefficients, sample_generator
+
+__all__ = ["TarShardDataset", "WdsDecode", "wds_decode"]
+
+IMAGE_EXTS = ("jpg", "jpeg")
+
+
+def _key_of(name: str) -> tuple[str, str]:
+    base = os.path.basename(name)
+    stem, _, ext = base.partition(".")
+    return os.path.join(os.path.dirname(name), stem), ext.lower()
+
+
+def _iter_tar(path: str) -> Iterator[dict[str, Any]]:
+    """Samples of one shard as dicts ``{"__key__": key, ext: bytes, ...}`` (consecutive members)."""
+    current: dict[str, Any] | None = None
+    with tarfile.open(path, "r|*") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            key, ext = _key_of(member.name)
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            if current is not None and current["__key__"] != key:
+                yield current
+                current = None
+            if current is None:
+                current = {"__key__": key, "__shard__": path}
+            current[ext] = data
+    if current is not None:
+        yield current
+
+
+class WdsDecode:
+    """Sample dict (``jpg``/``jpeg`` bytes + ``cls`` label) → :class:`CoefficientSample`.
+
+    The crop draw is a pure function of ``(seed, epoch, crc32(key))``, so it does not depend on
+    the order a shuffled pipeline delivers samples in. Bad images follow ``on_error``; skipped ones
+    come out as ``(index, key, reason)`` tuples, which :func:`dctnet.data.collate` records."""
+
+    def __init__(self, crop: Callable | None = None, *, seed: int = 0, label_key: str = "cls",
+                 on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        self.crop, self.seed, self.label_key = crop or FullImage(), seed, label_key
+        self.on_error, self.exif, self.max_pixels = on_error, exif, max_pixels
+        self.epoch = 0
+
+    def __call__(self, sample: dict[str, Any]) -> CoefficientSample | tuple[int, str, str]:
+        key = sample.get("__key__", "")
+        index = zlib.crc32(key.encode()) & 0x7FFFFFFF
+        data = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+        try:
+            if data is None:
+                raise JpegError(f"no {'/'.join(IMAGE_EXTS)} member", key)
+            label = int(sample[self.label_key]) if self.label_key in sample else -1
+            coeffs = read_coefficients(data, max_pixels=self.max_pixels, name=key)
+        except (JpegError, ValueError) as exc:
+            if self.on_error == "raise":
+                raise
+            return index, key, str(exc)
+        return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, self.epoch, index), label,
+                                        index, self.exif)
+
+
+def wds_decode(crop: Callable | None = None, **kwargs: Any) -> WdsDecode:
+    """The dctnet decode step for a ``webdataset`` pipeline, e.g.
+    ``wds.WebDataset(urls).map(wds_decode(RandomResizedCrop())).batched(64, collation_fn=collate)``."""
+    return WdsDecode(crop, **kwargs)
+
+
+class TarShardDataset(torch.utils.data.IterableDataset):
+    """Stream cropped coefficient samples from WebDataset tar shards.
+
+    Args:
+        shards: tar paths, or a glob pattern.
+        crop: box policy (``RandomResizedCrop()``, ``CenterCrop()``, …).
+        seed: base of shard order, buffer shuffle and crop draws.
+        shuffle: shuffle shard order and samples (buffer of ``buffer`` samples) each epoch.
+        rank, world_size: distributed split (defaults from ``torch.distributed``).
+        on_error, exif, max_pixels, label_key: as :class:`WdsDecode`.
+    """
+
+    def __init__(self, shards: str | Sequence[str], *, crop: Callable | None = None, seed: int = 0,
+                 shuffle: bool = True, buffer: int = 1000, rank: int | None = None, world_size: int | None = None,
+                 on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 label_key: str = "cls") -> None:
+        self.shards = sorted(glob.glob(shards)) if isinstance(shards, str) else list(shards)
+        if not self.shards:
+            raise FileNotFoundError(f"no shards match {shards!r}")
+        dist = torch.distributed
+        initialised = dist.is_available() and dist.is_initialized()
+        self.world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
+        self.rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+        self.decode = WdsDecode(crop, seed=seed, label_key=label_key, on_error=on_error, exif=exif,
+                                max_pixels=max_pixels)
+        self.seed, self.shuffle, self.buffer = seed, shuffle, max(1, buffer)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _split(self) -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        return self.rank * workers + worker, self.world_size * workers
+
+    def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
+        me, total = self._split()
+        order = list(self.shards)
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = [order[i] for i in torch.randperm(len(order), generator=g).tolist()]
+        if len(order) >= total:
+            mine, keep = order[me::total], None
+        else:  # fewer shards than readers: everyone streams all, keeps every total-th sample
+            mine, keep = order, (me, total)
+        self.decode.epoch = self.epoch
+        g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + me)
+        buf: list[dict[str, Any]] = []
+        count = 0
+        for shard in mine:
+            for sample in _iter_tar(shard):
+                count += 1
+                if keep is not None and (count - 1) % keep[1] != keep[0]:
+                    continue
+                if not self.shuffle:
+                    yield self.decode(sample)
+                    continue
+                if len(buf) < self.buffer:
+                    buf.append(sample)
+                    continue
+                j = int(torch.randint(len(buf), (1,), generator=g))
+                buf[j], sample = sample, buf[j]
+                yield self.decode(sample)
+        while buf:
+            j = int(torch.randint(len(buf), (1,), generator=g))
+            yield self.decode(buf.pop(j))
