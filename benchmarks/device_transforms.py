@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Device-transform throughput: images/s of dctnet's device pipeline for one batch.
+
+A batch of Imagenette train crops (RandomResizedCrop boxes, from the ThreadLoader; synthetic
+photos when Imagenette is absent) goes through: crop + resize to SIZE² coefficients, flip, colour
+jitter, requantization, normalization, and (plan A) back to normalized RGB. Timed with CUDA
+synchronisation on a GPU, median of repeats.
+
+    python benchmarks/device_transforms.py [--device cuda] [--batch 256] [--size 224]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from dctnet import data as D
+from dctnet import transforms as T
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("DCTNET_DATA", ROOT.parent / "shared" / "data" / "imagenette"))
+
+
+def load_batch(n: int) -> T.JpegBatch:
+    train = DATA / "train"
+    if not train.is_dir():
+        from dctnet.synthetic import synthetic_jpeg
+
+        root = Path(tempfile.mkdtemp()) / "syn"
+        (root / "a").mkdir(parents=True)
+        for i in range(n):
+            (root / "a" / f"{i}.jpg").write_bytes(synthetic_jpeg(i, 224, 224))
+        train = root
+    ds = D.ImageFolderDataset(train, crop=D.RandomResizedCrop(), seed=0)
+    return next(iter(D.ThreadLoader(ds, n, threads=2)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--repeats", type=int, default=10)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    batch = load_batch(args.batch).to(device, non_blocking=True)
+    size = (args.size, args.size)
+    aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomRequantize()], seed=0)
+    norm = T.Normalize(torch.zeros(3, 64), torch.full((3, 64), 100.0))
+    to_rgb = T.ToRGB()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def plan_b() -> torch.Tensor:
+        return norm(aug(T.crops_to_coefficients(batch, size)))
+
+    def plan_a() -> torch.Tensor:
+        return to_rgb(aug(T.crops_to_coefficients(batch, size)))
+
+    def decode_only() -> torch.Tensor:
+        return T.crops_to_rgb(batch, size)
+
+    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
+          f"batch {len(batch)}, output {args.size}²")
+    for name, fn in (("crop+resize to RGB", decode_only), ("plan B: coefficients + aug + normalize", plan_b),
+                     ("plan A: + aug + normalized RGB", plan_a)):
+        fn()
+        sync()
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        dt = statistics.median(times)
+        print(f"  {name:40s} {dt * 1e3:8.2f} ms/batch  {len(batch) / dt:10.0f} images/s")
+
+
+if __name__ == "__main__":
+    main()
