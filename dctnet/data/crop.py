@@ -11,6 +11,7 @@ The window is pure slicing of the coefficient planes: no pixel work on the CPU.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,18 @@ import torch
 __all__ = ["CenterCrop", "FullImage", "RandomResizedCrop", "mcu_window"]
 
 Box = tuple[int, int, int, int]  # top, left, height, width in pixels
+
+
+_local = threading.local()
+
+
+def _scratch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-thread one-element tensors to draw into (allocating one per draw costs more than the
+    draw); same generator calls, so the same numbers as torchvision's."""
+    pair = getattr(_local, "pair", None)
+    if pair is None:
+        pair = _local.pair = (torch.empty(1), torch.empty(1, dtype=torch.long))
+    return pair
 
 
 @dataclass(frozen=True)
@@ -30,14 +43,15 @@ class RandomResizedCrop:
     def __call__(self, height: int, width: int, gen: torch.Generator) -> Box:
         area = height * width
         log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        f, n = _scratch()
         for _ in range(10):
-            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1], generator=gen).item()
-            aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=gen).item())
+            target_area = area * f.uniform_(self.scale[0], self.scale[1], generator=gen).item()
+            aspect = math.exp(f.uniform_(log_ratio[0], log_ratio[1], generator=gen).item())
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if 0 < w <= width and 0 < h <= height:
-                i = int(torch.randint(0, height - h + 1, size=(1,), generator=gen).item())
-                j = int(torch.randint(0, width - w + 1, size=(1,), generator=gen).item())
+                i = int(torch.randint(0, height - h + 1, (1,), generator=gen, out=n).item())
+                j = int(torch.randint(0, width - w + 1, (1,), generator=gen, out=n).item())
                 return i, j, h, w
         in_ratio = width / height
         if in_ratio < min(self.ratio):
