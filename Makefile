@@ -30,6 +30,7 @@ demo: setup
 
 bench: setup
 	$(VPY) benchmarks/decode.py
+	$(VPY) benchmarks/loader.py
 
 fuzz: setup
 	PY=$(VPY) tests/fuzz_asan.sh 200000

@@ -31,7 +31,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import statistics  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402

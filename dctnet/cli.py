@@ -49,8 +49,8 @@ def _describe(path: str, hdr: JpegHeader) -> str:
     lines = [f"{path}",
              f"  size        {hdr.width}x{hdr.height}, {hdr.num_components} components, {hdr.color_space}"
              f" ({hdr.subsampling}), {hdr.process} (SOF{hdr.sof}), {hdr.precision}-bit",
-             f"  sampling    " + ", ".join(f"{n} {h}x{v}" for n, (h, v) in zip(hdr.channels, hdr.sampling)),
-             f"  blocks      " + ", ".join(f"{n} {bh}x{bw} (coded {ch}x{cw})" for n, (bh, bw), (ch, cw)
+             "  sampling    " + ", ".join(f"{n} {h}x{v}" for n, (h, v) in zip(hdr.channels, hdr.sampling)),
+             "  blocks      " + ", ".join(f"{n} {bh}x{bw} (coded {ch}x{cw})" for n, (bh, bw), (ch, cw)
                                            in zip(hdr.channels, hdr.blocks, hdr.coded_blocks)),
              f"  MCU grid    {hdr.mcu[0]} rows x {hdr.mcu[1]} cols; restart interval {hdr.restart_interval or 'none'}",
              f"  markers     JFIF {'yes' if hdr.jfif else 'no'}, Adobe transform "

@@ -11,7 +11,7 @@ import dctnet
 import dctnet.functional as F
 from dctnet import data as D
 from dctnet import transforms as T
-from dctnet.synthetic import encode_jpeg, synthetic_image, synthetic_jpeg
+from dctnet.synthetic import synthetic_image, synthetic_jpeg
 
 from conftest import CORPUS
 

@@ -18,7 +18,23 @@ from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
 from dctnet.data.stats import compute_stats
 
 __all__ = [
-    "CenterCrop", "CoefficientSample", "DevicePrefetcher", "EpochSampler", "FullImage", "ImageFolderDataset",
-    "RandomResizedCrop", "TarShardDataset", "ThreadLoader", "WdsDecode", "wds_decode", "apply_orientation", "collate", "compute_stats", "make_dataloader",
-    "mcu_window", "sample_from_coefficients", "sample_generator", "to_canonical",
+    "CenterCrop",
+    "CoefficientSample",
+    "DevicePrefetcher",
+    "EpochSampler",
+    "FullImage",
+    "ImageFolderDataset",
+    "RandomResizedCrop",
+    "TarShardDataset",
+    "ThreadLoader",
+    "WdsDecode",
+    "apply_orientation",
+    "collate",
+    "compute_stats",
+    "make_dataloader",
+    "mcu_window",
+    "sample_from_coefficients",
+    "sample_generator",
+    "to_canonical",
+    "wds_decode",
 ]

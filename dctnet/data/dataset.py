@@ -21,7 +21,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -190,11 +189,11 @@ class ImageFolderDataset(torch.utils.data.Dataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def load(self, index: int, epoch: int, data: Any = None) -> CoefficientSample | tuple[int, str, str]:
+    def load(self, index: int, epoch: int) -> CoefficientSample | tuple[int, str, str]:
         """Read and crop one sample; on a bad file under ``"skip"``, ``(index, path, reason)``."""
         path, label = self.samples[index]
         try:
-            coeffs = read_coefficients(path if data is None else data, max_pixels=self.max_pixels, name=path)
+            coeffs = read_coefficients(path, max_pixels=self.max_pixels)
         except (JpegError, OSError) as exc:
             if self.on_error == "raise":
                 raise

@@ -37,14 +37,15 @@ class Transform:
         self.generator = torch.Generator()
         self.generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
 
-    def draw(self, n: int, gen: torch.Generator) -> dict[str, Tensor]:
+    def draw(self, shape: torch.Size, gen: torch.Generator) -> dict[str, Tensor]:
+        """Per-sample parameters for a batch of ``shape`` (host tensors)."""
         return {}
 
     def apply(self, x: Tensor, labels: Tensor | None, params: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         raise NotImplementedError
 
     def __call__(self, x: Tensor, labels: Tensor | None = None, *, generator: torch.Generator | None = None) -> Any:
-        params = self.draw(x.shape[0], generator or self.generator)
+        params = self.draw(x.shape, generator or self.generator)
         params = {k: v.to(x.device, non_blocking=True) for k, v in params.items()}
         out, labels = self.apply(x, labels, params)
         return out if labels is None else (out, labels)
@@ -67,7 +68,8 @@ class RandomHorizontalFlip(Transform):
         super().__init__(seed)
         self.p = p
 
-    def draw(self, n, gen):
+    def draw(self, shape, gen):
+        n = shape[0]
         return {"mask": _coin(n, self.p, gen)}
 
     def apply(self, x, labels, params):
@@ -100,7 +102,8 @@ class ColorJitter(Transform):
         self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
         self.chroma_rotation = chroma_rotation
 
-    def draw(self, n, gen):
+    def draw(self, shape, gen):
+        n = shape[0]
         p = {}
         for name in ("brightness", "contrast", "saturation"):
             a = getattr(self, name)
@@ -137,7 +140,8 @@ class RandomRequantize(Transform):
         super().__init__(seed)
         self.quality, self.p = quality, p
 
-    def draw(self, n, gen):
+    def draw(self, shape, gen):
+        n = shape[0]
         q = torch.randint(self.quality[0], self.quality[1] + 1, (n,), generator=gen)
         return {"tables": TF.ijg_tables(q), "mask": _coin(n, self.p, gen)}
 
@@ -166,14 +170,10 @@ class RandomErasing(Transform):
                  seed: int | None = None) -> None:
         super().__init__(seed)
         self.p, self.scale, self.ratio, self.value, self.sigma = p, scale, ratio, value, sigma
-        self._grid = (1, 1)
 
-    def __call__(self, x, labels=None, *, generator=None):
-        self._grid = (x.shape[2], x.shape[3])
-        return super().__call__(x, labels, generator=generator)
-
-    def draw(self, n, gen):
-        hb, wb = self._grid
+    def draw(self, shape, gen):
+        n = shape[0]
+        hb, wb = shape[2], shape[3]
         area = _uniform(n, *self.scale, gen)
         log_ratio = _uniform(n, float(torch.log(torch.tensor(self.ratio[0]))),
                              float(torch.log(torch.tensor(self.ratio[1]))), gen)
@@ -196,7 +196,8 @@ class Mixup(Transform):
         super().__init__(seed)
         self.alpha, self.num_classes = alpha, num_classes
 
-    def draw(self, n, gen):
+    def draw(self, shape, gen):
+        n = shape[0]
         # Beta(α, α) = G1 / (G1 + G2) with Gi ~ Gamma(α): torch.distributions.Beta takes no
         # generator, the gamma sampler does, which keeps the draw seeded.
         g1 = torch._standard_gamma(torch.full((n,), self.alpha, dtype=torch.float64), generator=gen)
@@ -221,15 +222,11 @@ class CutMix(Mixup):
 
     def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int | None = None) -> None:
         super().__init__(alpha, num_classes, seed)
-        self._grid = (1, 1)
 
-    def __call__(self, x, labels=None, *, generator=None):
-        self._grid = (x.shape[2], x.shape[3])
-        return super().__call__(x, labels, generator=generator)
-
-    def draw(self, n, gen):
-        p = super().draw(n, gen)
-        hb, wb = self._grid
+    def draw(self, shape, gen):
+        n = shape[0]
+        p = super().draw(shape, gen)
+        hb, wb = shape[2], shape[3]
         p["boxes"] = _block_boxes(n, hb, wb, 1 - p.pop("lam"), torch.zeros(n, dtype=torch.float64), gen)
         return p
 
@@ -246,7 +243,8 @@ class FrequencyDropout(Transform):
         super().__init__(seed)
         self.p = p
 
-    def draw(self, n, gen):
+    def draw(self, shape, gen):
+        n = shape[0]
         keep = torch.rand(n, 64, generator=gen) >= self.p
         keep[:, 0] = True
         return {"keep": keep}
@@ -342,7 +340,8 @@ class RandAugment(Transform):
         super().__init__(seed)
         self.num_ops, self.magnitude, self.bins = num_ops, magnitude, num_magnitude_bins
 
-    def draw(self, n, gen):
+    def draw(self, shape, gen):
+        n = shape[0]
         strength = self.magnitude / (self.bins - 1)
         chosen = torch.zeros(n, len(self.OPS), dtype=torch.bool)
         for _ in range(self.num_ops):  # a loop over ops drawn per call, not over samples

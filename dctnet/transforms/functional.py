@@ -30,7 +30,7 @@ __all__ = [
     "select_frequencies", "square_indices", "to_rgb", "from_rgb", "transpose", "vflip", "zigzag_first",
 ]
 
-_DC_SHIFT = 8.0 * 128.0  # DC of a block of constant 255·… : 8·(s − 128) per unit of s
+_DC_SHIFT = 8.0 * 128.0  # a constant block of level s has DC 8·(s − 128): scaling s by b adds 8·128·(b − 1)
 
 
 def _sign(parity_of: str, device: torch.device, dtype: torch.dtype) -> Tensor:
