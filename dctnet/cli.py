@@ -3,6 +3,7 @@
     dctnet info FILE...      header, layout, tables, estimated quality of JPEG files
     dctnet demo              decode built-in JPEGs to coefficients, rebuild RGB on the device,
                              and print fidelity and speed against Pillow
+    dctnet convert IN OUT    convert an RGB checkpoint to its DCT-stem model (verified)
 """
 
 from __future__ import annotations
@@ -181,6 +182,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from dctnet.nn.convert import convert_checkpoint
+
+    try:
+        keep = int(args.keep) if args.keep and args.keep.isdigit() else args.keep
+        diff, rel = convert_checkpoint(args.src, args.dst, args.arch, stem=args.stem, image_size=args.image_size,
+                                       image=args.image, keep=keep)
+    except (OSError, ValueError, RuntimeError, JpegError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.arch}: max |logit difference| vs the RGB model {diff:.3g} ({rel:.2g} relative)"
+          + (" — frequency truncation, not exact" if args.keep else ""))
+    print(f"wrote {args.dst} (load with dctnet.nn.swap_stem(model{', stem=' + repr(args.stem) if args.stem != 'exact' else ''}))")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -194,5 +211,16 @@ def main(argv: list[str] | None = None) -> None:
                                    "RGB with dctnet.functional.to_rgb and compare with Pillow.")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("convert", help="convert an RGB checkpoint to its DCT-stem model",
+                       description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem, "
+                                   "check the logits against the RGB model on a sample image, and write OUT.")
+    p.add_argument("src", metavar="IN")
+    p.add_argument("dst", metavar="OUT")
+    p.add_argument("--arch", required=True, help="torchvision name (vit_b_16, resnet50, ...) or timm:NAME")
+    p.add_argument("--stem", default="exact", choices=["exact", "dct8", "dct-up"], help="ResNet stem (ViTs: exact)")
+    p.add_argument("--image-size", type=int, help="input size the model was built for")
+    p.add_argument("--image", help="JPEG to check equivalence on (default: a generated photo)")
+    p.add_argument("--keep", help="keep only these frequencies: K (zigzag), square:K, zigzag:K")
+    p.set_defaults(func=cmd_convert)
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

@@ -1,0 +1,250 @@
+"""DCT stems against the unconverted model (the oracle): converted ViTs give the RGB model's
+logits; ResNet exact stem likewise; learned stems train; checkpoints round-trip.
+
+Reference input: ``model(normalize(rgb))`` with ``rgb`` the linear (unclamped) reconstruction of the
+coefficients — the affine map the conversion folds in. Bound: float32 models agree to
+``1e-4 · max|logit| + 1e-4`` (float32 rounding through a deep network; measured ~1e-6 relative)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import timm
+import torch
+import torchvision
+from torch import nn
+
+import dctnet
+import dctnet.functional as F
+import dctnet.nn as N
+from dctnet.synthetic import synthetic_jpeg
+
+from conftest import imagenette_files
+
+SAMPLINGS = {"4:2:0": ((2, 2), (1, 1), (1, 1)), "4:2:2": ((2, 1), (1, 1), (1, 1)), "4:4:4": ((1, 1), (1, 1), (1, 1))}
+
+
+def linear_rgb(planes, sampling, size, upsampling="nearest"):
+    space = "gray" if len(planes) == 1 else "YCbCr"
+    return F.to_rgb(planes, sampling, size, upsampling=upsampling, clamp=False, color_space=space)
+
+
+def normalize(rgb, mean, std):
+    return (rgb - torch.tensor(mean, dtype=rgb.dtype).reshape(1, 3, 1, 1)) / torch.tensor(std, dtype=rgb.dtype).reshape(1, 3, 1, 1)
+
+
+def inputs(sub: str, size: int = 64, n: int = 2):
+    """Real photos when available (center 64² of Imagenette val), else synthetic, as JPEG planes
+    of the given layout (encoded by libjpeg through Pillow)."""
+    from PIL import Image
+
+    files = imagenette_files("val", every=700)[:n]
+    imgs = []
+    for i in range(n):
+        if files:
+            with Image.open(files[i]) as im:
+                im = im.convert("RGB").resize((size, size))
+                arr = np.asarray(im)
+        else:
+            from dctnet.synthetic import synthetic_image
+
+            arr = synthetic_image(np.random.default_rng(i), size, size)
+        from dctnet.synthetic import encode_jpeg
+
+        data = encode_jpeg(arr, quality=90, subsampling=sub if sub != "gray" else "4:2:0", gray=sub == "gray")
+        imgs.append(dctnet.read_coefficients(data))
+    planes = [torch.from_numpy(np.stack([c.planes[k] for c in imgs])).float() for k in range(imgs[0].num_components)]
+    return planes, imgs[0].sampling
+
+
+def upsampled(planes, sampling):
+    """Coefficient image on the luma grid (nearest chroma upsampling in the DCT domain)."""
+    if len(planes) == 1:
+        return planes[0].unsqueeze(1)
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    out = [F.upsample_nearest_dct(p, hmax // h, vmax // v) for p, (h, v) in zip(planes, sampling)]
+    return torch.stack(out, 1)
+
+
+def check(a, b):
+    bound = 1e-4 * b.abs().max().item() + 1e-4
+    assert (a - b).abs().max().item() <= bound, ((a - b).abs().max().item(), bound)
+
+
+def tv_vit():
+    torch.manual_seed(0)
+    m = torchvision.models.vit_b_16(image_size=64)
+    nn.init.normal_(m.heads.head.weight, std=0.02)  # torchvision zero-initialises the head
+    return m.eval()
+
+
+def timm_vit():
+    torch.manual_seed(0)
+    return timm.create_model("vit_small_patch16_224", pretrained=False, img_size=64).eval()
+
+
+@pytest.mark.parametrize("arch", ["torchvision", "timm"])
+@pytest.mark.parametrize("sub", ["4:2:0", "4:2:2", "4:4:4", "gray"])
+@pytest.mark.parametrize("chroma", ["upsampled", "native"])
+def test_converted_vit_reproduces_logits(arch, sub, chroma):
+    model = tv_vit() if arch == "torchvision" else timm_vit()
+    mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if arch == "torchvision" else ((0.5,) * 3, (0.5,) * 3)
+    planes, sampling = inputs(sub)
+    with torch.no_grad():
+        ref = model(normalize(linear_rgb(planes, sampling, (64, 64)), mean, std))
+        if chroma == "upsampled":
+            dct = N.swap_stem(copy.deepcopy(model)).eval()
+            out = dct(upsampled(planes, sampling))
+        else:
+            factor = (1, 1) if sub == "gray" else (sampling[0][0], sampling[0][1])
+            dct = N.swap_stem(copy.deepcopy(model), chroma="native", chroma_factor=factor).eval()
+            c = torch.stack(planes[1:], 1) if len(planes) > 1 else None
+            out = dct((planes[0], c))
+    check(out, ref)
+
+
+@pytest.mark.parametrize("patch", [8, 16])
+@pytest.mark.parametrize("sub", ["4:2:0", "4:2:2", "4:4:4"])
+def test_patch_embed_native_matches_conv_for_patch_8_and_16(patch, sub):
+    torch.manual_seed(1)
+    conv = nn.Conv2d(3, 32, patch, patch).double()
+    planes, sampling = inputs(sub, size=32)
+    planes = [p.double() for p in planes]
+    rgb = F.to_rgb(planes, sampling, (32, 32), upsampling="nearest", clamp=False, dtype=torch.float64)
+    ref = conv(normalize(rgb, (0.4, 0.5, 0.6), (0.2, 0.3, 0.25)).double())
+    emb = N.DCTPatchEmbed.from_conv(conv, (0.4, 0.5, 0.6), (0.2, 0.3, 0.25), chroma="native",
+                                    chroma_factor=(sampling[0][0], sampling[0][1]))
+    out = emb((planes[0], torch.stack(planes[1:], 1)))
+    torch.testing.assert_close(out, ref, atol=1e-9, rtol=1e-9)
+    up = N.DCTPatchEmbed.from_conv(conv, (0.4, 0.5, 0.6), (0.2, 0.3, 0.25))(upsampled(planes, sampling))
+    torch.testing.assert_close(up, ref, atol=1e-9, rtol=1e-9)
+
+
+def test_converted_vit_on_real_photos_fancy_decode():
+    """End to end on real photos: the loader's coefficient image (fancy upsampling) into the
+    converted model vs the same pixels into the RGB model."""
+    from dctnet.transforms import functional as TF
+
+    files = imagenette_files("val", every=500)
+    if not files:
+        pytest.skip("Imagenette not found")
+    model = timm_vit()
+    imgs = []
+    for path in files[:4]:
+        rgb = F.coefficients_to_rgb(dctnet.read_coefficients(path))
+        imgs.append(F.resized_crop(rgb, torch.tensor([[0, 0, rgb.shape[2], rgb.shape[3]]]), (64, 64)))
+    x = TF.from_rgb(torch.cat(imgs).double()).float()
+    with torch.no_grad():
+        rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255
+        ref = model(normalize(rgb, (0.5,) * 3, (0.5,) * 3))
+        out = N.swap_stem(copy.deepcopy(model)).eval()(x)
+    check(out, ref)
+    assert (out.argmax(1) == ref.argmax(1)).all()
+
+
+def test_frequency_truncation_drops_columns_and_reports_error():
+    torch.manual_seed(2)
+    conv = nn.Conv2d(3, 16, 16, 16)
+    full = N.DCTPatchEmbed.from_conv(conv)
+    for keep, k in ((15, 15), ("square:4", 16), ([0, 1, 8], 3)):
+        emb = N.DCTPatchEmbed.from_conv(conv, keep=keep)
+        assert emb.luma.in_features == 3 * 4 * k
+        idx = N.frequency_index(keep)
+        torch.testing.assert_close(emb.luma.weight.reshape(16, 3, 2, 2, k),
+                                   full.luma.weight.reshape(16, 3, 2, 2, 64)[..., idx])
+    x = torch.randn(2, 3, 4, 4, 64) * 20
+    x_low = torch.zeros_like(x)
+    idx = N.frequency_index(10)
+    x_low[..., idx] = x[..., idx]
+    emb = N.DCTPatchEmbed.from_conv(conv, keep=10)
+    torch.testing.assert_close(emb(x), full(x_low), atol=1e-4, rtol=1e-5)  # exact when dropped coefs are 0
+
+
+@pytest.mark.parametrize("stem", ["exact", "dct8", "dct-up"])
+def test_resnet_stems(stem):
+    torch.manual_seed(3)
+    model = torchvision.models.resnet18(num_classes=5).eval()
+    planes, sampling = inputs("4:2:0", size=64, n=4)
+    x = upsampled(planes, sampling)
+    swapped = N.swap_stem(copy.deepcopy(model), stem=stem)
+    if stem == "exact":
+        with torch.no_grad():
+            ref = model(normalize(linear_rgb(planes, sampling, (64, 64)), N.stems.IMAGENET_MEAN, N.stems.IMAGENET_STD))
+            check(swapped.eval()(x), ref)
+        return
+    # learned stems: output shape right, FLOPs below the original, and they train
+    assert swapped.eval()(x).shape == (4, 5)
+    flops_rgb = N.count_flops(model, torch.zeros(1, 3, 64, 64))
+    flops_dct = N.count_flops(swapped, torch.zeros(1, 3, 8, 8, 64))
+    assert flops_dct < flops_rgb
+    swapped.train()
+    opt = torch.optim.SGD(N.param_groups(swapped, 0.05, stem_lr_mult=0.2), lr=0.05, momentum=0.9)
+    labels = torch.tensor([0, 1, 2, 3])
+    losses = []
+    for _ in range(15):
+        loss = nn.functional.cross_entropy(swapped(x), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_param_groups_and_stem_init():
+    model = N.swap_stem(timm_vit())
+    groups = N.param_groups(model, 1e-3, stem_lr_mult=0.1)
+    assert groups[1]["lr"] == pytest.approx(1e-4)
+    stem_ids = {id(p) for p in groups[1]["params"]}
+    assert stem_ids == {id(p) for p in model.patch_embed.proj.parameters()}
+    assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(model.parameters()))
+    emb = N.DCTPatchEmbed(16, 64)
+    emb.init_from_spatial(torch.Generator().manual_seed(0))
+    # same output scale as the spatial conv it came from, on coefficient inputs of pixel noise
+    conv = nn.Conv2d(3, 64, 16, 16)
+    x = torch.randn(8, 3, 64, 64) * 60
+    from dctnet.transforms import functional as TF
+
+    coeffs = F.block_dct(x)  # level-shifted samples, no colour transform: compare spreads only
+    ratio = emb(coeffs).std() / (conv(x / 255).std())
+    assert 0.3 < ratio < 3, ratio
+    with pytest.raises(ValueError):
+        N.DCTPatchEmbed.from_conv(nn.Conv2d(3, 8, 7, 2))
+    _ = TF
+
+
+def test_state_dict_round_trip(tmp_path):
+    model = N.swap_stem(tv_vit())
+    path = tmp_path / "dct.pt"
+    torch.save(model.state_dict(), path)
+    fresh = N.swap_stem(tv_vit().apply(lambda m: None))
+    for p in fresh.parameters():
+        nn.init.zeros_(p)
+    fresh.load_state_dict(torch.load(path, weights_only=True))
+    x = upsampled(*inputs("4:2:0"))
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.eval()(x), model.eval()(x))
+
+
+def test_convert_cli_round_trip(tmp_path):
+    import subprocess
+    import sys
+
+    torch.manual_seed(4)
+    src = tmp_path / "vit.pt"
+    m = timm.create_model("vit_small_patch16_224", pretrained=False)
+    torch.save(m.state_dict(), src)
+    out = tmp_path / "vit_dct.pt"
+    img = tmp_path / "a.jpg"
+    img.write_bytes(synthetic_jpeg(0, 224, 224))
+    r = subprocess.run([sys.executable, "-m", "dctnet", "convert", str(src), str(out), "--arch", "timm:vit_small_patch16_224",
+                        "--image", str(img)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "max |logit difference|" in r.stdout
+    dct = N.swap_stem(timm.create_model("vit_small_patch16_224", pretrained=False))
+    dct.load_state_dict(torch.load(out, weights_only=True))
+    r = subprocess.run([sys.executable, "-m", "dctnet", "convert", str(tmp_path / "missing.pt"), str(out), "--arch",
+                        "resnet50"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
