@@ -248,3 +248,23 @@ def test_convert_cli_round_trip(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dctnet", "convert", str(tmp_path / "missing.pt"), str(out), "--arch",
                         "resnet50"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("arch,size", [("vit_b_16", "64"), ("resnet50", None)])
+def test_convert_cli_torchvision(tmp_path, arch, size):
+    import subprocess
+    import sys
+
+    from dctnet.nn.convert import build_model
+
+    torch.manual_seed(5)
+    model = build_model(arch, image_size=int(size) if size else None)
+    src, out = tmp_path / "in.pt", tmp_path / "out.pt"
+    torch.save({"state_dict": {"module." + k: v for k, v in model.state_dict().items()}}, src)  # DDP-style wrapper
+    cmd = [sys.executable, "-m", "dctnet", "convert", str(src), str(out), "--arch", arch]
+    if size:
+        cmd += ["--image-size", size]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    dct = N.swap_stem(build_model(arch, image_size=int(size) if size else None))
+    dct.load_state_dict(torch.load(out, weights_only=True))

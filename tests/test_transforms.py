@@ -194,7 +194,7 @@ def test_device_crop_matches_torchvision_resized_crop():
     worst = []
     for k, (path, s) in enumerate(ds_samples):
         with Image.open(path) as im:
-            ref = torch.from_numpy(np.asarray(im.convert("RGB"))).permute(2, 0, 1).double() / 255
+            ref = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1).double() / 255
         c = dctnet.read_coefficients(path)
         box = crop(c.height, c.width, torch.Generator().manual_seed(k))
         want = TVF.resized_crop(ref, *box, [128, 128], antialias=True).clamp(0, 1)
