@@ -8,8 +8,8 @@ setup(
     ext_modules=[
         Extension(
             "dctnet._jpeg",
-            sources=["csrc/module.c", "csrc/dctjpeg.c"],
-            depends=["csrc/dctjpeg.h"],
+            sources=["csrc/module.c", "csrc/dctjpeg.c", "csrc/sparse.c"],
+            depends=["csrc/dctjpeg.h", "csrc/sparse.h"],
             libraries=["jpeg"],
             # -O3 lets gcc vectorise the dequantize loop; -fvisibility=hidden keeps our C symbols
             # (and nothing of libjpeg's) out of the module's export table.

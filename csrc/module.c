@@ -19,6 +19,7 @@
 #include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
 
 #include "dctjpeg.h"
+#include "sparse.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 31) /* 2 GiB: far above any JPEG libjpeg can describe */
 #define KEEP_FILE_BUFFER ((size_t)64 << 20)  /* per-thread file buffer kept between calls */
@@ -658,6 +659,47 @@ static PyObject *time_common(PyObject *args, int raw) {
 static PyObject *py_time_raw(PyObject *self, PyObject *args) { (void)self; return time_common(args, 1); }
 static PyObject *py_time_read(PyObject *self, PyObject *args) { (void)self; return time_common(args, 0); }
 
+PyDoc_STRVAR(expand_doc,
+             "sparse_expand(masks, values, escapes, tables, table_of_block, out) -> None\n\n"
+             "Expand one sparse record (see csrc/sparse.h) into out (writable, nblocks*64 int16).\n"
+             "masks: uint64[nblocks]; values: int8[]; escapes: int16[]; tables: uint16[ntables*64];\n"
+             "table_of_block: uint8[nblocks]. Raises ValueError on inconsistent streams. GIL released.");
+
+static PyObject *py_sparse_expand(PyObject *self, PyObject *args) {
+  Py_buffer m, v, e, t, tb, o;
+  int rc = 0, ok = 0;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &m, &v, &e, &t, &tb, &o)) return NULL;
+  {
+    size_t nblocks = (size_t)m.len / 8, ntables = (size_t)t.len / 128;
+    if ((size_t)o.len < nblocks * 128 || (size_t)tb.len < nblocks || ntables == 0) {
+      PyErr_SetString(PyExc_ValueError, "sparse_expand: buffer sizes do not match the record");
+    } else {
+      const uint8_t *tob = (const uint8_t *)tb.buf;
+      int bad = 0;
+      for (size_t b = 0; b < nblocks; b++) bad |= tob[b] >= ntables;
+      if (bad) {
+        PyErr_SetString(PyExc_ValueError, "sparse_expand: table index out of range");
+      } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = sparse_expand((const uint64_t *)m.buf, nblocks, (const int8_t *)v.buf, (size_t)v.len,
+                           (const int16_t *)e.buf, (size_t)e.len / 2, (const uint16_t *)t.buf, tob, (int16_t *)o.buf);
+        Py_END_ALLOW_THREADS
+        if (rc != 0) PyErr_SetString(PyExc_ValueError, "sparse_expand: corrupt record (value streams do not match the masks)");
+        else ok = 1;
+      }
+    }
+  }
+  PyBuffer_Release(&m);
+  PyBuffer_Release(&v);
+  PyBuffer_Release(&e);
+  PyBuffer_Release(&t);
+  PyBuffer_Release(&tb);
+  PyBuffer_Release(&o);
+  if (!ok) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
   (void)self;
   if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_ValueError)) {
@@ -671,6 +713,7 @@ static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
 static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
+    {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
     {"pool_info", py_pool_info, METH_NOARGS, "Free output buffers kept for reuse: {'buffers': n, 'bytes': n}."},

@@ -14,7 +14,7 @@ cp dctnet/*.py "$OUT/dctnet/"
 SUFFIX=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-    -I"$INC" csrc/module.c csrc/dctjpeg.c -ljpeg -o "$OUT/dctnet/_jpeg$SUFFIX"
+    -I"$INC" csrc/module.c csrc/dctjpeg.c csrc/sparse.c -ljpeg -o "$OUT/dctnet/_jpeg$SUFFIX"
 # DEEPBIND is incompatible with the sanitizer runtime; leaks are checked by the RSS test instead
 # (CPython itself keeps memory alive at exit).
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 DCTNET_NO_DEEPBIND=1 \

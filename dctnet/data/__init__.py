@@ -4,6 +4,7 @@ Data flows: files → :mod:`dctnet.codec` → canonical 4:2:0 planes → crop wi
 :func:`collate` → :class:`dctnet.transforms.JpegBatch` → device (prefetcher) → transforms.
 """
 
+from dctnet.data.cache import CacheDataset, CacheError, build_cache, open_cache
 from dctnet.data.crop import CenterCrop, FullImage, RandomResizedCrop, mcu_window
 from dctnet.data.dataset import (
     CoefficientSample,
@@ -18,6 +19,10 @@ from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
 from dctnet.data.stats import compute_stats
 
 __all__ = [
+    "CacheDataset",
+    "CacheError",
+    "build_cache",
+    "open_cache",
     "CenterCrop",
     "CoefficientSample",
     "DevicePrefetcher",

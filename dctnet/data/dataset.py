@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, mcu_window
 
 __all__ = ["CoefficientSample", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
@@ -200,6 +200,22 @@ class ImageFolderDataset(torch.utils.data.Dataset):
             return index, path, str(exc)
         return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, epoch, index), label, index,
                                         self.exif)
+
+    def load_batch(self, keys: Sequence[tuple[int, int]]) -> list[CoefficientSample | tuple[int, str, str]]:
+        """:meth:`load` for ``(epoch, index)`` keys, reading the files in one GIL-free pass
+        (:func:`dctnet.read_coefficients_batch` on the calling thread)."""
+        paths = [self.samples[i][0] for _, i in keys]
+        results = read_coefficients_batch(paths, threads=1, max_pixels=self.max_pixels, errors="return")
+        out: list[CoefficientSample | tuple[int, str, str]] = []
+        for (epoch, index), res, path in zip(keys, results, paths):
+            if isinstance(res, BaseException):
+                if self.on_error == "raise":
+                    raise res
+                out.append((index, path, str(res)))
+            else:
+                out.append(sample_from_coefficients(res, self.crop, sample_generator(self.seed, epoch, index),
+                                                    self.samples[index][1], index, self.exif))
+        return out
 
     def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
         epoch, index = key if isinstance(key, tuple) else (self.epoch, key)

@@ -23,8 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
-from dctnet.codec import read_coefficients_batch
-from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients, sample_generator
+from dctnet.data.dataset import CoefficientSample, ImageFolderDataset
 from dctnet.transforms.batch import JpegBatch
 
 __all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "make_dataloader"]
@@ -152,8 +151,8 @@ class _Collate:
 class ThreadLoader:
     """Batches from a dataset using threads in this process.
 
-    Each batch is one task: its files are read with the GIL-free reader (chunks of 16 per GIL
-    release), cropped and collated. ``threads`` tasks run at once and ``prefetch`` batches are kept
+    Each batch is one task: ``dataset.load_batch(keys)`` (for image folders: the GIL-free reader,
+    chunks of 16 per GIL release; for caches: mmap reads), then collate. ``threads`` tasks run at once and ``prefetch`` batches are kept
     ready, in order. The same ``sampler`` gives the same batches as a DataLoader.
     """
 
@@ -181,19 +180,7 @@ class ThreadLoader:
         return out
 
     def _load(self, keys: list[tuple[int, int]]) -> JpegBatch:
-        ds = self.dataset
-        paths = [ds.samples[i][0] for _, i in keys]
-        results = read_coefficients_batch(paths, threads=1, max_pixels=ds.max_pixels, errors="return")
-        samples: list = []
-        for (epoch, index), res, path in zip(keys, results, paths):
-            if isinstance(res, BaseException):
-                if ds.on_error == "raise":
-                    raise res
-                samples.append((index, path, str(res)))
-                continue
-            samples.append(sample_from_coefficients(res, ds.crop, sample_generator(ds.seed, epoch, index),
-                                                    ds.samples[index][1], index, ds.exif))
-        return collate(samples, grid=self.grid, pin_memory=self.pin_memory)
+        return collate(self.dataset.load_batch(keys), grid=self.grid, pin_memory=self.pin_memory)
 
     def __iter__(self) -> Iterator[JpegBatch]:
         batches = self._batches()

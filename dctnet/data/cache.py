@@ -1,0 +1,438 @@
+"""Coefficient cache: entropy-decode a dataset once, read it back memory-mapped.
+
+Layout of a cache directory ``OUT/``::
+
+    meta.json                  sidecar: format, parameters, versions, sources (path, size, mtime,
+                               blake2b), bad files, classes, parts — written last
+    index.npy                  one record per sample (part, offset, sizes, layout, label, status)
+    tables.npy                 uint16 (N, 4, 64) per-sample component tables
+    part-00000-of-00002.bin    sample-major ragged data, one file per build rank
+
+Formats: ``dense`` — the int16 planes as read (no decode work on read); ``sparse`` — the record
+of :mod:`dctnet.data.sparse` (masks + int8 quantized values + escapes), expanded in C on the host
+or in torch on the device. Either reads back bit-identical to :func:`dctnet.read_coefficients`.
+
+Trust: a build writes into ``OUT.partial/`` and renames it to ``OUT`` only when every rank has
+finished and the index and sidecar are written, so a build killed at any moment never leaves a
+cache that opens. Each rank appends to its own part and index files and records its progress
+after every flushed chunk; ``resume=True`` truncates to the last recorded state and continues.
+Opening checks the sources against the sidecar (sizes and mtimes; hashes with ``verify="hash"``)
+and the build parameters, and fails saying what changed.
+
+Parallel/distributed: the samples are split into contiguous ranges by rank (``torchrun`` ranks,
+or ``workers`` local processes); each rank decodes and writes only its range; rank 0 writes the
+index once all have finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
+from dctnet.data import sparse as S
+from dctnet.data.crop import FullImage
+from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients, sample_generator
+
+__all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache"]
+
+FORMAT_VERSION = 1
+COLOR_SPACES = ("unknown", "gray", "RGB", "YCbCr", "CMYK", "YCCK")
+INDEX_DTYPE = np.dtype([
+    ("part", "<u2"), ("status", "u1"), ("ncomp", "u1"), ("color", "u1"), ("orient", "u1"), ("_pad", "u2"),
+    ("offset", "<u8"), ("nbytes", "<u8"), ("label", "<i4"), ("height", "<i4"), ("width", "<i4"),
+    ("sampling", "u1", (4, 2)), ("blocks", "<i4", (4, 2)), ("nvalues", "<u4"), ("nescapes", "<u4"),
+])
+OK, BAD = 0, 1
+CHUNK = 64  # samples between progress records
+
+
+class CacheError(ValueError):
+    """A cache that must not be used as it is: incomplete, stale, or built with other parameters."""
+
+
+def _file_hash(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _part_name(rank: int, world: int) -> str:
+    return f"part-{rank:05d}-of-{world:05d}"
+
+
+def _dist_env() -> tuple[int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+# ------------------------------------------------------------------------------------------ build
+
+def _encode_sample(coeffs, fmt: str) -> tuple[list[bytes], np.ndarray, int, int]:
+    """(chunks to write, tables (4, 64), nvalues, nescapes)."""
+    tables = np.zeros((4, 64), np.uint16)
+    if fmt == "dense":
+        tables[: coeffs.num_components] = coeffs.quant_tables.reshape(-1, 64)
+        return [p.tobytes() for p in coeffs.planes], tables, 0, 0
+    rec = S.encode(coeffs.planes, coeffs.quant_tables)
+    tables[: coeffs.num_components] = rec.tables
+    pad = b"\0" * (-(rec.masks.nbytes + rec.values.nbytes) % 2)
+    return [rec.masks.tobytes(), rec.values.tobytes(), pad, rec.escapes.tobytes()], tables, len(rec.values), len(
+        rec.escapes)
+
+
+def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, world: int, resume: bool,
+                 on_error: str, max_pixels: int | None, progress: bool) -> None:
+    """Decode samples [lo, hi) of ``src`` into this rank's part files (append, resumable)."""
+    n = len(src)
+    lo, hi = rank * n // world, (rank + 1) * n // world
+    name = _part_name(rank, world)
+    data_path, idx_path, tab_path, prog_path = (out / f"{name}.bin", out / f"{name}.idx", out / f"{name}.tab",
+                                                out / f"{name}.progress.json")
+    done, offset = 0, 0
+    if resume and prog_path.exists():
+        state = json.loads(prog_path.read_text())
+        done, offset = state["done"], state["offset"]
+    if done == hi - lo and (out / f"{name}.done").exists():
+        return
+    mode = "r+b" if resume and data_path.exists() else "wb"
+    with open(data_path, mode) as fd, open(idx_path, mode) as fi, open(tab_path, mode) as ft:
+        for f, size in ((fd, offset), (fi, done * INDEX_DTYPE.itemsize), (ft, done * 4 * 64 * 2)):
+            f.truncate(size)
+            f.seek(size)
+        t0 = time.time()
+        rec = np.zeros(1, INDEX_DTYPE)
+        for i in range(lo + done, hi):
+            path, label = src[i]
+            rec[:] = 0
+            rec["part"], rec["label"], rec["offset"] = rank, label, offset
+            try:
+                coeffs = read_coefficients(path, max_pixels=max_pixels)
+            except (JpegError, OSError) as exc:
+                if on_error == "raise":
+                    raise
+                rec["status"] = BAD
+                with (out / f"{name}.bad.jsonl").open("a") as bad:
+                    bad.write(json.dumps({"index": i, "path": path, "reason": str(exc)}) + "\n")
+                tables = np.zeros((4, 64), np.uint16)
+            else:
+                chunks, tables, nv, ne = _encode_sample(coeffs, fmt)
+                nbytes = 0
+                for ch in chunks:
+                    fd.write(ch)
+                    nbytes += len(ch)
+                pad = -nbytes % 8
+                fd.write(b"\0" * pad)
+                rec["nbytes"], rec["nvalues"], rec["nescapes"] = nbytes, nv, ne
+                rec["ncomp"], rec["color"] = coeffs.num_components, COLOR_SPACES.index(coeffs.color_space)
+                rec["orient"] = coeffs.exif_orientation or 0
+                rec["height"], rec["width"] = coeffs.height, coeffs.width
+                for c, ((h, v), blk) in enumerate(zip(coeffs.sampling, coeffs.blocks)):
+                    rec["sampling"][0, c] = (h, v)
+                    rec["blocks"][0, c] = blk
+                offset += nbytes + pad
+            fi.write(rec.tobytes())
+            ft.write(tables.tobytes())
+            done += 1
+            if done % CHUNK == 0 or i == hi - 1:
+                for f in (fd, fi, ft):
+                    f.flush()
+                    os.fsync(f.fileno())
+                tmp = prog_path.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"done": done, "offset": offset}))
+                os.replace(tmp, prog_path)  # progress never claims more than is on disk
+                if progress and rank == 0:
+                    rate = (i + 1 - lo) / max(time.time() - t0, 1e-9)
+                    print(f"\r  rank 0: {done}/{hi - lo} images, {rate:.0f}/s", end="", file=sys.stderr, flush=True)
+    (out / f"{name}.done").write_text("")
+    if progress and rank == 0:
+        print(file=sys.stderr)
+
+
+def _sources(src: str | os.PathLike | ImageFolderDataset) -> tuple[list[tuple[str, int]], list[str], str]:
+    ds = src if isinstance(src, ImageFolderDataset) else ImageFolderDataset(src)
+    return ds.samples, ds.classes, str(ds.root)
+
+
+def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathLike, *, format: str = "sparse",
+                workers: int = 1, resume: bool = False, on_error: str = "skip",
+                max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = True,
+                hash_sources: bool = True) -> Path:
+    """Build a cache of an image folder (``root/<class>/<image>``). See the module docstring.
+
+    Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set, ``torch.distributed`` initialised or
+    initialisable with gloo) every rank builds its range and rank 0 finalises; otherwise
+    ``workers`` local processes split the work. Returns the cache path (on every rank)."""
+    if format not in ("dense", "sparse"):
+        raise ValueError(f"format must be 'dense' or 'sparse', not {format!r}")
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    samples, classes, root = _sources(src)
+    rank, world = _dist_env()
+    distributed = world > 1
+    if distributed and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo")
+    if out.exists():
+        raise CacheError(f"{out} exists; remove it to rebuild")
+    if rank == 0:
+        if partial.exists() and not resume:
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True, exist_ok=True)
+        params = {"format": format, "world": world if distributed else workers, "n": len(samples), "root": root}
+        pfile = partial / "build.json"
+        if resume and pfile.exists() and json.loads(pfile.read_text()) != params:
+            raise CacheError(f"cannot resume {partial}: it was started with {pfile.read_text()}, now {params}")
+        pfile.write_text(json.dumps(params))
+    if distributed:
+        torch.distributed.barrier()
+        _build_range(samples, partial, format, rank, world, resume, on_error, max_pixels, progress)
+        torch.distributed.barrier()
+        parts = world
+    elif workers > 1:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_build_range, args=(samples, partial, format, r, workers, resume, on_error,
+                                                         max_pixels, progress and r == 0)) for r in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a build worker failed; {partial} is left for --resume")
+        parts = workers
+    else:
+        _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress)
+        parts = 1
+    if rank == 0:
+        _finalize(partial, out, samples, classes, root, format, parts, hash_sources)
+    if distributed:
+        torch.distributed.barrier()
+    return out
+
+
+def _finalize(partial: Path, out: Path, samples: list[tuple[str, int]], classes: list[str], root: str, fmt: str,
+              parts: int, hash_sources: bool) -> None:
+    index = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
+    tables = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
+    if len(index) != len(samples):
+        raise CacheError(f"build incomplete: {len(index)} of {len(samples)} samples in {partial}")
+    np.save(partial / "index.npy", index)
+    np.save(partial / "tables.npy", tables.reshape(-1, 4, 64))
+    bad = []
+    for r in range(parts):
+        f = partial / f"{_part_name(r, parts)}.bad.jsonl"
+        if f.exists():
+            bad += [json.loads(line) for line in f.read_text().splitlines()]
+    sources = []
+    for path, label in samples:
+        st = os.stat(path)
+        sources.append({"path": os.path.relpath(path, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                        "label": label, "hash": _file_hash(path) if hash_sources else None})
+    src_bytes = sum(s["size"] for s in sources)
+    data_bytes = sum((partial / f"{_part_name(r, parts)}.bin").stat().st_size for r in range(parts))
+    import dctnet
+
+    meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
+            "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
+            "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
+            "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time()}
+    for r in range(parts):  # build bookkeeping is not part of the cache
+        for suffix in (".idx", ".tab", ".progress.json", ".done", ".bad.jsonl"):
+            (partial / f"{_part_name(r, parts)}{suffix}").unlink(missing_ok=True)
+    (partial / "build.json").unlink(missing_ok=True)
+    tmp = partial / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta))
+    os.replace(tmp, partial / "meta.json")
+    os.replace(partial, out)  # the cache appears whole or not at all
+    print(f"cache {out}: {len(samples)} samples ({len(bad)} bad), {fmt}, {data_bytes / 2**20:.1f} MiB "
+          f"= {data_bytes / max(src_bytes, 1):.2f}x the {src_bytes / 2**20:.1f} MiB of JPEG", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------ read
+
+@dataclass
+class CachedCoefficients:
+    """What a cache hands back per image: the parts of :class:`dctnet.JpegCoefficients` the data
+    pipeline uses (planes bit-identical to a direct read)."""
+
+    planes: tuple[np.ndarray, ...]
+    sampling: tuple[tuple[int, int], ...]
+    color_space: str
+    height: int
+    width: int
+    exif_orientation: int | None
+    quant_tables: np.ndarray
+
+    @property
+    def num_components(self) -> int:
+        return len(self.planes)
+
+    @property
+    def subsampling(self) -> str:
+        return "gray" if len(self.planes) == 1 else ",".join(f"{h}x{v}" for h, v in self.sampling)
+
+    def to_torch(self) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.from_numpy(p) for p in self.planes)
+
+
+class Cache:
+    """An opened, validated cache (see :func:`open_cache`)."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        self.path, self.meta = path, meta
+        self.format = meta["format"]
+        self.index = np.load(path / "index.npy", mmap_mode="r")
+        self.tables = np.load(path / "tables.npy", mmap_mode="r")
+        self._parts: list[np.memmap] | None = None  # opened lazily: per process (DataLoader workers)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _data(self, part: int) -> np.memmap:
+        if self._parts is None:
+            self._parts = [np.memmap(self.path / p, np.uint8, mode="r") if (self.path / p).stat().st_size else
+                           np.zeros(0, np.uint8) for p in self.meta["parts"]]
+        return self._parts[part]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_parts"] = None
+        return state
+
+    def is_bad(self, i: int) -> bool:
+        return int(self.index[i]["status"]) == BAD
+
+    def coefficients(self, i: int) -> CachedCoefficients:
+        """Sample ``i``'s planes (views of the mmap for dense; expanded in C for sparse)."""
+        r = self.index[i]
+        if int(r["status"]) == BAD:
+            raise JpegError("unreadable when the cache was built", self.meta["sources"][i]["path"])
+        nc = int(r["ncomp"])
+        blocks = [tuple(int(v) for v in r["blocks"][c]) for c in range(nc)]
+        counts = [h * w for h, w in blocks]
+        raw = self._data(int(r["part"]))[int(r["offset"]): int(r["offset"]) + int(r["nbytes"])]
+        if self.format == "dense":
+            flat = raw.view(np.int16).reshape(-1, 64)
+        else:
+            nb = sum(counts)
+            nv, ne = int(r["nvalues"]), int(r["nescapes"])
+            masks = raw[: 8 * nb].view(np.uint64)
+            values = raw[8 * nb: 8 * nb + nv].view(np.int8)
+            start = 8 * nb + nv + (8 * nb + nv) % 2
+            escapes = raw[start: start + 2 * ne].view(np.int16)
+            rec = S.SparseRecord(masks, values, escapes, np.ascontiguousarray(self.tables[i, :nc]))
+            flat = S.expand(rec, counts)
+        planes, start = [], 0
+        for (h, w), n in zip(blocks, counts):
+            planes.append(flat[start:start + n].reshape(h, w, 64))
+            start += n
+        return CachedCoefficients(
+            planes=tuple(planes), sampling=tuple(tuple(int(v) for v in r["sampling"][c]) for c in range(nc)),
+            color_space=COLOR_SPACES[int(r["color"])], height=int(r["height"]), width=int(r["width"]),
+            exif_orientation=int(r["orient"]) or None, quant_tables=np.asarray(self.tables[i, :nc]).reshape(nc, 8, 8))
+
+
+def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = None, verify: str = "stat",
+               format: str | None = None) -> Cache:
+    """Open and validate a cache.
+
+    Args:
+        path: the cache directory.
+        source: the image folder it must match (default: the one recorded at build time).
+        verify: ``"stat"`` (sizes and mtimes), ``"hash"`` (also content hashes) or ``"none"``.
+        format: require this format.
+
+    Raises:
+        CacheError: incomplete build, changed/missing/new sources or other parameters — the
+            message says which (first few paths and counts)."""
+    path = Path(path)
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        hint = " (an unfinished build: rerun it with resume=True / --resume)" if path.name.endswith(".partial") or \
+            path.with_name(path.name + ".partial").exists() else ""
+        raise CacheError(f"{path} is not a finished dctnet cache: no meta.json{hint}")
+    meta = json.loads(meta_file.read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CacheError(f"{path}: cache format version {meta.get('format_version')}, this dctnet reads {FORMAT_VERSION}")
+    if format is not None and meta["format"] != format:
+        raise CacheError(f"{path}: built as {meta['format']!r}, {format!r} requested")
+    root = Path(source) if source is not None else Path(meta["root"])
+    if verify != "none":
+        changed, missing = [], []
+        for s in meta["sources"]:
+            p = root / s["path"]
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                missing.append(s["path"])
+                continue
+            if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
+                if verify == "hash" and s["hash"] and st.st_size == s["size"] and _file_hash(str(p)) == s["hash"]:
+                    continue  # touched but identical
+                changed.append(f"{s['path']} (size {s['size']} -> {st.st_size})")
+            elif verify == "hash" and s["hash"] and _file_hash(str(p)) != s["hash"]:
+                changed.append(f"{s['path']} (content)")
+        known = {s["path"] for s in meta["sources"]}
+        current = {os.path.relpath(p, root) for p, _ in ImageFolderDataset(root).samples} if root.is_dir() else set()
+        added = sorted(current - known)
+        if changed or missing or added:
+            parts = []
+            for label, items in (("changed", changed), ("missing", missing), ("new", added)):
+                if items:
+                    parts.append(f"{len(items)} {label} (e.g. {', '.join(items[:3])})")
+            raise CacheError(f"{path} is stale against {root}: " + "; ".join(parts) + ". Rebuild it.")
+    return Cache(path, meta)
+
+
+class CacheDataset(torch.utils.data.Dataset):
+    """A cache as a dataset for the pipeline's loaders: same samples, crops and randomness as
+    :class:`ImageFolderDataset` over the source folder (``(seed, epoch, index)`` draws).
+
+    Indexing takes ``index`` or ``(epoch, index)``; bad samples follow ``on_error``."""
+
+    def __init__(self, path: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0, on_error: str = "raise",
+                 exif: str = "ignore", verify: str = "stat", source: str | os.PathLike | None = None) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        self.cache = open_cache(path, source=source, verify=verify)
+        meta = self.cache.meta
+        self.classes = meta["classes"]
+        self.targets = [s["label"] for s in meta["sources"]]
+        self.crop, self.seed, self.on_error, self.exif = crop or FullImage(), seed, on_error, exif
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def load(self, index: int, epoch: int) -> CoefficientSample | tuple[int, str, str]:
+        try:
+            coeffs = self.cache.coefficients(index)
+        except JpegError as exc:
+            if self.on_error == "raise":
+                raise
+            return index, str(exc.source), exc.reason
+        return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, epoch, index),
+                                        self.targets[index], index, self.exif)
+
+    def load_batch(self, keys: Sequence[tuple[int, int]]) -> list:
+        return [self.load(i, e) for e, i in keys]
+
+    def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
+        epoch, index = key if isinstance(key, tuple) else (self.epoch, key)
+        return self.load(index, epoch)

@@ -1,0 +1,188 @@
+"""Coefficient cache: bit-identical read-back (dense and sparse, C and torch expansion), trust
+(stale sources, interrupted builds), torchrun build with a crash and resume, rank-split reading."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import dctnet
+from dctnet import data as D
+from dctnet.data import sparse as S
+from dctnet.synthetic import synthetic_jpeg
+
+from conftest import CORPUS, ROOT
+
+
+def make_folder(root, n=40, size=(40, 56)):
+    variants = [dict(subsampling="4:2:0"), dict(gray=True), dict(subsampling="4:4:4"), dict(progressive=True),
+                dict(quality=100, subsampling="4:2:2")]
+    for i in range(n):
+        d = root / f"c{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i:04d}.jpg").write_bytes(synthetic_jpeg(i, size[0] + i % 9, size[1], **variants[i % len(variants)]))
+    return root
+
+
+@pytest.fixture()
+def folder(tmp_path):
+    return make_folder(tmp_path / "src")
+
+
+def corpus_folder(tmp_path):
+    files = sorted((CORPUS / "files").glob("*.jpg")) if (CORPUS / "files").is_dir() else []
+    if not files:
+        pytest.skip("corpus not found")
+    root = tmp_path / "corpus" / "all"
+    root.mkdir(parents=True)
+    for f in files:
+        os.symlink(f, root / f.name)
+    return root.parent
+
+
+@pytest.mark.parametrize("fmt", ["dense", "sparse"])
+def test_read_back_is_bit_identical(tmp_path, folder, fmt):
+    out = D.build_cache(folder, tmp_path / "cache", format=fmt, progress=False)
+    cache = D.open_cache(out)
+    ds = D.ImageFolderDataset(folder)
+    assert len(cache) == len(ds)
+    for i, (path, label) in enumerate(ds.samples):
+        ref = dctnet.read_coefficients(path)
+        got = cache.coefficients(i)
+        assert got.sampling == ref.sampling and got.color_space == ref.color_space and (got.height, got.width) == ref.size
+        for a, b in zip(ref.planes, got.planes):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("fmt", ["dense", "sparse"])
+def test_corpus_through_the_cache(tmp_path, fmt):
+    """Every corpus file: readable ones bit-identical, unreadable ones listed in the sidecar."""
+    root = corpus_folder(tmp_path)
+    out = D.build_cache(root, tmp_path / "cache", format=fmt, progress=False, hash_sources=False)
+    cache = D.open_cache(out)
+    ds = D.ImageFolderDataset(root)
+    bad = {b["path"] for b in cache.meta["bad"]}
+    assert len(bad) == 5
+    for i, (path, _) in enumerate(ds.samples):
+        if path in bad:
+            assert cache.is_bad(i)
+            with pytest.raises(dctnet.JpegError):
+                cache.coefficients(i)
+            continue
+        ref = dctnet.read_coefficients(path)
+        for a, b in zip(ref.planes, cache.coefficients(i).planes):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_sparse_device_expansion_matches_host(tmp_path):
+    sources = [synthetic_jpeg(i, 48 + 8 * i, 64, quality=q) for i, q in enumerate((10, 50, 90, 100))]
+    masks, values, escapes, tables, refs = [], [], [], [], []
+    for data in sources:
+        c = dctnet.read_coefficients(data)
+        rec = S.encode(c.planes, c.quant_tables)
+        counts = [p.shape[0] * p.shape[1] for p in c.planes]
+        refs.append(S.expand(rec, counts))
+        masks.append(rec.masks.view(np.int64))
+        values.append(rec.values)
+        escapes.append(rec.escapes)
+        tables.append(np.repeat(rec.tables, counts, axis=0))
+    out = S.expand_torch(*(torch.from_numpy(np.concatenate(a)) for a in (masks, values, escapes, tables)))
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(refs))
+    assert sum(len(e) for e in escapes) > 0  # quality 100 exercises escapes
+
+
+def test_saturated_file_round_trips_sparse(tmp_path):
+    from test_codec import _set_dqt
+
+    data = _set_dqt(synthetic_jpeg(3, 64, 64, quality=100, subsampling="4:4:4"), 255)
+    c = dctnet.read_coefficients(data)
+    assert c.saturated
+    rec = S.encode(c.planes, c.quant_tables)
+    back = S.expand(rec, [p.shape[0] * p.shape[1] for p in c.planes])
+    np.testing.assert_array_equal(back, np.concatenate([p.reshape(-1, 64) for p in c.planes]))
+
+
+def test_stale_sources_are_refused_with_reasons(tmp_path, folder):
+    out = D.build_cache(folder, tmp_path / "cache", progress=False)
+    D.open_cache(out)
+    victim = sorted(folder.glob("c0/*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes() + b"\0\0")
+    gone = sorted(folder.glob("c1/*.jpg"))[0]
+    gone.unlink()
+    (folder / "c2" / "new.jpg").write_bytes(synthetic_jpeg(99, 16, 16))
+    with pytest.raises(D.CacheError) as info:
+        D.open_cache(out)
+    msg = str(info.value)
+    assert "1 changed" in msg and victim.name in msg and "1 missing" in msg and "1 new" in msg and "new.jpg" in msg
+    with pytest.raises(D.CacheError, match="exists"):
+        D.build_cache(folder, out, progress=False)
+
+
+def test_touched_but_identical_passes_hash_check(tmp_path, folder):
+    out = D.build_cache(folder, tmp_path / "cache", progress=False)
+    f = sorted(folder.glob("c0/*.jpg"))[0]
+    os.utime(f, ns=(1, 1))
+    with pytest.raises(D.CacheError, match="changed"):
+        D.open_cache(out)
+    D.open_cache(out, verify="hash")
+
+
+def test_cache_dataset_matches_folder_dataset_and_policy(tmp_path, folder):
+    (folder / "c0" / "broken.jpg").write_bytes(b"\xff\xd8 broken")
+    out = D.build_cache(folder, tmp_path / "cache", progress=False)
+    cache_ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=5, on_error="skip")
+    folder_ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=5, on_error="skip")
+    a = list(D.ThreadLoader(cache_ds, 8, sampler=D.EpochSampler(len(cache_ds), seed=5), pin_memory=False))
+    b = list(D.ThreadLoader(folder_ds, 8, sampler=D.EpochSampler(len(folder_ds), seed=5), pin_memory=False))
+    for x, y in zip(a, b):
+        assert all(torch.equal(p, q) for p, q in zip(x.tensors(), y.tensors()))
+    assert sum(len(x.skipped) for x in a) == 1
+    dl = list(D.make_dataloader(cache_ds, 8, sampler=D.EpochSampler(len(cache_ds), seed=5), num_workers=2,
+                                pin_memory=False))
+    assert all(all(torch.equal(p, q) for p, q in zip(x.tensors(), y.tensors())) for x, y in zip(dl, a))
+    with pytest.raises(dctnet.JpegError):
+        list(D.ThreadLoader(D.CacheDataset(out), 8, pin_memory=False))
+
+
+def torchrun(*args, check=True):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           "--rdzv-endpoint=localhost:0", str(ROOT / "tests" / "cache_worker.py"), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    if check:
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def test_torchrun_build_crash_resume_and_rank_split_read(tmp_path):
+    src = make_folder(tmp_path / "src", n=300, size=(48, 64))
+    out = tmp_path / "cache"
+    r = torchrun("build", str(src), str(out), "--die-after", "100", check=False)
+    assert r.returncode != 0
+    assert not out.exists() and (tmp_path / "cache.partial").exists()
+    with pytest.raises(D.CacheError, match="not a finished"):
+        D.open_cache(out)
+    with pytest.raises(D.CacheError, match="not a finished"):
+        D.open_cache(tmp_path / "cache.partial")
+    progress = json.loads((tmp_path / "cache.partial" / "part-00001-of-00002.progress.json").read_text())
+    assert 0 < progress["done"] < 150  # rank 1 died part-way through its 150 samples
+    torchrun("build", str(src), str(out), "--resume")
+    cache = D.open_cache(out)
+    ds = D.ImageFolderDataset(src)
+    for i, (path, _) in enumerate(ds.samples):
+        for a, b in zip(dctnet.read_coefficients(path).planes, cache.coefficients(i).planes):
+            np.testing.assert_array_equal(a, b)
+    assert len(cache.meta["parts"]) == 2
+    record = tmp_path / "seen.json"
+    torchrun("read", str(src), str(out), "--record", str(record))
+    seen = json.loads(record.read_text())
+    assert len(seen) == 2 and seen[0] and seen[1]
+    assert sorted(seen[0] + seen[1]) == list(range(300))
+    shutil.rmtree(out)
