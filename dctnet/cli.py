@@ -5,6 +5,7 @@
                              and print fidelity and speed against Pillow
     dctnet convert IN OUT    convert an RGB checkpoint to its DCT-stem model (verified)
     dctnet cache build|info|verify   coefficient caches
+    dctnet verify SRC        dataset checks: unreadable, warnings, duplicates, leakage, balance
 """
 
 from __future__ import annotations
@@ -247,6 +248,22 @@ def cmd_cache(args: argparse.Namespace) -> int:
         return 1
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from dctnet.data.verify import format_report, verify_dataset
+
+    try:
+        report = verify_dataset(args.src, threads=args.threads)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+        print(f"\nJSON report: {args.json}")
+    bad = sum(len(s["unreadable"]) for s in report["splits"].values())
+    return 1 if (bad or report["leakage"]) and args.strict else 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -291,5 +308,12 @@ def main(argv: list[str] | None = None) -> None:
             v.add_argument("--samples", type=int, default=64, help="how many samples to re-decode")
             v.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_cache)
+    p = sub.add_parser("verify", help="decode a dataset once: unreadable files, warnings, duplicates, leakage, balance",
+                       description="SRC is an image folder (SRC/<class>/...) or a folder of splits (SRC/<split>/<class>/...).")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--threads", type=int, help="decode threads (default: all CPUs)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when files are unreadable or leak across splits")
+    p.set_defaults(func=cmd_verify)
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

@@ -40,14 +40,17 @@ def main() -> None:
     torch.distributed.init_process_group("gloo")
     ds = D.CacheDataset(args.out, crop=D.RandomResizedCrop(), seed=1)
     sampler = D.EpochSampler(len(ds), seed=1)
-    seen = []
+    seen, label_sum = [], 0
     for batch in D.ThreadLoader(ds, 8, sampler=sampler, threads=2, pin_memory=False):
         seen += batch.index.tolist()
+        label_sum += int(batch.labels.sum())
+    # a "metric" over the distributed set: mean label, reduced from per-rank sums and counts
+    mean_label = D.all_reduce_metric(torch.tensor(float(label_sum)), torch.tensor(float(len(seen)))).item()
     gathered = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(gathered, seen)
     if rank == 0:
         with open(args.record, "w") as f:
-            json.dump(gathered, f)
+            json.dump({"seen": gathered, "mean_label": mean_label}, f)
     torch.distributed.destroy_process_group()
 
 

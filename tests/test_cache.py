@@ -182,7 +182,10 @@ def test_torchrun_build_crash_resume_and_rank_split_read(tmp_path):
     assert len(cache.meta["parts"]) == 2
     record = tmp_path / "seen.json"
     torchrun("read", str(src), str(out), "--record", str(record))
-    seen = json.loads(record.read_text())
+    result = json.loads(record.read_text())
+    seen = result["seen"]
     assert len(seen) == 2 and seen[0] and seen[1]
     assert sorted(seen[0] + seen[1]) == list(range(300))
+    labels = [label for _, label in ds.samples]
+    assert result["mean_label"] == pytest.approx(sum(labels) / len(labels))  # gathered before reduced
     shutil.rmtree(out)

@@ -14,11 +14,19 @@ from dctnet.data.dataset import (
     sample_generator,
     to_canonical,
 )
+from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, collate, make_dataloader
 from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
+from dctnet.data.verify import format_report, verify_dataset
 from dctnet.data.stats import compute_stats
 
 __all__ = [
+    "Folds",
+    "SubsetSampler",
+    "all_reduce_metric",
+    "format_report",
+    "kfold",
+    "verify_dataset",
     "CacheDataset",
     "CacheError",
     "build_cache",

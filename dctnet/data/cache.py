@@ -203,7 +203,9 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
     elif workers > 1:
         import multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
+        # fork where the platform has it (as torch's DataLoader does): spawn would re-run the
+        # caller's unguarded __main__ in every worker
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         procs = [ctx.Process(target=_build_range, args=(samples, partial, format, r, workers, resume, on_error,
                                                          max_pixels, progress and r == 0)) for r in range(workers)]
         for p in procs:
