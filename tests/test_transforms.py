@@ -167,18 +167,53 @@ def test_to_rgb_normalized_like_torchvision(x0):
     close(out.float(), want, 1e-4)
 
 
-def test_crop_boxes_follow_torchvision_distribution():
-    """Same seed → the very same boxes as torchvision's RandomResizedCrop."""
+def _torchvision_rrc(height, width, u, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision's RandomResizedCrop.make_params, transcribed, with its random numbers replaced
+    by the given uniforms (area, log-ratio, top, left per try) — the oracle for the algorithm."""
+    import math
+
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for t in range(10):
+        target_area = area * (scale[0] + (scale[1] - scale[0]) * u[t, 0])
+        aspect_ratio = math.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * u[t, 1])
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            return int(u[t, 2] * (height - h + 1)), int(u[t, 3] * (width - w + 1)), h, w
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def test_crop_boxes_follow_torchvision_algorithm_and_distribution():
+    crop = D.RandomResizedCrop()
+    sizes = [(333, 201), (224, 224), (20, 500), (500, 20), (17, 33), (1, 1)]
+    for h, w in sizes:
+        u = D.crop.uniforms(7, 3, np.arange(200), crop.draws)
+        got = crop.boxes(np.full(200, h), np.full(200, w), u)
+        want = [_torchvision_rrc(h, w, ui.reshape(10, 4)) for ui in u]
+        assert [tuple(b) for b in got.tolist()] == want, (h, w)
+    # the draws are uniform and a pure function of (seed, epoch, index)
+    u = D.crop.uniforms(1, 0, np.arange(20000), 4)
+    assert abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005 and u.min() >= 0 and u.max() < 1
+    assert np.array_equal(D.crop.uniforms(1, 0, [5, 9], 4), u[[5, 9]])
+    assert not np.array_equal(D.crop.uniforms(1, 1, [5], 4), u[[5]])
+    # area fraction of the boxes matches torchvision's sampler in distribution (same algorithm, other RNG)
     from torchvision.transforms import v2
 
-    ours = D.RandomResizedCrop(scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3))
-    tv = v2.RandomResizedCrop(128, antialias=True)
-    img = torch.zeros(3, 333, 201)
-    for seed in range(50):
-        torch.manual_seed(seed)
-        params = tv.make_params([img])
-        want = (params["top"], params["left"], params["height"], params["width"])
-        assert ours(333, 201, torch.Generator().manual_seed(seed)) == want
+    tv = v2.RandomResizedCrop(128)
+    torch.manual_seed(0)
+    img = torch.zeros(3, 224, 224)
+    tv_area = np.array([(lambda p: p["height"] * p["width"])(tv.make_params([img])) for _ in range(3000)]) / 224**2
+    ours = D.draw_boxes(crop, np.full(3000, 224), np.full(3000, 224), 0, 0, np.arange(3000))
+    our_area = ours[:, 2] * ours[:, 3] / 224**2
+    assert abs(np.median(tv_area) - np.median(our_area)) < 0.03 and abs(tv_area.mean() - our_area.mean()) < 0.02
 
 
 def test_device_crop_matches_torchvision_resized_crop():
@@ -188,7 +223,7 @@ def test_device_crop_matches_torchvision_resized_crop():
     crop = D.RandomResizedCrop()
     for i, path in enumerate(files):
         c = dctnet.read_coefficients(path)
-        ds_samples.append((path, D.sample_from_coefficients(c, crop, torch.Generator().manual_seed(i), 0, i)))
+        ds_samples.append((path, D.sample_from_coefficients(c, crop, 0, i, seed=0, epoch=0)))
     batch = D.collate([s for _, s in ds_samples], pin_memory=False)
     ours = T.crops_to_rgb(batch, (128, 128)).double()
     worst = []
@@ -196,7 +231,7 @@ def test_device_crop_matches_torchvision_resized_crop():
         with Image.open(path) as im:
             ref = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1).double() / 255
         c = dctnet.read_coefficients(path)
-        box = crop(c.height, c.width, torch.Generator().manual_seed(k))
+        box = tuple(int(v) for v in D.draw_boxes(crop, c.height, c.width, 0, 0, k)[0])
         want = TVF.resized_crop(ref, *box, [128, 128], antialias=True).clamp(0, 1)
         d = (ours[k] - want).abs() * 255
         worst.append((d.max().item(), d.mean().item()))

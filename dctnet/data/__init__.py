@@ -5,13 +5,12 @@ Data flows: files → :mod:`dctnet.codec` → canonical 4:2:0 planes → crop wi
 """
 
 from dctnet.data.cache import CacheDataset, CacheError, build_cache, open_cache
-from dctnet.data.crop import CenterCrop, FullImage, RandomResizedCrop, mcu_window
+from dctnet.data.crop import CenterCrop, FullImage, RandomResizedCrop, draw_boxes, mcu_window, mcu_windows
 from dctnet.data.dataset import (
     CoefficientSample,
     ImageFolderDataset,
     apply_orientation,
     sample_from_coefficients,
-    sample_generator,
     to_canonical,
 )
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
@@ -21,6 +20,8 @@ from dctnet.data.verify import format_report, verify_dataset
 from dctnet.data.stats import compute_stats
 
 __all__ = [
+    "draw_boxes",
+    "mcu_windows",
     "Folds",
     "SubsetSampler",
     "all_reduce_metric",
@@ -47,7 +48,6 @@ __all__ = [
     "make_dataloader",
     "mcu_window",
     "sample_from_coefficients",
-    "sample_generator",
     "to_canonical",
     "wds_decode",
 ]

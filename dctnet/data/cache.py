@@ -43,7 +43,7 @@ import torch
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
 from dctnet.data import sparse as S
 from dctnet.data.crop import FullImage
-from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients, sample_generator
+from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients
 
 __all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache"]
 
@@ -429,8 +429,8 @@ class CacheDataset(torch.utils.data.Dataset):
             if self.on_error == "raise":
                 raise
             return index, str(exc.source), exc.reason
-        return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, epoch, index),
-                                        self.targets[index], index, self.exif)
+        return sample_from_coefficients(coeffs, self.crop, self.targets[index], index, seed=self.seed, epoch=epoch,
+                                        exif=self.exif)
 
     def load_batch(self, keys: Sequence[tuple[int, int]]) -> list:
         return [self.load(i, e) for e, i in keys]

@@ -1,36 +1,47 @@
 """Host-side crop policy: boxes drawn per sample, planes sliced to an MCU-aligned window.
 
-Box selection is torchvision's (``RandomResizedCrop`` v2: ten tries of a uniform area fraction
-and a log-uniform aspect ratio, then a centre crop with the ratio clamped), drawing from a
-``torch.Generator`` in the same order, so the same seed gives the same boxes as torchvision. The
-box stays exact; what is snapped to the MCU grid is the window of blocks cut from the planes
-around it (plus a one-MCU margin so chroma upsampling at the box edge sees real neighbours).
-The window is pure slicing of the coefficient planes: no pixel work on the CPU.
+Box selection follows torchvision's ``RandomResizedCrop`` (ten tries of a uniform area fraction
+and a log-uniform aspect ratio, rounding as torchvision does, a uniform position; then a centre
+crop with the ratio clamped). The random numbers are counter-based — splitmix64 of
+``(seed, epoch, index, draw)`` — so a sample's box depends only on those, whatever the batch,
+worker or thread it lands in, and a whole batch is drawn in a few vectorised numpy operations.
+
+The box stays exact; what is snapped to the MCU grid is the window of blocks cut from the planes
+around it (plus a one-MCU margin so chroma upsampling at the box edge sees real neighbours). The
+window is pure slicing of the coefficient planes: no pixel work on the CPU.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
-__all__ = ["CenterCrop", "FullImage", "RandomResizedCrop", "mcu_window"]
+__all__ = ["CenterCrop", "FullImage", "RandomResizedCrop", "mcu_window", "mcu_windows", "uniforms"]
 
 Box = tuple[int, int, int, int]  # top, left, height, width in pixels
 
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
-_local = threading.local()
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
-def _scratch() -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-thread one-element tensors to draw into (allocating one per draw costs more than the
-    draw); same generator calls, so the same numbers as torchvision's."""
-    pair = getattr(_local, "pair", None)
-    if pair is None:
-        pair = _local.pair = (torch.empty(1), torch.empty(1, dtype=torch.long))
-    return pair
+def uniforms(seed: int, epoch: int, index: np.ndarray | int, count: int) -> np.ndarray:
+    """``float64 (B, count)`` uniforms in [0, 1): a pure function of (seed, epoch, index, k)."""
+    idx = np.atleast_1d(np.asarray(index, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        key = _splitmix64(_splitmix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)) ^ np.uint64(epoch & 0xFFFFFFFF))
+        base = _splitmix64(key ^ (idx * np.uint64(0xD1B54A32D192ED03)))
+        k = np.arange(count, dtype=np.uint64)
+        bits = _splitmix64(base[:, None] + k[None, :] * np.uint64(0x9E3779B97F4A7C15))
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)
@@ -39,28 +50,36 @@ class RandomResizedCrop:
 
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    draws = 40  # 10 tries × (area, ratio, top, left)
 
-    def __call__(self, height: int, width: int, gen: torch.Generator) -> Box:
-        area = height * width
-        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
-        f, n = _scratch()
-        for _ in range(10):
-            target_area = area * f.uniform_(self.scale[0], self.scale[1], generator=gen).item()
-            aspect = math.exp(f.uniform_(log_ratio[0], log_ratio[1], generator=gen).item())
-            w = int(round(math.sqrt(target_area * aspect)))
-            h = int(round(math.sqrt(target_area / aspect)))
-            if 0 < w <= width and 0 < h <= height:
-                i = int(torch.randint(0, height - h + 1, (1,), generator=gen, out=n).item())
-                j = int(torch.randint(0, width - w + 1, (1,), generator=gen, out=n).item())
-                return i, j, h, w
-        in_ratio = width / height
-        if in_ratio < min(self.ratio):
-            w, h = width, int(round(width / min(self.ratio)))
-        elif in_ratio > max(self.ratio):
-            h, w = height, int(round(height * max(self.ratio)))
-        else:
-            w, h = width, height
-        return (height - h) // 2, (width - w) // 2, h, w
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """``int64 (B, 4)`` boxes for images of ``heights``/``widths`` from uniforms ``u (B, 40)``."""
+        h_img = np.asarray(heights, np.int64)[:, None]
+        w_img = np.asarray(widths, np.int64)[:, None]
+        u = u.reshape(-1, 10, 4)
+        area = (h_img * w_img) * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[..., 0])
+        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        aspect = np.exp(lo + (hi - lo) * u[..., 1])
+        w = np.rint(np.sqrt(area * aspect)).astype(np.int64)  # round half to even, like Python's round
+        h = np.rint(np.sqrt(area / aspect)).astype(np.int64)
+        ok = (w > 0) & (w <= w_img) & (h > 0) & (h <= h_img)
+        first = np.argmax(ok, axis=1)
+        rows = np.arange(len(first))
+        found = ok[rows, first]
+        h, w = h[rows, first], w[rows, first]
+        top = np.floor(u[rows, first, 2] * (h_img[:, 0] - h + 1)).astype(np.int64)
+        left = np.floor(u[rows, first, 3] * (w_img[:, 0] - w + 1)).astype(np.int64)
+        # fallback: centre crop with the aspect ratio clamped to the range
+        in_ratio = w_img[:, 0] / h_img[:, 0]
+        fw = np.where(in_ratio < min(self.ratio), w_img[:, 0],
+                      np.where(in_ratio > max(self.ratio), np.rint(h_img[:, 0] * max(self.ratio)), w_img[:, 0]))
+        fh = np.where(in_ratio < min(self.ratio), np.rint(w_img[:, 0] / min(self.ratio)), h_img[:, 0])
+        fw, fh = fw.astype(np.int64), fh.astype(np.int64)
+        h = np.where(found, h, fh)
+        w = np.where(found, w, fw)
+        top = np.where(found, top, (h_img[:, 0] - fh) // 2)
+        left = np.where(found, left, (w_img[:, 0] - fw) // 2)
+        return np.stack([top, left, h, w], axis=1)
 
 
 @dataclass(frozen=True)
@@ -69,26 +88,45 @@ class CenterCrop:
     ``Resize(256) + CenterCrop(224)`` is ``crop_fraction = 0.875``), as torchvision rounds it."""
 
     crop_fraction: float = 0.875
+    draws = 0
 
-    def __call__(self, height: int, width: int, gen: torch.Generator | None = None) -> Box:
-        side = max(1, int(round(min(height, width) * self.crop_fraction)))
-        return int(round((height - side) / 2.0)), int(round((width - side) / 2.0)), side, side
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+        h = np.asarray(heights, np.int64)
+        w = np.asarray(widths, np.int64)
+        side = np.maximum(1, np.rint(np.minimum(h, w) * self.crop_fraction).astype(np.int64))
+        return np.stack([np.rint((h - side) / 2.0).astype(np.int64), np.rint((w - side) / 2.0).astype(np.int64),
+                         side, side], axis=1)
 
 
 @dataclass(frozen=True)
 class FullImage:
     """The whole image (no crop)."""
 
-    def __call__(self, height: int, width: int, gen: torch.Generator | None = None) -> Box:
-        return 0, 0, height, width
+    draws = 0
+
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+        h = np.asarray(heights, np.int64)
+        return np.stack([np.zeros_like(h), np.zeros_like(h), h, np.asarray(widths, np.int64)], axis=1)
+
+
+def draw_boxes(crop, heights, widths, seed: int, epoch: int, index) -> np.ndarray:
+    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop``."""
+    u = uniforms(seed, epoch, index, crop.draws) if crop.draws else None
+    return crop.boxes(np.atleast_1d(heights), np.atleast_1d(widths), u)
+
+
+def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int = 16,
+                margin: int = 1) -> np.ndarray:
+    """MCU rows/cols ``(B, 4)`` = (r0, r1, c0, c1) covering each box plus ``margin`` MCUs, inside the image."""
+    top, left, h, w = boxes.T
+    rows, cols = -(-np.asarray(heights) // mcu), -(-np.asarray(widths) // mcu)
+    r0 = np.maximum(0, top // mcu - margin)
+    c0 = np.maximum(0, left // mcu - margin)
+    r1 = np.minimum(rows, -(-(top + h) // mcu) + margin)
+    c1 = np.minimum(cols, -(-(left + w) // mcu) + margin)
+    return np.stack([r0, r1, c0, c1], axis=1).astype(np.int64)
 
 
 def mcu_window(box: Box, height: int, width: int, mcu: int = 16, margin: int = 1) -> tuple[int, int, int, int]:
-    """MCU rows/cols ``(r0, r1, c0, c1)`` covering ``box`` plus ``margin`` MCUs, inside the image."""
-    top, left, h, w = box
-    rows, cols = -(-height // mcu), -(-width // mcu)
-    r0 = max(0, top // mcu - margin)
-    c0 = max(0, left // mcu - margin)
-    r1 = min(rows, -(-(top + h) // mcu) + margin)
-    c1 = min(cols, -(-(left + w) // mcu) + margin)
-    return r0, r1, c0, c1
+    """:func:`mcu_windows` for one box."""
+    return tuple(int(v) for v in mcu_windows(np.array([box]), np.array([height]), np.array([width]), mcu, margin)[0])

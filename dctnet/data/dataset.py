@@ -3,8 +3,8 @@
 A sample is the coefficient planes of one image, converted to the loader's canonical layout
 (4:2:0 YCbCr; see :func:`to_canonical`), sliced to an MCU-aligned window around its crop box
 (:mod:`dctnet.data.crop`), plus its label. Randomness is a pure function of
-``(seed, epoch, index)`` — a fresh ``torch.Generator`` per sample — so batches are the same
-whatever the number of workers or threads, and a sample can be re-drawn on its own.
+``(seed, epoch, index)`` (counter-based draws), so batches are the same whatever the number of
+workers or threads, and a sample can be re-drawn on its own.
 
 Bad samples follow ``on_error``: ``"raise"`` (a :class:`dctnet.JpegError` naming the file) or
 ``"skip"`` (the sample becomes ``None``; collate drops it and records ``(index, name, reason)``
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +27,10 @@ import numpy as np
 import torch
 
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients, read_coefficients_batch
-from dctnet.data.crop import Box, FullImage, mcu_window
+from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_window
 
 __all__ = ["CoefficientSample", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
-           "sample_generator", "to_canonical"]
+           "to_canonical"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
@@ -52,13 +53,6 @@ class CoefficientSample:
     box: Box
     label: int
     index: int
-
-
-def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
-    """The per-sample generator: a pure function of (seed, epoch, index)."""
-    g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + epoch) * 10_000_019 + index)
-    return g
 
 
 def to_canonical(c: JpegCoefficients) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], int, int]:
@@ -126,13 +120,13 @@ def apply_orientation(y: np.ndarray, cbcr: tuple[np.ndarray, np.ndarray], height
     return y, (cb, cr), height, width
 
 
-def sample_from_coefficients(coeffs: JpegCoefficients, crop: Callable, gen: torch.Generator, label: int, index: int,
-                             exif: str = "ignore") -> CoefficientSample:
-    """Canonical layout → (optional orientation) → crop box → MCU window slice."""
+def sample_from_coefficients(coeffs: JpegCoefficients, crop: Any, label: int, index: int, *, seed: int = 0,
+                             epoch: int = 0, exif: str = "ignore") -> CoefficientSample:
+    """Canonical layout → (optional orientation) → crop box of ``(seed, epoch, index)`` → MCU window slice."""
     y, cbcr, h, w = to_canonical(coeffs)
     if exif == "apply" and coeffs.exif_orientation not in (None, 1):
         y, cbcr, h, w = apply_orientation(y, cbcr, h, w, coeffs.exif_orientation)
-    box = crop(h, w, gen)
+    box = tuple(int(v) for v in draw_boxes(crop, h, w, seed, epoch, index)[0])
     r0, r1, c0, c1 = mcu_window(box, h, w)
     return CoefficientSample(
         y=y[2 * r0:2 * r1, 2 * c0:2 * c1], c=(cbcr[0][r0:r1, c0:c1], cbcr[1][r0:r1, c0:c1]),
@@ -198,8 +192,7 @@ class ImageFolderDataset(torch.utils.data.Dataset):
             if self.on_error == "raise":
                 raise
             return index, path, str(exc)
-        return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, epoch, index), label, index,
-                                        self.exif)
+        return sample_from_coefficients(coeffs, self.crop, label, index, seed=self.seed, epoch=epoch, exif=self.exif)
 
     def load_batch(self, keys: Sequence[tuple[int, int]]) -> list[CoefficientSample | tuple[int, str, str]]:
         """:meth:`load` for ``(epoch, index)`` keys, reading the files in one GIL-free pass
@@ -213,8 +206,8 @@ class ImageFolderDataset(torch.utils.data.Dataset):
                     raise res
                 out.append((index, path, str(res)))
             else:
-                out.append(sample_from_coefficients(res, self.crop, sample_generator(self.seed, epoch, index),
-                                                    self.samples[index][1], index, self.exif))
+                out.append(sample_from_coefficients(res, self.crop, self.samples[index][1], index, seed=self.seed,
+                                                    epoch=epoch, exif=self.exif))
         return out
 
     def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:

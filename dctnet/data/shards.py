@@ -26,7 +26,7 @@ import torch
 
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients
 from dctnet.data.crop import FullImage
-from dctnet.data.dataset import CoefficientSample, sample_from_coefficients, sample_generator
+from dctnet.data.dataset import CoefficientSample, sample_from_coefficients
 
 __all__ = ["TarShardDataset", "WdsDecode", "wds_decode"]
 
@@ -86,8 +86,8 @@ class WdsDecode:
             if self.on_error == "raise":
                 raise
             return index, key, str(exc)
-        return sample_from_coefficients(coeffs, self.crop, sample_generator(self.seed, self.epoch, index), label,
-                                        index, self.exif)
+        return sample_from_coefficients(coeffs, self.crop, label, index, seed=self.seed, epoch=self.epoch,
+                                        exif=self.exif)
 
 
 def wds_decode(crop: Callable | None = None, **kwargs: Any) -> WdsDecode:
