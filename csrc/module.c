@@ -700,6 +700,35 @@ static PyObject *py_sparse_expand(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(gather_doc,
+             "gather_420(items, out_y, out_c) -> None\n\n"
+             "items: int64 array (n, 16) of gather_item fields (csrc/sparse.h), addresses included —\n"
+             "internal: dctnet.data.cache builds it from its own memory maps and checks the bounds.\n"
+             "out_y: int16 (n, Hb, Wb, 64), out_c: int16 (n, 2, Hb/2, Wb/2, 64), both C-contiguous.");
+
+static PyObject *py_gather_420(PyObject *self, PyObject *args) {
+  Py_buffer it, oy, oc;
+  Py_ssize_t hb, wb;
+  int64_t n, bad = 0;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "y*w*w*nn", &it, &oy, &oc, &hb, &wb)) return NULL;
+  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
+  if ((size_t)it.len != (size_t)n * sizeof(gather_item) || oy.len < (Py_ssize_t)(n * hb * wb * 128) ||
+      oc.len < (Py_ssize_t)(n * (hb / 2) * (wb / 2) * 256) || hb % 2 || wb % 2) {
+    PyErr_SetString(PyExc_ValueError, "gather_420: inconsistent buffer sizes");
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    bad = gather_420((const gather_item *)it.buf, n, (int16_t *)oy.buf, (int16_t *)oc.buf, hb, wb);
+    Py_END_ALLOW_THREADS
+    if (bad) PyErr_Format(PyExc_ValueError, "gather_420: corrupt record for batch item %lld", (long long)(bad - 1));
+  }
+  PyBuffer_Release(&it);
+  PyBuffer_Release(&oy);
+  PyBuffer_Release(&oc);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
   (void)self;
   if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_ValueError)) {
@@ -714,6 +743,7 @@ static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
     {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
+    {"gather_420", py_gather_420, METH_VARARGS, gather_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
     {"pool_info", py_pool_info, METH_NOARGS, "Free output buffers kept for reuse: {'buffers': n, 'bytes': n}."},

@@ -18,3 +18,22 @@ int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, s
                   size_t nescapes, const uint16_t *tables, const uint8_t *table_of_block, int16_t *out);
 
 #endif
+
+/*
+ * Batch gather from a coefficient cache: for each sample, the blocks of its MCU window are copied
+ * (dense records) or expanded (sparse records) straight into a zero-padded 4:2:0 batch.
+ * out_y is (n, Hb, Wb, 64), out_c is (n, 2, Hb/2, Wb/2, 64), int16. A record is either gray
+ * (ncomp 1: luma only, chroma left zero) or 4:2:0 YCbCr (ncomp 3).
+ */
+typedef struct {
+  const uint8_t *data;     /* record start */
+  int64_t fmt;             /* 0 dense, 1 sparse */
+  int64_t ncomp;           /* 1 or 3 */
+  int64_t bh[3], bw[3];    /* plane sizes in blocks */
+  int64_t nvalues, nescapes;
+  const uint16_t *tables;  /* sparse: (ncomp, 64) */
+  int64_t r0, r1, c0, c1;  /* window in MCUs (16x16 luma pixels) */
+} gather_item;
+
+/* Returns 0, or 1 + the index of the first sample whose record is inconsistent. */
+int64_t gather_420(const gather_item *items, int64_t n, int16_t *out_y, int16_t *out_c, int64_t Hb, int64_t Wb);

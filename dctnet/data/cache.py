@@ -40,9 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
 from dctnet.data import sparse as S
-from dctnet.data.crop import FullImage
+from dctnet.data.crop import FullImage, draw_boxes, mcu_windows
+from dctnet.data.loader import _empty, collate
+from dctnet.transforms.batch import JpegBatch
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients
 
 __all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache"]
@@ -314,6 +317,66 @@ class Cache:
         state["_parts"] = None
         return state
 
+    def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
+               grid: tuple[int, int] | None = None, pin_memory: bool = False, exif: str = "ignore") -> JpegBatch | None:
+        """Fast path of :meth:`CacheDataset.load_collated`; ``None`` when the batch needs the slow one."""
+        if not keys:
+            return None
+        epochs = np.array([e for e, _ in keys], np.int64)
+        idx = np.array([i for _, i in keys], np.int64)
+        rec = self.index[idx]
+        ncomp = rec["ncomp"].astype(np.int64)
+        is_420 = (ncomp == 3) & (rec["color"] == COLOR_SPACES.index("YCbCr")) & \
+            np.all(rec["sampling"][:, :3].reshape(-1, 6) == np.array([2, 2, 1, 1, 1, 1]), axis=1)
+        is_gray = (ncomp == 1) & (rec["color"] == COLOR_SPACES.index("gray"))
+        if (rec["status"] != OK).any() or not (is_420 | is_gray).all() or \
+                (exif == "apply" and (rec["orient"] > 1).any()):
+            return None
+        h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
+        boxes = np.concatenate([draw_boxes(crop, h[m], w[m], seed, int(e), idx[m]) if m.any() else np.zeros((0, 4), np.int64)
+                                for e in np.unique(epochs) for m in [epochs == e]])
+        order = np.concatenate([np.flatnonzero(epochs == e) for e in np.unique(epochs)])
+        boxes = boxes[np.argsort(order, kind="stable")]
+        win = mcu_windows(boxes, h, w)
+        hb = int(max(2, (2 * (win[:, 1] - win[:, 0])).max()))
+        wb = int(max(2, (2 * (win[:, 3] - win[:, 2])).max()))
+        if grid is not None:
+            if hb > grid[0] or wb > grid[1]:
+                raise ValueError(f"a window of {hb}x{wb} blocks does not fit the fixed grid {grid}")
+            hb, wb = grid
+        blocks = rec["blocks"].astype(np.int64)
+        nb = (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1)
+        nbytes = rec["nbytes"].astype(np.int64)
+        if self.format == "dense":
+            fits = nbytes == nb * 128
+        else:
+            vbytes = 8 * nb + rec["nvalues"].astype(np.int64)
+            fits = nbytes >= vbytes + vbytes % 2 + 2 * rec["nescapes"].astype(np.int64)
+        items = np.zeros((len(idx), 16), np.int64)
+        for j, part in enumerate(rec["part"]):
+            data = self._data(int(part))
+            if not fits[j] or int(rec["offset"][j]) + int(nbytes[j]) > data.shape[0]:
+                raise CacheError(f"{self.path}: record {int(idx[j])} does not fit its part file (corrupt cache)")
+            items[j, 0] = data.ctypes.data + int(rec["offset"][j])
+        items[:, 1] = 1 if self.format == "sparse" else 0
+        items[:, 2] = ncomp
+        items[:, 3:6] = blocks[:, :3, 0]
+        items[:, 6:9] = blocks[:, :3, 1]
+        items[:, 9] = rec["nvalues"]
+        items[:, 10] = rec["nescapes"]
+        items[:, 11] = self.tables.ctypes.data + idx * (4 * 64 * 2)
+        items[:, 12:16] = win
+        y = _empty((len(idx), hb, wb, 64), pin_memory)
+        c = _empty((len(idx), 2, hb // 2, wb // 2, 64), pin_memory)
+        _jpeg.gather_420(items, y.numpy(), c.numpy(), hb, wb)
+        valid = np.stack([np.minimum(h - 16 * win[:, 0], 16 * (win[:, 1] - win[:, 0])),
+                          np.minimum(w - 16 * win[:, 2], 16 * (win[:, 3] - win[:, 2]))], axis=1)
+        rel = boxes - np.stack([16 * win[:, 0], 16 * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
+        meta = torch.from_numpy(np.concatenate([valid, rel, np.asarray(targets)[idx][:, None], idx[:, None]], axis=1))
+        if pin_memory:
+            meta = meta.pin_memory()
+        return JpegBatch(y=y, c=c, valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7])
+
     def is_bad(self, i: int) -> bool:
         return int(self.index[i]["status"]) == BAD
 
@@ -434,6 +497,23 @@ class CacheDataset(torch.utils.data.Dataset):
 
     def load_batch(self, keys: Sequence[tuple[int, int]]) -> list:
         return [self.load(i, e) for e, i in keys]
+
+    def load_collated(self, keys: Sequence[tuple[int, int]], *, grid: tuple[int, int] | None = None,
+                      pin_memory: bool = False) -> JpegBatch:
+        """The collated batch for ``keys`` — the same batch as ``collate(load_batch(keys))`` —
+        built by one C call that copies (dense) or expands (sparse) only each sample's window
+        straight into the batch. Batches holding layouts other than 4:2:0 YCbCr / gray, bad
+        samples or EXIF rotations take the per-sample path."""
+        batch = self.cache.gather(keys, self.crop, self.seed, self.targets, grid=grid, pin_memory=pin_memory,
+                                  exif=self.exif)
+        if batch is None:
+            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
+        return batch
+
+    def __getitems__(self, keys: Sequence[tuple[int, int] | int]) -> JpegBatch:
+        """Batched fetch for ``DataLoader`` (its collate passes a JpegBatch through)."""
+        keys = [k if isinstance(k, tuple) else (self.epoch, k) for k in keys]
+        return self.load_collated(keys)
 
     def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
         epoch, index = key if isinstance(key, tuple) else (self.epoch, key)

@@ -37,6 +37,8 @@ def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], 
     is the largest window in the batch. Skipped samples (``(index, name, reason)`` tuples) are
     left out and listed in ``batch.skipped``. ``pin_memory`` (default: when CUDA is available)
     allocates the batch page-locked, ready for an asynchronous copy."""
+    if isinstance(samples, JpegBatch):  # a dataset's __getitems__ already collated the batch
+        return samples
     ok = [s for s in samples if isinstance(s, CoefficientSample)]
     skipped = tuple(s for s in samples if isinstance(s, tuple))
     hb = max([s.y.shape[0] for s in ok] + [2])
@@ -180,6 +182,9 @@ class ThreadLoader:
         return out
 
     def _load(self, keys: list[tuple[int, int]]) -> JpegBatch:
+        collated = getattr(self.dataset, "load_collated", None)
+        if collated is not None:  # datasets that can build the batch in one go (caches)
+            return collated(keys, grid=self.grid, pin_memory=self.pin_memory)
         return collate(self.dataset.load_batch(keys), grid=self.grid, pin_memory=self.pin_memory)
 
     def __iter__(self) -> Iterator[JpegBatch]:
