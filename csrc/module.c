@@ -236,6 +236,20 @@ static CoefBuffer *coefbuffer_wrap(char *ptr, size_t cap, size_t len) {
   return b;
 }
 
+static PyObject *py_alloc(PyObject *self, PyObject *arg) {
+  Py_ssize_t n = PyLong_AsSsize_t(arg);
+  size_t cap;
+  char *mem;
+  (void)self;
+  if (n < 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "alloc: negative size");
+    return NULL;
+  }
+  mem = pool_take((size_t)n, &cap);
+  if (!mem) return PyErr_NoMemory();
+  return (PyObject *)coefbuffer_wrap(mem, cap, (size_t)n);
+}
+
 static PyObject *py_pool_info(PyObject *self, PyObject *unused) {
   int count;
   size_t bytes;
@@ -746,6 +760,7 @@ static PyMethodDef methods[] = {
     {"gather_420", py_gather_420, METH_VARARGS, gather_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
+    {"alloc", py_alloc, METH_O, "alloc(nbytes) -> CoefBuffer: writable memory from the resident buffer pool."},
     {"pool_info", py_pool_info, METH_NOARGS, "Free output buffers kept for reuse: {'buffers': n, 'bytes': n}."},
     {"pool_clear", py_pool_clear, METH_NOARGS, "Free all output buffers kept for reuse."},
     {"set_error_type", py_set_error_type, METH_O, "Register the exception class raised for bad JPEG data."},

@@ -353,11 +353,14 @@ class Cache:
             vbytes = 8 * nb + rec["nvalues"].astype(np.int64)
             fits = nbytes >= vbytes + vbytes % 2 + 2 * rec["nescapes"].astype(np.int64)
         items = np.zeros((len(idx), 16), np.int64)
-        for j, part in enumerate(rec["part"]):
-            data = self._data(int(part))
-            if not fits[j] or int(rec["offset"][j]) + int(nbytes[j]) > data.shape[0]:
-                raise CacheError(f"{self.path}: record {int(idx[j])} does not fit its part file (corrupt cache)")
-            items[j, 0] = data.ctypes.data + int(rec["offset"][j])
+        parts = rec["part"].astype(np.int64)
+        offsets = rec["offset"].astype(np.int64)
+        bases = np.array([self._data(p).ctypes.data for p in range(len(self.meta["parts"]))], np.int64)
+        sizes = np.array([self._data(p).shape[0] for p in range(len(self.meta["parts"]))], np.int64)
+        bad = ~fits | (offsets + nbytes > sizes[parts])
+        if bad.any():
+            raise CacheError(f"{self.path}: record {int(idx[bad][0])} does not fit its part file (corrupt cache)")
+        items[:, 0] = bases[parts] + offsets
         items[:, 1] = 1 if self.format == "sparse" else 0
         items[:, 2] = ncomp
         items[:, 3:6] = blocks[:, :3, 0]
@@ -372,7 +375,8 @@ class Cache:
         valid = np.stack([np.minimum(h - 16 * win[:, 0], 16 * (win[:, 1] - win[:, 0])),
                           np.minimum(w - 16 * win[:, 2], 16 * (win[:, 3] - win[:, 2]))], axis=1)
         rel = boxes - np.stack([16 * win[:, 0], 16 * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
-        meta = torch.from_numpy(np.concatenate([valid, rel, np.asarray(targets)[idx][:, None], idx[:, None]], axis=1))
+        meta = torch.from_numpy(np.concatenate([valid, rel, np.asarray(targets, np.int64)[idx][:, None], idx[:, None]],
+                                               axis=1))
         if pin_memory:
             meta = meta.pin_memory()
         return JpegBatch(y=y, c=c, valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7])
@@ -475,7 +479,7 @@ class CacheDataset(torch.utils.data.Dataset):
         self.cache = open_cache(path, source=source, verify=verify)
         meta = self.cache.meta
         self.classes = meta["classes"]
-        self.targets = [s["label"] for s in meta["sources"]]
+        self.targets = np.array([s["label"] for s in meta["sources"]], np.int64)
         self.crop, self.seed, self.on_error, self.exif = crop or FullImage(), seed, on_error, exif
         self.epoch = 0
 
@@ -492,7 +496,7 @@ class CacheDataset(torch.utils.data.Dataset):
             if self.on_error == "raise":
                 raise
             return index, str(exc.source), exc.reason
-        return sample_from_coefficients(coeffs, self.crop, self.targets[index], index, seed=self.seed, epoch=epoch,
+        return sample_from_coefficients(coeffs, self.crop, int(self.targets[index]), index, seed=self.seed, epoch=epoch,
                                         exif=self.exif)
 
     def load_batch(self, keys: Sequence[tuple[int, int]]) -> list:

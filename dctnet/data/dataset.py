@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients, read_coefficients_batch
-from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_window
+from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
 
 __all__ = ["CoefficientSample", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
-           "to_canonical"]
+           "samples_from_coefficients", "to_canonical"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
@@ -120,18 +120,41 @@ def apply_orientation(y: np.ndarray, cbcr: tuple[np.ndarray, np.ndarray], height
     return y, (cb, cr), height, width
 
 
-def sample_from_coefficients(coeffs: JpegCoefficients, crop: Any, label: int, index: int, *, seed: int = 0,
-                             epoch: int = 0, exif: str = "ignore") -> CoefficientSample:
-    """Canonical layout → (optional orientation) → crop box of ``(seed, epoch, index)`` → MCU window slice."""
-    y, cbcr, h, w = to_canonical(coeffs)
-    if exif == "apply" and coeffs.exif_orientation not in (None, 1):
-        y, cbcr, h, w = apply_orientation(y, cbcr, h, w, coeffs.exif_orientation)
-    box = tuple(int(v) for v in draw_boxes(crop, h, w, seed, epoch, index)[0])
-    r0, r1, c0, c1 = mcu_window(box, h, w)
-    return CoefficientSample(
-        y=y[2 * r0:2 * r1, 2 * c0:2 * c1], c=(cbcr[0][r0:r1, c0:c1], cbcr[1][r0:r1, c0:c1]),
-        valid=(min(h - 16 * r0, 16 * (r1 - r0)), min(w - 16 * c0, 16 * (c1 - c0))),
-        box=(box[0] - 16 * r0, box[1] - 16 * c0, box[2], box[3]), label=label, index=index)
+def samples_from_coefficients(coeffs: Sequence[Any], crop: Any, labels: Sequence[int], indices: Sequence[int], *,
+                              seed: int = 0, epochs: Sequence[int], exif: str = "ignore") -> list[CoefficientSample]:
+    """Canonical layout → (optional orientation) → crop boxes of ``(seed, epoch, index)``, drawn
+    for the whole list at once → MCU window slices."""
+    planes = []
+    for c in coeffs:
+        y, cbcr, h, w = to_canonical(c)
+        if exif == "apply" and c.exif_orientation not in (None, 1):
+            y, cbcr, h, w = apply_orientation(y, cbcr, h, w, c.exif_orientation)
+        planes.append((y, cbcr, h, w))
+    if not planes:
+        return []
+    hs = np.array([p[2] for p in planes], np.int64)
+    ws = np.array([p[3] for p in planes], np.int64)
+    idx = np.asarray(indices, np.int64)
+    ep = np.asarray(epochs, np.int64)
+    boxes = np.empty((len(planes), 4), np.int64)
+    for e in np.unique(ep):  # one vectorised draw per epoch present (normally one)
+        m = ep == e
+        boxes[m] = draw_boxes(crop, hs[m], ws[m], seed, int(e), idx[m])
+    win = mcu_windows(boxes, hs, ws)
+    out = []
+    for (y, cbcr, h, w), box, (r0, r1, c0, c1), label, index in zip(planes, boxes.tolist(), win.tolist(), labels,
+                                                                   indices):
+        out.append(CoefficientSample(
+            y=y[2 * r0:2 * r1, 2 * c0:2 * c1], c=(cbcr[0][r0:r1, c0:c1], cbcr[1][r0:r1, c0:c1]),
+            valid=(min(h - 16 * r0, 16 * (r1 - r0)), min(w - 16 * c0, 16 * (c1 - c0))),
+            box=(box[0] - 16 * r0, box[1] - 16 * c0, box[2], box[3]), label=label, index=index))
+    return out
+
+
+def sample_from_coefficients(coeffs: Any, crop: Any, label: int, index: int, *, seed: int = 0, epoch: int = 0,
+                             exif: str = "ignore") -> CoefficientSample:
+    """:func:`samples_from_coefficients` for one image."""
+    return samples_from_coefficients([coeffs], crop, [label], [index], seed=seed, epochs=[epoch], exif=exif)[0]
 
 
 class ImageFolderDataset(torch.utils.data.Dataset):
@@ -199,16 +222,21 @@ class ImageFolderDataset(torch.utils.data.Dataset):
         (:func:`dctnet.read_coefficients_batch` on the calling thread)."""
         paths = [self.samples[i][0] for _, i in keys]
         results = read_coefficients_batch(paths, threads=1, max_pixels=self.max_pixels, errors="return")
-        out: list[CoefficientSample | tuple[int, str, str]] = []
-        for (epoch, index), res, path in zip(keys, results, paths):
+        out: list[CoefficientSample | tuple[int, str, str] | None] = [None] * len(keys)
+        good = []
+        for k, ((epoch, index), res, path) in enumerate(zip(keys, results, paths)):
             if isinstance(res, BaseException):
                 if self.on_error == "raise":
                     raise res
-                out.append((index, path, str(res)))
+                out[k] = (index, path, str(res))
             else:
-                out.append(sample_from_coefficients(res, self.crop, self.samples[index][1], index, seed=self.seed,
-                                                    epoch=epoch, exif=self.exif))
-        return out
+                good.append(k)
+        made = samples_from_coefficients([results[k] for k in good], self.crop,
+                                         [self.samples[keys[k][1]][1] for k in good], [keys[k][1] for k in good],
+                                         seed=self.seed, epochs=[keys[k][0] for k in good], exif=self.exif)
+        for k, sample in zip(good, made):
+            out[k] = sample
+        return out  # type: ignore[return-value]
 
     def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
         epoch, index = key if isinstance(key, tuple) else (self.epoch, key)

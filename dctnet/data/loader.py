@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
+from dctnet import _jpeg
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset
 from dctnet.transforms.batch import JpegBatch
 
@@ -72,15 +73,19 @@ def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], 
 
 
 def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
-    """int16 batch storage. In a DataLoader worker it is allocated in shared memory directly, so
-    sending the batch to the main process moves a handle instead of copying the planes."""
+    """int16 batch storage. Pinned: torch's caching host allocator. In a DataLoader worker:
+    shared memory directly, so sending the batch to the main process moves a handle instead of
+    copying the planes. Otherwise: the reader's pool of resident buffers, because a fresh
+    multi-megabyte allocation page-faults its way in on every batch."""
+    nbytes = 2 * math.prod(shape)
     if pin_memory:
         return torch.empty(shape, dtype=torch.int16, pin_memory=True)
     if torch.utils.data.get_worker_info() is not None:
-        nbytes = 2 * math.prod(shape)
         storage = torch.UntypedStorage._new_shared(nbytes)
         return torch.empty(0, dtype=torch.int16).set_(storage, 0, shape)
-    return torch.empty(shape, dtype=torch.int16)
+    if nbytes == 0:
+        return torch.empty(shape, dtype=torch.int16)
+    return torch.frombuffer(_jpeg.alloc(nbytes), dtype=torch.int16).view(shape)
 
 
 class EpochSampler(torch.utils.data.Sampler):
