@@ -217,3 +217,38 @@ def test_fast_gather_equals_per_sample_path(tmp_path, fmt):
     tl = D.ThreadLoader(ds, 16, sampler=D.EpochSampler(len(ds), seed=2), pin_memory=False)
     for a, b in zip(dl, tl):
         assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+
+
+def test_device_expansion_of_a_sparse_batch_matches_host(tmp_path):
+    root = tmp_path / "src"
+    for i in range(30):
+        d = root / f"c{i % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        kw = dict(gray=True) if i % 4 == 0 else dict(subsampling="4:2:0", quality=(20, 90, 100)[i % 3])
+        (d / f"{i}.jpg").write_bytes(synthetic_jpeg(i, 20 + 9 * (i % 6), 30 + 7 * (i % 4), **kw))
+    out = D.build_cache(root, tmp_path / "cache", format="sparse", progress=False)
+    ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=9)
+    keys = list(D.EpochSampler(len(ds), seed=9))
+    from dctnet.transforms import expand_sparse
+
+    for start in range(0, len(keys), 8):
+        chunk = keys[start:start + 8]
+        host = ds.cache.gather(chunk, ds.crop, 9, ds.targets)
+        packed = ds.cache.gather_compressed(chunk, ds.crop, 9, ds.targets)
+        device = expand_sparse(packed)
+        for a, b in zip(host.tensors(), device.tensors()):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_device_expansion_on_cuda(tmp_path, folder):
+    out = D.build_cache(folder, tmp_path / "cache", format="sparse", progress=False)
+    ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=1)
+    keys = [(0, i) for i in range(len(ds)) if i % 5 in (0, 3)]  # 4:2:0 and gray samples of the fixture
+    from dctnet.transforms import expand_sparse
+
+    host = ds.cache.gather(keys, ds.crop, 1, ds.targets)
+    device = expand_sparse(ds.cache.gather_compressed(keys, ds.crop, 1, ds.targets).to("cuda"))
+    for a, b in zip(host.tensors(), device.tensors()):
+        assert torch.equal(a, b.cpu())

@@ -45,7 +45,7 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_co
 from dctnet.data import sparse as S
 from dctnet.data.crop import FullImage, draw_boxes, mcu_windows
 from dctnet.data.loader import _empty, collate
-from dctnet.transforms.batch import JpegBatch
+from dctnet.transforms.batch import JpegBatch, SparseJpegBatch
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients
 
 __all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache"]
@@ -380,6 +380,56 @@ class Cache:
         if pin_memory:
             meta = meta.pin_memory()
         return JpegBatch(y=y, c=c, valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7])
+
+    def gather_compressed(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
+                          grid: tuple[int, int] | None = None) -> SparseJpegBatch | None:
+        """The batch in compressed form for device expansion (:func:`dctnet.transforms.expand_sparse`):
+        the host only concatenates records. Sparse caches, 4:2:0/gray batches; else ``None``."""
+        if self.format != "sparse" or not keys:
+            return None
+        epochs = np.array([e for e, _ in keys], np.int64)
+        idx = np.array([i for _, i in keys], np.int64)
+        rec = self.index[idx]
+        ncomp = rec["ncomp"].astype(np.int64)
+        ok420 = (ncomp == 3) & np.all(rec["sampling"][:, :3].reshape(-1, 6) == np.array([2, 2, 1, 1, 1, 1]), axis=1) \
+            & (rec["color"] == COLOR_SPACES.index("YCbCr"))
+        okgray = (ncomp == 1) & (rec["color"] == COLOR_SPACES.index("gray"))
+        if (rec["status"] != OK).any() or not (ok420 | okgray).all():
+            return None
+        h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
+        boxes = np.empty((len(idx), 4), np.int64)
+        for e in np.unique(epochs):
+            m = epochs == e
+            boxes[m] = draw_boxes(crop, h[m], w[m], seed, int(e), idx[m])
+        win = mcu_windows(boxes, h, w)
+        hb = int(max(2, (2 * (win[:, 1] - win[:, 0])).max()))
+        wb = int(max(2, (2 * (win[:, 3] - win[:, 2])).max()))
+        if grid is not None:
+            hb, wb = grid
+        blocks = rec["blocks"][:, :3].astype(np.int64)
+        counts = blocks[:, :, 0] * blocks[:, :, 1]
+        nb = counts.sum(axis=1)
+        nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
+        masks, values, escapes = [], [], []
+        for j in range(len(idx)):
+            raw = self._data(int(rec["part"][j]))[int(rec["offset"][j]): int(rec["offset"][j]) + int(rec["nbytes"][j])]
+            vb = 8 * int(nb[j]) + int(nv[j])
+            masks.append(raw[: 8 * int(nb[j])])
+            values.append(raw[8 * int(nb[j]): vb])
+            escapes.append(raw[vb + vb % 2: vb + vb % 2 + 2 * int(ne[j])])
+        block_start = np.concatenate([[0], np.cumsum(nb)[:-1]])
+        offsets = block_start[:, None] + np.concatenate([np.zeros((len(idx), 1), np.int64),
+                                                         np.cumsum(counts, axis=1)[:, :-1]], axis=1)
+        valid = np.stack([np.minimum(h - 16 * win[:, 0], 16 * (win[:, 1] - win[:, 0])),
+                          np.minimum(w - 16 * win[:, 2], 16 * (win[:, 3] - win[:, 2]))], axis=1)
+        rel = boxes - np.stack([16 * win[:, 0], 16 * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
+        t = torch.from_numpy
+        return SparseJpegBatch(
+            masks=t(np.concatenate(masks).view(np.int64)), values=t(np.concatenate(values).view(np.int8)),
+            escapes=t(np.concatenate(escapes).view(np.int16)),
+            tables=t(np.asarray(self.tables[idx, :3], dtype=np.int32)), blocks=t(blocks), offsets=t(offsets),
+            windows=t(win), grid=torch.tensor([hb, wb]), valid=t(valid), boxes=t(rel),
+            labels=t(np.asarray(targets, np.int64)[idx]), index=t(idx))
 
     def is_bad(self, i: int) -> bool:
         return int(self.index[i]["status"]) == BAD

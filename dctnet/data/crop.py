@@ -7,8 +7,9 @@ crop with the ratio clamped). The random numbers are counter-based — splitmix6
 worker or thread it lands in, and a whole batch is drawn in a few vectorised numpy operations.
 
 The box stays exact; what is snapped to the MCU grid is the window of blocks cut from the planes
-around it (plus a one-MCU margin so chroma upsampling at the box edge sees real neighbours). The
-window is pure slicing of the coefficient planes: no pixel work on the CPU.
+around it, reaching at least 2 luma pixels past the box so that libjpeg's chroma upsampling at
+the box edge sees the real neighbouring chroma sample. The window is pure slicing of the
+coefficient planes: no pixel work on the CPU.
 """
 
 from __future__ import annotations
@@ -116,17 +117,19 @@ def draw_boxes(crop, heights, widths, seed: int, epoch: int, index) -> np.ndarra
 
 
 def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int = 16,
-                margin: int = 1) -> np.ndarray:
-    """MCU rows/cols ``(B, 4)`` = (r0, r1, c0, c1) covering each box plus ``margin`` MCUs, inside the image."""
+                margin: int = 2) -> np.ndarray:
+    """MCU rows/cols ``(B, 4)`` = (r0, r1, c0, c1) covering each box plus ``margin`` pixels, inside the image.
+
+    Two pixels are what 2× fancy chroma upsampling reaches: one chroma sample each side."""
     top, left, h, w = boxes.T
     rows, cols = -(-np.asarray(heights) // mcu), -(-np.asarray(widths) // mcu)
-    r0 = np.maximum(0, top // mcu - margin)
-    c0 = np.maximum(0, left // mcu - margin)
-    r1 = np.minimum(rows, -(-(top + h) // mcu) + margin)
-    c1 = np.minimum(cols, -(-(left + w) // mcu) + margin)
+    r0 = np.maximum(0, (top - margin) // mcu)
+    c0 = np.maximum(0, (left - margin) // mcu)
+    r1 = np.minimum(rows, -(-(top + h + margin) // mcu))
+    c1 = np.minimum(cols, -(-(left + w + margin) // mcu))
     return np.stack([r0, r1, c0, c1], axis=1).astype(np.int64)
 
 
-def mcu_window(box: Box, height: int, width: int, mcu: int = 16, margin: int = 1) -> tuple[int, int, int, int]:
+def mcu_window(box: Box, height: int, width: int, mcu: int = 16, margin: int = 2) -> tuple[int, int, int, int]:
     """:func:`mcu_windows` for one box."""
     return tuple(int(v) for v in mcu_windows(np.array([box]), np.array([height]), np.array([width]), mcu, margin)[0])

@@ -25,11 +25,18 @@ from dctnet.transforms.augment import (
     ToRGB,
     Transform,
 )
-from dctnet.transforms.batch import SAMPLING_420, JpegBatch, crops_to_coefficients, crops_to_rgb
+from dctnet.transforms.batch import (
+    SAMPLING_420,
+    JpegBatch,
+    SparseJpegBatch,
+    crops_to_coefficients,
+    crops_to_rgb,
+    expand_sparse,
+)
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
     "JpegBatch", "Mixup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
     "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",
-    "crops_to_coefficients", "crops_to_rgb",
+    "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb", "expand_sparse",
 ]

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Cache benchmark: CPU per sample delivered to a collated batch, cache size, and 5-fold reading.
+
+One run on Imagenette train (from $DCTNET_DATA or ../shared/data/imagenette): a subset of
+``--images`` images (symlinked into .bench-data/, caches built there). Rows:
+
+- from JPEG: read coefficients + crop window + collate (the ImageFolder loader);
+- dense cache: windows copied from the memory-mapped int16 planes (one C call per batch);
+- sparse cache, host expansion: windows expanded from the compressed records in C;
+- sparse cache, device expansion: the host only concatenates compressed records
+  (host CPU only; the expansion runs on the device in ``expand_sparse``).
+
+CPU = this process's user+system time per sample over one epoch after a warm-up epoch (page
+cache warm), single loader thread. Then the wall time of reading the whole subset for 5 folds ×
+1 epoch (2 threads) from JPEG vs each cache.
+
+    python benchmarks/cache.py [--images 2560]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from dctnet import data as D  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("DCTNET_DATA", ROOT.parent / "shared" / "data" / "imagenette"))
+WORK = ROOT / ".bench-data" / "cache"
+
+
+def cpu() -> float:
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    return s.ru_utime + s.ru_stime
+
+
+def per_sample(run, n: int) -> float:
+    run()  # warm-up epoch
+    c0 = cpu()
+    count = run()
+    assert count == n, (count, n)
+    return (cpu() - c0) / count * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=2560)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    train = DATA / "train"
+    if not train.is_dir():
+        sys.exit(f"Imagenette not found at {DATA} (set DCTNET_DATA)")
+    src = WORK / f"src-{args.images}"
+    if not src.exists():
+        full = D.ImageFolderDataset(train)
+        step = max(1, len(full) // args.images)
+        for path, label in full.samples[::step][: args.images]:
+            d = src / full.classes[label]
+            d.mkdir(parents=True, exist_ok=True)
+            os.symlink(path, d / os.path.basename(path))
+    caches = {}
+    for fmt in ("dense", "sparse"):
+        out = WORK / f"{fmt}-{args.images}"
+        if out.exists():
+            try:
+                D.open_cache(out, source=src)
+            except D.CacheError:
+                shutil.rmtree(out)
+        if not out.exists():
+            t0 = time.perf_counter()
+            D.build_cache(src, out, format=fmt, workers=2, progress=False)
+            print(f"built {fmt} cache in {time.perf_counter() - t0:.1f}s (2 processes)", flush=True)
+        caches[fmt] = out
+    crop = D.RandomResizedCrop()
+    folder = D.ImageFolderDataset(src, crop=crop)
+    n = len(folder)
+    dense = D.CacheDataset(caches["dense"], crop=crop)
+    sparse = D.CacheDataset(caches["sparse"], crop=crop)
+
+    def loop(ds):
+        return lambda: sum(len(b) for b in D.ThreadLoader(ds, args.batch, threads=1, pin_memory=False))
+
+    def compressed():
+        keys = list(D.EpochSampler(n))
+        return sum(len(sparse.cache.gather_compressed(keys[i:i + args.batch], crop, 0, sparse.targets))
+                   for i in range(0, n, args.batch))
+
+    rows = {"from JPEG (decode + crop + collate)": per_sample(loop(folder), n),
+            "dense cache (C window copy)": per_sample(loop(dense), n),
+            "sparse cache, host expansion (C)": per_sample(loop(sparse), n),
+            "sparse cache, device expansion (host cost only)": per_sample(compressed, n)}
+    jpeg_bytes = dense.cache.meta["source_bytes"]
+    print(f"\n{n} Imagenette train images, batch {args.batch}, RandomResizedCrop windows, 1 loader thread\n")
+    print("| delivered to a collated batch | CPU µs / sample | vs JPEG |\n|---|---:|---:|")
+    base = rows["from JPEG (decode + crop + collate)"]
+    for name, us in rows.items():
+        print(f"| {name} | {us:.1f} | {base / us:.1f}× cheaper |" if us != base else f"| {name} | {us:.1f} | 1.0× |")
+    print("\n| storage | MiB | × JPEG bytes |\n|---|---:|---:|")
+    print(f"| JPEG files | {jpeg_bytes / 2**20:.1f} | 1.00 |")
+    for fmt, ds in (("dense cache", dense), ("sparse cache", sparse)):
+        b = ds.cache.meta["data_bytes"]
+        print(f"| {fmt} | {b / 2**20:.1f} | {b / jpeg_bytes:.2f} |")
+    folds = D.kfold(n, 5, seed=0, stratify=folder.targets)
+    print("\n| 5 folds × 1 epoch over the training part (2 threads) | wall s |\n|---|---:|")
+    for name, ds in (("from JPEG", folder), ("dense cache", dense), ("sparse cache", sparse)):
+        t0 = time.perf_counter()
+        for f in range(5):
+            sampler = D.SubsetSampler(folds.train(f), seed=f)
+            for _ in D.ThreadLoader(ds, args.batch, sampler=sampler, threads=2, pin_memory=False):
+                pass
+        print(f"| {name} | {time.perf_counter() - t0:.2f} |")
+    print(f"\n- dense cache ≥ 8× cheaper than JPEG: {base / rows['dense cache (C window copy)']:.1f}×; "
+          f"sparse host expansion ≥ 3×: {base / rows['sparse cache, host expansion (C)']:.1f}×; "
+          f"sparse ≤ 3× JPEG bytes: {sparse.cache.meta['data_bytes'] / jpeg_bytes:.2f}×")
+
+
+if __name__ == "__main__":
+    main()
