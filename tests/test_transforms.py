@@ -199,6 +199,15 @@ def test_crop_boxes_follow_torchvision_algorithm_and_distribution():
         got = crop.boxes(np.full(200, h), np.full(200, w), u)
         want = [_torchvision_rrc(h, w, ui.reshape(10, 4)) for ui in u]
         assert [tuple(b) for b in got.tolist()] == want, (h, w)
+    # the one-sample path (plain Python) gives the very same boxes as the batched one
+    rng = np.random.default_rng(0)
+    hs, ws = rng.integers(1, 600, 3000), rng.integers(1, 600, 3000)
+    idx = np.arange(3000) * 7919
+    batched = crop.boxes(hs, ws, D.crop.uniforms(3, 2, idx, crop.draws))
+    single = [crop.box(int(h), int(w), 3, 2, int(i)) for h, w, i in zip(hs, ws, idx)]
+    assert [tuple(b) for b in batched.tolist()] == single
+    center = D.CenterCrop()
+    assert [tuple(b) for b in center.boxes(hs, ws).tolist()] == [center.box(int(h), int(w)) for h, w in zip(hs, ws)]
     # the draws are uniform and a pure function of (seed, epoch, index)
     u = D.crop.uniforms(1, 0, np.arange(20000), 4)
     assert abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005 and u.min() >= 0 and u.max() < 1

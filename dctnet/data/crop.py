@@ -45,6 +45,31 @@ def uniforms(seed: int, epoch: int, index: np.ndarray | int, count: int) -> np.n
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+_MASK = (1 << 64) - 1
+
+
+def _splitmix64_int(x: int) -> int:
+    z = (x + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def uniform_scalar(seed: int, epoch: int, index: int, k: int) -> float:
+    """One of :func:`uniforms`' numbers, in plain Python (same bits): for per-sample draws, where
+    a dozen numpy calls on one-element arrays would cost more than the decode savings."""
+    key = _splitmix64_int(_splitmix64_int(seed & _MASK) ^ (epoch & 0xFFFFFFFF))
+    base = _splitmix64_int(key ^ ((index * 0xD1B54A32D192ED03) & _MASK))
+    bits = _splitmix64_int((base + k * 0x9E3779B97F4A7C15) & _MASK)
+    return (bits >> 11) * (1.0 / (1 << 53))
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    # math.exp, not np.exp: numpy's SIMD exp may differ in the last bit, and the scalar path
+    # below must give the very same boxes
+    return np.array([math.exp(v) for v in x.ravel().tolist()]).reshape(x.shape)
+
+
 @dataclass(frozen=True)
 class RandomResizedCrop:
     """torchvision's ``RandomResizedCrop`` box distribution (the resize happens on the device)."""
@@ -60,7 +85,7 @@ class RandomResizedCrop:
         u = u.reshape(-1, 10, 4)
         area = (h_img * w_img) * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[..., 0])
         lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        aspect = np.exp(lo + (hi - lo) * u[..., 1])
+        aspect = _exp(lo + (hi - lo) * u[..., 1])
         w = np.rint(np.sqrt(area * aspect)).astype(np.int64)  # round half to even, like Python's round
         h = np.rint(np.sqrt(area / aspect)).astype(np.int64)
         ok = (w > 0) & (w <= w_img) & (h > 0) & (h <= h_img)
@@ -82,6 +107,27 @@ class RandomResizedCrop:
         left = np.where(found, left, (w_img[:, 0] - fw) // 2)
         return np.stack([top, left, h, w], axis=1)
 
+    def box(self, height: int, width: int, seed: int, epoch: int, index: int) -> Box:
+        """:meth:`boxes` for one sample, in plain Python (identical result)."""
+        area = height * width
+        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        for t in range(10):
+            u = [uniform_scalar(seed, epoch, index, 4 * t + k) for k in range(4)]
+            target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[0])
+            aspect = math.exp(lo + (hi - lo) * u[1])
+            w = int(round(math.sqrt(target * aspect)))
+            h = int(round(math.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                return math.floor(u[2] * (height - h + 1)), math.floor(u[3] * (width - w + 1)), h, w
+        in_ratio = width / height
+        if in_ratio < min(self.ratio):
+            w, h = width, round(width / min(self.ratio))
+        elif in_ratio > max(self.ratio):
+            h, w = height, round(height * max(self.ratio))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
 
 @dataclass(frozen=True)
 class CenterCrop:
@@ -98,6 +144,10 @@ class CenterCrop:
         return np.stack([np.rint((h - side) / 2.0).astype(np.int64), np.rint((w - side) / 2.0).astype(np.int64),
                          side, side], axis=1)
 
+    def box(self, height: int, width: int, seed: int = 0, epoch: int = 0, index: int = 0) -> Box:
+        side = max(1, round(min(height, width) * self.crop_fraction))
+        return round((height - side) / 2.0), round((width - side) / 2.0), side, side
+
 
 @dataclass(frozen=True)
 class FullImage:
@@ -109,9 +159,16 @@ class FullImage:
         h = np.asarray(heights, np.int64)
         return np.stack([np.zeros_like(h), np.zeros_like(h), h, np.asarray(widths, np.int64)], axis=1)
 
+    def box(self, height: int, width: int, seed: int = 0, epoch: int = 0, index: int = 0) -> Box:
+        return 0, 0, height, width
+
 
 def draw_boxes(crop, heights, widths, seed: int, epoch: int, index) -> np.ndarray:
-    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop``."""
+    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop`` (one sample: the
+    scalar path, same numbers)."""
+    if np.ndim(index) == 0 or np.size(index) == 1:
+        return np.array([crop.box(int(np.ravel(heights)[0]), int(np.ravel(widths)[0]), seed, epoch,
+                                  int(np.ravel(index)[0]))], np.int64)
     u = uniforms(seed, epoch, index, crop.draws) if crop.draws else None
     return crop.boxes(np.atleast_1d(heights), np.atleast_1d(widths), u)
 
