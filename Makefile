@@ -31,6 +31,8 @@ demo: setup
 bench: setup
 	$(VPY) benchmarks/decode.py
 	$(VPY) benchmarks/loader.py
+	$(VPY) benchmarks/cache.py
+	$(VPY) benchmarks/stems.py
 
 fuzz: setup
 	PY=$(VPY) tests/fuzz_asan.sh 200000

@@ -317,9 +317,10 @@ class Cache:
         state["_parts"] = None
         return state
 
-    def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
-               grid: tuple[int, int] | None = None, pin_memory: bool = False, exif: str = "ignore") -> JpegBatch | None:
-        """Fast path of :meth:`CacheDataset.load_collated`; ``None`` when the batch needs the slow one."""
+    def _plan(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, grid: tuple[int, int] | None,
+              exif: str = "ignore") -> dict[str, Any] | None:
+        """What both batch paths need: records, boxes, MCU windows, grid, valid sizes, relative
+        boxes. ``None`` when a sample is bad, not 4:2:0 YCbCr / gray, or needs an EXIF rotation."""
         if not keys:
             return None
         epochs = np.array([e for e, _ in keys], np.int64)
@@ -333,10 +334,10 @@ class Cache:
                 (exif == "apply" and (rec["orient"] > 1).any()):
             return None
         h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
-        boxes = np.concatenate([draw_boxes(crop, h[m], w[m], seed, int(e), idx[m]) if m.any() else np.zeros((0, 4), np.int64)
-                                for e in np.unique(epochs) for m in [epochs == e]])
-        order = np.concatenate([np.flatnonzero(epochs == e) for e in np.unique(epochs)])
-        boxes = boxes[np.argsort(order, kind="stable")]
+        boxes = np.empty((len(idx), 4), np.int64)
+        for e in np.unique(epochs):  # one vectorised draw per epoch present (normally one)
+            m = epochs == e
+            boxes[m] = draw_boxes(crop, h[m], w[m], seed, int(e), idx[m])
         win = mcu_windows(boxes, h, w)
         hb = int(max(2, (2 * (win[:, 1] - win[:, 0])).max()))
         wb = int(max(2, (2 * (win[:, 3] - win[:, 2])).max()))
@@ -344,15 +345,26 @@ class Cache:
             if hb > grid[0] or wb > grid[1]:
                 raise ValueError(f"a window of {hb}x{wb} blocks does not fit the fixed grid {grid}")
             hb, wb = grid
-        blocks = rec["blocks"].astype(np.int64)
-        nb = (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1)
+        blocks = rec["blocks"][:, :3].astype(np.int64)
+        valid = np.stack([np.minimum(h - 16 * win[:, 0], 16 * (win[:, 1] - win[:, 0])),
+                          np.minimum(w - 16 * win[:, 2], 16 * (win[:, 3] - win[:, 2]))], axis=1)
+        rel = boxes - np.stack([16 * win[:, 0], 16 * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
+        return {"idx": idx, "rec": rec, "ncomp": ncomp, "win": win, "hb": hb, "wb": wb, "blocks": blocks,
+                "nb": (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1), "valid": valid, "rel": rel}
+
+    def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
+               grid: tuple[int, int] | None = None, pin_memory: bool = False, exif: str = "ignore") -> JpegBatch | None:
+        """Fast path of :meth:`CacheDataset.load_collated`; ``None`` when the batch needs the slow one."""
+        plan = self._plan(keys, crop, seed, grid, exif)
+        if plan is None:
+            return None
+        idx, rec, nb, hb, wb = plan["idx"], plan["rec"], plan["nb"], plan["hb"], plan["wb"]
         nbytes = rec["nbytes"].astype(np.int64)
         if self.format == "dense":
             fits = nbytes == nb * 128
         else:
             vbytes = 8 * nb + rec["nvalues"].astype(np.int64)
             fits = nbytes >= vbytes + vbytes % 2 + 2 * rec["nescapes"].astype(np.int64)
-        items = np.zeros((len(idx), 16), np.int64)
         parts = rec["part"].astype(np.int64)
         offsets = rec["offset"].astype(np.int64)
         bases = np.array([self._data(p).ctypes.data for p in range(len(self.meta["parts"]))], np.int64)
@@ -360,23 +372,21 @@ class Cache:
         bad = ~fits | (offsets + nbytes > sizes[parts])
         if bad.any():
             raise CacheError(f"{self.path}: record {int(idx[bad][0])} does not fit its part file (corrupt cache)")
+        items = np.zeros((len(idx), 16), np.int64)  # gather_item rows (csrc/sparse.h)
         items[:, 0] = bases[parts] + offsets
         items[:, 1] = 1 if self.format == "sparse" else 0
-        items[:, 2] = ncomp
-        items[:, 3:6] = blocks[:, :3, 0]
-        items[:, 6:9] = blocks[:, :3, 1]
+        items[:, 2] = plan["ncomp"]
+        items[:, 3:6] = plan["blocks"][:, :, 0]
+        items[:, 6:9] = plan["blocks"][:, :, 1]
         items[:, 9] = rec["nvalues"]
         items[:, 10] = rec["nescapes"]
         items[:, 11] = self.tables.ctypes.data + idx * (4 * 64 * 2)
-        items[:, 12:16] = win
+        items[:, 12:16] = plan["win"]
         y = _empty((len(idx), hb, wb, 64), pin_memory)
         c = _empty((len(idx), 2, hb // 2, wb // 2, 64), pin_memory)
         _jpeg.gather_420(items, y.numpy(), c.numpy(), hb, wb)
-        valid = np.stack([np.minimum(h - 16 * win[:, 0], 16 * (win[:, 1] - win[:, 0])),
-                          np.minimum(w - 16 * win[:, 2], 16 * (win[:, 3] - win[:, 2]))], axis=1)
-        rel = boxes - np.stack([16 * win[:, 0], 16 * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
-        meta = torch.from_numpy(np.concatenate([valid, rel, np.asarray(targets, np.int64)[idx][:, None], idx[:, None]],
-                                               axis=1))
+        meta = torch.from_numpy(np.concatenate([plan["valid"], plan["rel"], np.asarray(targets, np.int64)[idx][:, None],
+                                                idx[:, None]], axis=1))
         if pin_memory:
             meta = meta.pin_memory()
         return JpegBatch(y=y, c=c, valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7])
@@ -385,51 +395,30 @@ class Cache:
                           grid: tuple[int, int] | None = None) -> SparseJpegBatch | None:
         """The batch in compressed form for device expansion (:func:`dctnet.transforms.expand_sparse`):
         the host only concatenates records. Sparse caches, 4:2:0/gray batches; else ``None``."""
-        if self.format != "sparse" or not keys:
+        plan = self._plan(keys, crop, seed, grid) if self.format == "sparse" else None
+        if plan is None:
             return None
-        epochs = np.array([e for e, _ in keys], np.int64)
-        idx = np.array([i for _, i in keys], np.int64)
-        rec = self.index[idx]
-        ncomp = rec["ncomp"].astype(np.int64)
-        ok420 = (ncomp == 3) & np.all(rec["sampling"][:, :3].reshape(-1, 6) == np.array([2, 2, 1, 1, 1, 1]), axis=1) \
-            & (rec["color"] == COLOR_SPACES.index("YCbCr"))
-        okgray = (ncomp == 1) & (rec["color"] == COLOR_SPACES.index("gray"))
-        if (rec["status"] != OK).any() or not (ok420 | okgray).all():
-            return None
-        h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
-        boxes = np.empty((len(idx), 4), np.int64)
-        for e in np.unique(epochs):
-            m = epochs == e
-            boxes[m] = draw_boxes(crop, h[m], w[m], seed, int(e), idx[m])
-        win = mcu_windows(boxes, h, w)
-        hb = int(max(2, (2 * (win[:, 1] - win[:, 0])).max()))
-        wb = int(max(2, (2 * (win[:, 3] - win[:, 2])).max()))
-        if grid is not None:
-            hb, wb = grid
-        blocks = rec["blocks"][:, :3].astype(np.int64)
-        counts = blocks[:, :, 0] * blocks[:, :, 1]
-        nb = counts.sum(axis=1)
+        idx, rec, nb, blocks = plan["idx"], plan["rec"], plan["nb"], plan["blocks"]
         nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
         masks, values, escapes = [], [], []
         for j in range(len(idx)):
-            raw = self._data(int(rec["part"][j]))[int(rec["offset"][j]): int(rec["offset"][j]) + int(rec["nbytes"][j])]
+            start = int(rec["offset"][j])
+            raw = self._data(int(rec["part"][j]))[start: start + int(rec["nbytes"][j])]
             vb = 8 * int(nb[j]) + int(nv[j])
             masks.append(raw[: 8 * int(nb[j])])
             values.append(raw[8 * int(nb[j]): vb])
             escapes.append(raw[vb + vb % 2: vb + vb % 2 + 2 * int(ne[j])])
-        block_start = np.concatenate([[0], np.cumsum(nb)[:-1]])
-        offsets = block_start[:, None] + np.concatenate([np.zeros((len(idx), 1), np.int64),
-                                                         np.cumsum(counts, axis=1)[:, :-1]], axis=1)
-        valid = np.stack([np.minimum(h - 16 * win[:, 0], 16 * (win[:, 1] - win[:, 0])),
-                          np.minimum(w - 16 * win[:, 2], 16 * (win[:, 3] - win[:, 2]))], axis=1)
-        rel = boxes - np.stack([16 * win[:, 0], 16 * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
+        counts = blocks[:, :, 0] * blocks[:, :, 1]
+        first = np.concatenate([[0], np.cumsum(nb)[:-1]])
+        offsets = first[:, None] + np.concatenate([np.zeros((len(idx), 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]],
+                                                  axis=1)
         t = torch.from_numpy
         return SparseJpegBatch(
             masks=t(np.concatenate(masks).view(np.int64)), values=t(np.concatenate(values).view(np.int8)),
             escapes=t(np.concatenate(escapes).view(np.int16)),
             tables=t(np.asarray(self.tables[idx, :3], dtype=np.int32)), blocks=t(blocks), offsets=t(offsets),
-            windows=t(win), grid=torch.tensor([hb, wb]), valid=t(valid), boxes=t(rel),
-            labels=t(np.asarray(targets, np.int64)[idx]), index=t(idx))
+            windows=t(plan["win"]), grid=torch.tensor([plan["hb"], plan["wb"]]), valid=t(plan["valid"]),
+            boxes=t(plan["rel"]), labels=t(np.asarray(targets, np.int64)[idx]), index=t(idx))
 
     def is_bad(self, i: int) -> bool:
         return int(self.index[i]["status"]) == BAD
