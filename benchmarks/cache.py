@@ -10,8 +10,8 @@ One run on Imagenette train (from $DCTNET_DATA or ../shared/data/imagenette): a 
 - sparse cache, device expansion: the host only concatenates compressed records
   (host CPU only; the expansion runs on the device in ``expand_sparse``).
 
-CPU = this process's user+system time per sample over one epoch after a warm-up epoch (page
-cache warm), single loader thread. Then the wall time of reading the whole subset for 5 folds ×
+CPU = this process's user+system time per sample, median of 5 epochs after a warm-up epoch
+(page cache warm), single loader thread. Then the wall time of reading the whole subset for 5 folds ×
 1 epoch (2 threads) from JPEG vs each cache.
 
     python benchmarks/cache.py [--images 2560]
@@ -26,6 +26,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import resource  # noqa: E402
 import shutil  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -44,12 +45,16 @@ def cpu() -> float:
     return s.ru_utime + s.ru_stime
 
 
-def per_sample(run, n: int) -> float:
-    run()  # warm-up epoch
-    c0 = cpu()
-    count = run()
-    assert count == n, (count, n)
-    return (cpu() - c0) / count * 1e6
+def per_sample(run, n: int, epochs: int = 5) -> float:
+    """Median over epochs (after a warm-up one) of CPU µs per sample."""
+    run()
+    times = []
+    for _ in range(epochs):
+        c0 = cpu()
+        count = run()
+        assert count == n, (count, n)
+        times.append((cpu() - c0) / count * 1e6)
+    return statistics.median(times)
 
 
 def main() -> None:

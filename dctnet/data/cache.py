@@ -302,6 +302,7 @@ class Cache:
         self.index = np.load(path / "index.npy", mmap_mode="r")
         self.tables = np.load(path / "tables.npy", mmap_mode="r")
         self._parts: list[np.memmap] | None = None  # opened lazily: per process (DataLoader workers)
+        self._extents: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -312,9 +313,18 @@ class Cache:
                            np.zeros(0, np.uint8) for p in self.meta["parts"]]
         return self._parts[part]
 
+    def _part_extents(self) -> tuple[np.ndarray, np.ndarray]:
+        """Addresses and sizes of the mapped part files (this process's mappings)."""
+        if getattr(self, "_extents", None) is None:
+            parts = [self._data(p) for p in range(len(self.meta["parts"]))]
+            self._extents = (np.array([p.ctypes.data for p in parts], np.int64),
+                             np.array([p.shape[0] for p in parts], np.int64))
+        return self._extents
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_parts"] = None
+        state["_parts"] = None  # mappings and their addresses belong to one process
+        state["_extents"] = None
         return state
 
     def _plan(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, grid: tuple[int, int] | None,
@@ -325,7 +335,7 @@ class Cache:
             return None
         epochs = np.array([e for e, _ in keys], np.int64)
         idx = np.array([i for _, i in keys], np.int64)
-        rec = self.index[idx]
+        rec = np.asarray(self.index[idx])  # a plain array: field access on a memmap view is slow
         ncomp = rec["ncomp"].astype(np.int64)
         is_420 = (ncomp == 3) & (rec["color"] == COLOR_SPACES.index("YCbCr")) & \
             np.all(rec["sampling"][:, :3].reshape(-1, 6) == np.array([2, 2, 1, 1, 1, 1]), axis=1)
@@ -367,8 +377,7 @@ class Cache:
             fits = nbytes >= vbytes + vbytes % 2 + 2 * rec["nescapes"].astype(np.int64)
         parts = rec["part"].astype(np.int64)
         offsets = rec["offset"].astype(np.int64)
-        bases = np.array([self._data(p).ctypes.data for p in range(len(self.meta["parts"]))], np.int64)
-        sizes = np.array([self._data(p).shape[0] for p in range(len(self.meta["parts"]))], np.int64)
+        bases, sizes = self._part_extents()
         bad = ~fits | (offsets + nbytes > sizes[parts])
         if bad.any():
             raise CacheError(f"{self.path}: record {int(idx[bad][0])} does not fit its part file (corrupt cache)")
