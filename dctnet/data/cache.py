@@ -43,10 +43,10 @@ import torch
 from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
 from dctnet.data import sparse as S
-from dctnet.data.crop import FullImage, draw_boxes, mcu_windows
+from dctnet.data.crop import draw_boxes, mcu_windows
 from dctnet.data.loader import _empty, collate
 from dctnet.transforms.batch import JpegBatch, SparseJpegBatch
-from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, sample_from_coefficients
+from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
 
 __all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache"]
 
@@ -514,7 +514,7 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
     return Cache(path, meta)
 
 
-class CacheDataset(torch.utils.data.Dataset):
+class CacheDataset(CropDataset):
     """A cache as a dataset for the pipeline's loaders: same samples, crops and randomness as
     :class:`ImageFolderDataset` over the source folder (``(seed, epoch, index)`` draws).
 
@@ -522,20 +522,14 @@ class CacheDataset(torch.utils.data.Dataset):
 
     def __init__(self, path: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0, on_error: str = "raise",
                  exif: str = "ignore", verify: str = "stat", source: str | os.PathLike | None = None) -> None:
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        super().__init__(crop, seed, on_error, exif)
         self.cache = open_cache(path, source=source, verify=verify)
         meta = self.cache.meta
         self.classes = meta["classes"]
         self.targets = np.array([s["label"] for s in meta["sources"]], np.int64)
-        self.crop, self.seed, self.on_error, self.exif = crop or FullImage(), seed, on_error, exif
-        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self.cache)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
 
     def load(self, index: int, epoch: int) -> CoefficientSample | tuple[int, str, str]:
         try:
@@ -564,9 +558,4 @@ class CacheDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, keys: Sequence[tuple[int, int] | int]) -> JpegBatch:
         """Batched fetch for ``DataLoader`` (its collate passes a JpegBatch through)."""
-        keys = [k if isinstance(k, tuple) else (self.epoch, k) for k in keys]
-        return self.load_collated(keys)
-
-    def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
-        epoch, index = key if isinstance(key, tuple) else (self.epoch, key)
-        return self.load(index, epoch)
+        return self.load_collated(self._keys(keys))

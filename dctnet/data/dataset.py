@@ -29,7 +29,7 @@ import torch
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
 
-__all__ = ["CoefficientSample", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
+__all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
            "samples_from_coefficients", "to_canonical"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
@@ -157,7 +157,40 @@ def sample_from_coefficients(coeffs: Any, crop: Any, label: int, index: int, *, 
     return samples_from_coefficients([coeffs], crop, [label], [index], seed=seed, epochs=[epoch], exif=exif)[0]
 
 
-class ImageFolderDataset(torch.utils.data.Dataset):
+class CropDataset(torch.utils.data.Dataset):
+    """What the map-style datasets share: the crop policy and randomness settings, the epoch,
+    the bad-sample policy, and indexing by ``index`` or ``(epoch, index)``. Subclasses implement
+    ``load(index, epoch)`` and ``load_batch(keys)``."""
+
+    def __init__(self, crop: Any, seed: int, on_error: str, exif: str) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if exif not in ("ignore", "apply"):
+            raise ValueError(f"exif must be 'ignore' or 'apply', not {exif!r}")
+        self.crop = crop or FullImage()
+        self.seed, self.on_error, self.exif = seed, on_error, exif
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _keys(self, keys: Sequence[int | tuple[int, int]]) -> list[tuple[int, int]]:
+        return [k if isinstance(k, tuple) else (self.epoch, k) for k in keys]
+
+    def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
+        epoch, index = key if isinstance(key, tuple) else (self.epoch, key)
+        return self.load(index, epoch)  # type: ignore[attr-defined]
+
+    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> Any:
+        """Batched fetch for ``DataLoader`` (its collate accepts the result)."""
+        return self.load_batch(self._keys(keys))  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
+        for i in range(len(self)):  # type: ignore[arg-type]
+            yield self[i]
+
+
+class ImageFolderDataset(CropDataset):
     """``root/<class>/<image>.jpg`` (torchvision's ImageFolder layout, classes sorted) → samples.
 
     Args:
@@ -175,10 +208,7 @@ class ImageFolderDataset(torch.utils.data.Dataset):
     def __init__(self, root: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0,
                  on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                  extensions: Sequence[str] = IMG_EXTENSIONS) -> None:
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-        if exif not in ("ignore", "apply"):
-            raise ValueError(f"exif must be 'ignore' or 'apply', not {exif!r}")
+        super().__init__(crop, seed, on_error, exif)
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"dataset folder not found: {self.root}")
@@ -196,15 +226,10 @@ class ImageFolderDataset(torch.utils.data.Dataset):
         if not self.samples:
             raise ValueError(f"no JPEG files under {self.root}")
         self.targets = [t for _, t in self.samples]
-        self.crop = crop or FullImage()
-        self.seed, self.on_error, self.exif, self.max_pixels = seed, on_error, exif, max_pixels
-        self.epoch = 0
+        self.max_pixels = max_pixels
 
     def __len__(self) -> int:
         return len(self.samples)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
 
     def load(self, index: int, epoch: int) -> CoefficientSample | tuple[int, str, str]:
         """Read and crop one sample; on a bad file under ``"skip"``, ``(index, path, reason)``."""
@@ -237,15 +262,3 @@ class ImageFolderDataset(torch.utils.data.Dataset):
         for k, sample in zip(good, made):
             out[k] = sample
         return out  # type: ignore[return-value]
-
-    def __getitem__(self, key: int | tuple[int, int]) -> CoefficientSample | tuple[int, str, str]:
-        epoch, index = key if isinstance(key, tuple) else (self.epoch, key)
-        return self.load(index, epoch)
-
-    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[CoefficientSample | tuple[int, str, str]]:
-        """Batched fetch for ``DataLoader`` (one GIL-free read pass, boxes drawn together)."""
-        return self.load_batch([k if isinstance(k, tuple) else (self.epoch, k) for k in keys])
-
-    def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
-        for i in range(len(self)):
-            yield self[i]

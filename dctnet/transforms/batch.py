@@ -23,8 +23,24 @@ __all__ = ["JpegBatch", "SAMPLING_420", "SparseJpegBatch", "crops_to_rgb", "crop
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
 
 
+class _TensorFields:
+    """``tensors`` / ``pin_memory`` / ``to`` over the tensor fields named in ``_TENSORS``."""
+
+    _TENSORS: tuple[str, ...] = ()
+
+    def tensors(self) -> list[Tensor]:
+        return [getattr(self, n) for n in self._TENSORS]
+
+    def pin_memory(self):
+        """Page-locked copies (``DataLoader(pin_memory=True)`` calls this)."""
+        return replace(self, **{n: getattr(self, n).pin_memory() for n in self._TENSORS})
+
+    def to(self, device: torch.device | str, non_blocking: bool = False):
+        return replace(self, **{n: getattr(self, n).to(device, non_blocking=non_blocking) for n in self._TENSORS})
+
+
 @dataclass
-class JpegBatch:
+class JpegBatch(_TensorFields):
     """A collated batch of cropped coefficient planes (host or device).
 
     Attributes:
@@ -51,16 +67,6 @@ class JpegBatch:
     def __len__(self) -> int:
         return self.y.shape[0]
 
-    def tensors(self) -> list[Tensor]:
-        return [getattr(self, name) for name in self._TENSORS]
-
-    def pin_memory(self) -> "JpegBatch":
-        """Page-locked copies (``DataLoader(pin_memory=True)`` calls this)."""
-        return replace(self, **{n: getattr(self, n).pin_memory() for n in self._TENSORS})
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "JpegBatch":
-        return replace(self, **{n: getattr(self, n).to(device, non_blocking=non_blocking) for n in self._TENSORS})
-
 
 def crops_to_rgb(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy") -> Tensor:
     """Decode the windows on the device (block IDCT, libjpeg's chroma upsampling, colour) and
@@ -79,7 +85,7 @@ def crops_to_coefficients(batch: JpegBatch, size: tuple[int, int], *, upsampling
 
 
 @dataclass
-class SparseJpegBatch:
+class SparseJpegBatch(_TensorFields):
     """A batch still in the cache's sparse form (see :mod:`dctnet.data.sparse`): the host only
     concatenates compressed records; :func:`expand_sparse` builds the :class:`JpegBatch` on the
     device. Records are whole images (4:2:0 YCbCr, or gray with ``blocks[:, 1:] = 0``).
@@ -110,15 +116,6 @@ class SparseJpegBatch:
 
     def __len__(self) -> int:
         return self.labels.shape[0]
-
-    def tensors(self) -> list[Tensor]:
-        return [getattr(self, n) for n in self._TENSORS]
-
-    def pin_memory(self) -> "SparseJpegBatch":
-        return replace(self, **{n: getattr(self, n).pin_memory() for n in self._TENSORS})
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "SparseJpegBatch":
-        return replace(self, **{n: getattr(self, n).to(device, non_blocking=non_blocking) for n in self._TENSORS})
 
 
 def _window_blocks(dense: Tensor, offset: Tensor, bh: Tensor, bw: Tensor, r0: Tensor, rows: Tensor, c0: Tensor,
