@@ -252,3 +252,31 @@ def test_device_expansion_on_cuda(tmp_path, folder):
     device = expand_sparse(ds.cache.gather_compressed(keys, ds.crop, 1, ds.targets).to("cuda"))
     for a, b in zip(host.tensors(), device.tensors()):
         assert torch.equal(a, b.cpu())
+
+
+def test_corrupt_sparse_records_raise_not_crash(tmp_path, folder):
+    """Random damage to a sparse cache's data: reads fail with ValueError or return something;
+    never read outside the record (the C walk checks every value and escape it consumes)."""
+    out = D.build_cache(folder, tmp_path / "cache", format="sparse", progress=False)
+    part = out / D.open_cache(out).meta["parts"][0]
+    pristine = part.read_bytes()
+    rng = np.random.default_rng(0)
+    failures = 0
+    for trial in range(40):
+        data = bytearray(pristine)
+        for pos in rng.integers(0, len(data), 64):
+            data[pos] = int(rng.integers(256))
+        part.write_bytes(bytes(data))
+        ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), verify="none")
+        keys = [(0, i) for i in range(len(ds))]
+        for k in range(0, len(keys), 8):
+            try:
+                ds.load_collated(keys[k:k + 8])
+            except ValueError:
+                failures += 1
+        for i in range(len(ds)):
+            try:
+                ds.cache.coefficients(i)
+            except ValueError:
+                failures += 1
+    assert failures > 0  # damage is detected, not silently expanded everywhere
