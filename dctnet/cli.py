@@ -231,10 +231,12 @@ def cmd_cache(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(args.seed)
         good = [i for i in range(len(cache)) if not cache.is_bad(i)]
         pick = sorted(rng.choice(good, size=min(args.samples, len(good)), replace=False).tolist()) if good else []
+        from dctnet.data.cache import source_bytes
+
         root = cache.meta["root"]
         mismatched = []
         for i in pick:
-            ref = read_coefficients(os.path.join(root, cache.meta["sources"][i]["path"]))
+            ref = read_coefficients(source_bytes(cache.meta, root, i))
             got = cache.coefficients(i)
             if len(ref.planes) != len(got.planes) or not all(np.array_equal(a, b) for a, b in zip(ref.planes, got.planes)):
                 mismatched.append(cache.meta["sources"][i]["path"])
@@ -291,8 +293,10 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("cache", help="build, inspect and verify coefficient caches",
                        description="Decode a dataset once into a memory-mapped coefficient cache.")
     csub = p.add_subparsers(dest="cache_command", required=True)
-    b = csub.add_parser("build", help="build a cache from an image folder (root/<class>/<image>)",
-                        description="Run under torchrun to split the build across ranks (gloo), or use --workers.")
+    b = csub.add_parser("build", help="build a cache from an image folder or tar shards",
+                        description="SRC: an image folder (SRC/<class>/<image>), or uncompressed WebDataset tar shards "
+                                    "(a glob such as 'shards/*.tar', or a folder of .tar files). Run under torchrun to "
+                                    "split the build across ranks (gloo), or use --workers.")
     b.add_argument("src", metavar="SRC")
     b.add_argument("out", metavar="OUT")
     b.add_argument("--format", choices=["sparse", "dense"], default="sparse",

@@ -26,10 +26,12 @@ index once all have finished.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import shutil
+import tarfile
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -45,10 +47,12 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_co
 from dctnet.data import sparse as S
 from dctnet.data.crop import draw_boxes, mcu_windows
 from dctnet.data.loader import _empty, collate
+from dctnet.data.shards import IMAGE_EXTS, _key_of
 from dctnet.transforms.batch import JpegBatch, SparseJpegBatch
 from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
 
-__all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache"]
+__all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache",
+           "source_bytes"]
 
 FORMAT_VERSION = 1
 COLOR_SPACES = ("unknown", "gray", "RGB", "YCbCr", "CMYK", "YCCK")
@@ -118,17 +122,22 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
         t0 = time.time()
         rec = np.zeros(1, INDEX_DTYPE)
         for i in range(lo + done, hi):
-            path, label = src[i]
+            path, label = src[i][0], src[i][1]
+            name_i = f"{path}:{src[i][4]}" if len(src[i]) > 2 else path
             rec[:] = 0
             rec["part"], rec["label"], rec["offset"] = rank, label, offset
             try:
-                coeffs = read_coefficients(path, max_pixels=max_pixels)
+                if len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
+                    coeffs = read_coefficients(_read_member(path, src[i][2], src[i][3]), max_pixels=max_pixels,
+                                               name=name_i)
+                else:
+                    coeffs = read_coefficients(path, max_pixels=max_pixels)
             except (JpegError, OSError) as exc:
                 if on_error == "raise":
                     raise
                 rec["status"] = BAD
                 with (out / f"{name}.bad.jsonl").open("a") as bad:
-                    bad.write(json.dumps({"index": i, "path": path, "reason": str(exc)}) + "\n")
+                    bad.write(json.dumps({"index": i, "path": name_i, "reason": str(exc)}) + "\n")
                 tables = np.zeros((4, 64), np.uint16)
             else:
                 chunks, tables, nv, ne = _encode_sample(coeffs, fmt)
@@ -164,16 +173,79 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
         print(file=sys.stderr)
 
 
-def _sources(src: str | os.PathLike | ImageFolderDataset) -> tuple[list[tuple[str, int]], list[str], str]:
-    ds = src if isinstance(src, ImageFolderDataset) else ImageFolderDataset(src)
-    return ds.samples, ds.classes, str(ds.root)
+def _read_member(shard: str, offset: int, size: int) -> bytes:
+    with open(shard, "rb") as f:
+        return os.pread(f.fileno(), size, offset)
+
+
+def _shard_list(src: Any) -> list[str] | None:
+    """The tar shards ``src`` names (a list, a glob, one .tar, or a folder of .tar files), or None."""
+    if isinstance(src, (list, tuple)):
+        return [str(s) for s in src]
+    text = str(src)
+    if any(ch in text for ch in "*?["):
+        return sorted(glob.glob(text))
+    p = Path(text)
+    if p.is_file() and p.suffix == ".tar":
+        return [text]
+    if p.is_dir() and not any(d.is_dir() for d in p.iterdir()):
+        tars = sorted(str(t) for t in p.glob("*.tar"))
+        return tars or None
+    return None
+
+
+def _scan_shards(shards: list[str]) -> list[tuple[str, int, int, int, str]]:
+    """(shard, label, data offset, size, key) of every image member, WebDataset grouping by key
+    (see :mod:`dctnet.data.shards`); labels from the ``.cls`` member (−1 without one)."""
+    items = []
+    for shard in shards:
+        try:
+            tar = tarfile.open(shard, "r:")  # uncompressed: members are read in place by offset
+        except tarfile.ReadError as exc:
+            raise CacheError(f"{shard}: not an uncompressed tar ({exc}); compressed shards cannot be cached in place")
+        with tar:
+            groups: dict[str, dict[str, Any]] = {}
+            for m in tar.getmembers():
+                if not m.isfile():
+                    continue
+                key, ext = _key_of(m.name)
+                g = groups.setdefault(key, {})
+                if ext in IMAGE_EXTS:
+                    g["image"] = (m.offset_data, m.size)
+                elif ext == "cls":
+                    g["label"] = int(tar.extractfile(m).read())  # type: ignore[union-attr]
+            for key, g in groups.items():
+                if "image" in g:
+                    items.append((shard, g.get("label", -1), g["image"][0], g["image"][1], key))
+    if not items:
+        raise CacheError(f"no JPEG members in {len(shards)} shard(s)")
+    return items
+
+
+def _sources(src: Any) -> tuple[list[tuple], list[str], str, list[str] | None]:
+    """(samples, classes, root, shards): samples are (path, label) for folders and
+    (shard, label, offset, size, key) for tar shards."""
+    if isinstance(src, ImageFolderDataset):
+        return src.samples, src.classes, str(src.root), None
+    shards = _shard_list(src)
+    if shards is None:
+        ds = ImageFolderDataset(src)
+        return ds.samples, ds.classes, str(ds.root), None
+    if not shards:
+        raise CacheError(f"no tar shards match {src!r}")
+    items = _scan_shards(shards)
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(s)) for s in shards])
+    classes = [str(c) for c in sorted({label for _, label, *_ in items})]
+    return items, classes, root, shards
 
 
 def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathLike, *, format: str = "sparse",
                 workers: int = 1, resume: bool = False, on_error: str = "skip",
                 max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = True,
                 hash_sources: bool = True) -> Path:
-    """Build a cache of an image folder (``root/<class>/<image>``). See the module docstring.
+    """Build a cache of an image folder (``root/<class>/<image>``) or of uncompressed WebDataset tar
+    shards (a list, a glob, or a folder of ``.tar`` files; ``KEY.jpg`` + ``KEY.cls`` members). See
+    the module docstring.
 
     Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set, ``torch.distributed`` initialised or
     initialisable with gloo) every rank builds its range and rank 0 finalises; otherwise
@@ -182,7 +254,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         raise ValueError(f"format must be 'dense' or 'sparse', not {format!r}")
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
-    samples, classes, root = _sources(src)
+    samples, classes, root, shards = _sources(src)
     rank, world = _dist_env()
     distributed = world > 1
     if distributed and not torch.distributed.is_initialized():
@@ -222,14 +294,14 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress)
         parts = 1
     if rank == 0:
-        _finalize(partial, out, samples, classes, root, format, parts, hash_sources)
+        _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards)
     if distributed:
         torch.distributed.barrier()
     return out
 
 
-def _finalize(partial: Path, out: Path, samples: list[tuple[str, int]], classes: list[str], root: str, fmt: str,
-              parts: int, hash_sources: bool) -> None:
+def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str], root: str, fmt: str,
+              parts: int, hash_sources: bool, shards: list[str] | None = None) -> None:
     index = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
     tables = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
     if len(index) != len(samples):
@@ -241,11 +313,21 @@ def _finalize(partial: Path, out: Path, samples: list[tuple[str, int]], classes:
         f = partial / f"{_part_name(r, parts)}.bad.jsonl"
         if f.exists():
             bad += [json.loads(line) for line in f.read_text().splitlines()]
-    sources = []
-    for path, label in samples:
-        st = os.stat(path)
-        sources.append({"path": os.path.relpath(path, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                        "label": label, "hash": _file_hash(path) if hash_sources else None})
+    sources, shard_meta = [], None
+    if shards is None:
+        for path, label in samples:
+            st = os.stat(path)
+            sources.append({"path": os.path.relpath(path, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                            "label": label, "hash": _file_hash(path) if hash_sources else None})
+    else:
+        shard_meta = []
+        for shard in shards:
+            st = os.stat(shard)
+            shard_meta.append({"path": os.path.relpath(shard, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                               "hash": _file_hash(shard) if hash_sources else None})
+        for shard, label, offset, size, key in samples:
+            sources.append({"path": f"{os.path.relpath(shard, root)}:{key}", "shard": os.path.relpath(shard, root),
+                            "offset": offset, "size": size, "label": label})
     src_bytes = sum(s["size"] for s in sources)
     data_bytes = sum((partial / f"{_part_name(r, parts)}.bin").stat().st_size for r in range(parts))
     import dctnet
@@ -253,7 +335,7 @@ def _finalize(partial: Path, out: Path, samples: list[tuple[str, int]], classes:
     meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
             "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
             "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
-            "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time()}
+            "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta}
     for r in range(parts):  # build bookkeeping is not part of the cache
         for suffix in (".idx", ".tab", ".progress.json", ".done", ".bad.jsonl"):
             (partial / f"{_part_name(r, parts)}{suffix}").unlink(missing_ok=True)
@@ -462,6 +544,14 @@ class Cache:
             exif_orientation=int(r["orient"]) or None, quant_tables=np.asarray(self.tables[i, :nc]).reshape(nc, 8, 8))
 
 
+def source_bytes(meta: dict[str, Any], root: str | os.PathLike, i: int) -> bytes | str:
+    """What sample ``i`` was built from: a file path, or a tar member's bytes."""
+    s = meta["sources"][i]
+    if "offset" in s:
+        return _read_member(os.path.join(root, s["shard"]), s["offset"], s["size"])
+    return os.path.join(root, s["path"])
+
+
 def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = None, verify: str = "stat",
                format: str | None = None) -> Cache:
     """Open and validate a cache.
@@ -489,7 +579,8 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
     root = Path(source) if source is not None else Path(meta["root"])
     if verify != "none":
         changed, missing = [], []
-        for s in meta["sources"]:
+        files = meta.get("shards") or meta["sources"]  # tar-shard caches check the shard files
+        for s in files:
             p = root / s["path"]
             try:
                 st = p.stat()
@@ -502,8 +593,13 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
                 changed.append(f"{s['path']} (size {s['size']} -> {st.st_size})")
             elif verify == "hash" and s["hash"] and _file_hash(str(p)) != s["hash"]:
                 changed.append(f"{s['path']} (content)")
-        known = {s["path"] for s in meta["sources"]}
-        current = {os.path.relpath(p, root) for p, _ in ImageFolderDataset(root).samples} if root.is_dir() else set()
+        known = {s["path"] for s in files}
+        if not root.is_dir():
+            current: set[str] = set()
+        elif meta.get("shards"):
+            current = {os.path.relpath(p, root) for p in glob.glob(str(root / "*.tar"))}
+        else:
+            current = {os.path.relpath(p, root) for p, _ in ImageFolderDataset(root).samples}
         added = sorted(current - known)
         if changed or missing or added:
             parts = []
