@@ -32,7 +32,8 @@ def linear_rgb(planes, sampling, size, upsampling="nearest"):
 
 
 def normalize(rgb, mean, std):
-    return (rgb - torch.tensor(mean, dtype=rgb.dtype).reshape(1, 3, 1, 1)) / torch.tensor(std, dtype=rgb.dtype).reshape(1, 3, 1, 1)
+    m = torch.tensor(mean, dtype=rgb.dtype).reshape(1, 3, 1, 1)
+    return (rgb - m) / torch.tensor(std, dtype=rgb.dtype).reshape(1, 3, 1, 1)
 
 
 def inputs(sub: str, size: int = 64, n: int = 2):

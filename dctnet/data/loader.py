@@ -158,9 +158,10 @@ class _Collate:
 class ThreadLoader:
     """Batches from a dataset using threads in this process.
 
-    Each batch is one task: ``dataset.load_batch(keys)`` (for image folders: the GIL-free reader,
-    chunks of 16 per GIL release; for caches: mmap reads), then collate. ``threads`` tasks run at once and ``prefetch`` batches are kept
-    ready, in order. The same ``sampler`` gives the same batches as a DataLoader.
+    Each batch is one task: ``dataset.load_batch(keys)`` then collate (image folders: the GIL-free
+    reader, chunks of 16 per GIL release), or ``dataset.load_collated(keys)`` (caches: one C gather).
+    ``threads`` tasks run at once and ``prefetch`` batches are kept ready, in order. The same
+    ``sampler`` gives the same batches as a DataLoader.
     """
 
     def __init__(self, dataset: ImageFolderDataset, batch_size: int, *, sampler: EpochSampler | None = None,

@@ -164,9 +164,8 @@ class DCTPatchEmbed(nn.Module):
         """Set the weights from a spatial kernel ``(E, 3, p, p)`` acting on level-shifted
         (Y, Cb, Cr) samples (0..255 scale) — the conv this layer is equivalent to."""
         e, p, idx = self.embed_dim, self.patch_size, self.index
-        n = p // 8
         w = w_ycc.to(torch.float64)
-        coef = _blocks_of(w)[..., idx]                                           # (E, 3, n, n, K)
+        coef = _blocks_of(w)[..., idx]                                           # (E, 3, p/8, p/8, K)
         if self.chroma == "upsampled":
             self.luma.weight.copy_(coef.reshape(e, -1))
         else:

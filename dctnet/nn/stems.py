@@ -23,11 +23,10 @@ from torch import Tensor, nn
 
 from dctnet import functional as F
 from dctnet.nn.patch_embed import DCTPatchEmbed, frequency_index
+from dctnet.transforms.augment import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DCTToRGB", "ResNetDCTStem", "count_flops", "param_groups", "stem_modules", "swap_stem"]
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class DCTToRGB(nn.Module):
