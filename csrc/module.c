@@ -19,6 +19,7 @@
 #include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
 
 #include "dctjpeg.h"
+#include "crop.h"
 #include "sparse.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 31) /* 2 GiB: far above any JPEG libjpeg can describe */
@@ -753,11 +754,39 @@ static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(rrc_doc,
+             "rrc_boxes(seed, epoch, index, heights, widths, scale_lo, scale_hi, ratio_lo, ratio_hi, log_lo, log_hi, out)\n\n"
+             "torchvision RandomResizedCrop boxes on counter-based uniforms (csrc/crop.h); index, heights,\n"
+             "widths: int64 (n,), out: int64 (n, 4) written with (top, left, height, width).");
+
+static PyObject *py_rrc_boxes(PyObject *self, PyObject *args) {
+  unsigned long long seed, epoch;
+  Py_buffer ix, hs, ws, out;
+  double s0, s1, r0, r1, l0, l1;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "KKy*y*y*ddddddw*", &seed, &epoch, &ix, &hs, &ws, &s0, &s1, &r0, &r1, &l0, &l1, &out))
+    return NULL;
+  Py_ssize_t n = ix.len / 8;
+  if (ix.len % 8 || hs.len != ix.len || ws.len != ix.len || out.len != 4 * ix.len) {
+    PyErr_SetString(PyExc_ValueError, "rrc_boxes: inconsistent buffer sizes");
+  } else {
+    rrc_boxes(seed, epoch, (const int64_t *)ix.buf, (const int64_t *)hs.buf, (const int64_t *)ws.buf, n, s0, s1, r0, r1,
+              l0, l1, (int64_t *)out.buf);
+  }
+  PyBuffer_Release(&ix);
+  PyBuffer_Release(&hs);
+  PyBuffer_Release(&ws);
+  PyBuffer_Release(&out);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
     {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
     {"gather_420", py_gather_420, METH_VARARGS, gather_doc},
+    {"rrc_boxes", py_rrc_boxes, METH_VARARGS, rrc_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
     {"alloc", py_alloc, METH_O, "alloc(nbytes) -> CoefBuffer: writable memory from the resident buffer pool."},

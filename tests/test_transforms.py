@@ -193,19 +193,25 @@ def _torchvision_rrc(height, width, u, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
 
 def test_crop_boxes_follow_torchvision_algorithm_and_distribution():
     crop = D.RandomResizedCrop()
+    # the C sampler against torchvision's algorithm fed the numpy implementation of the same
+    # counter-based stream (two independent implementations of the random numbers)
     sizes = [(333, 201), (224, 224), (20, 500), (500, 20), (17, 33), (1, 1)]
     for h, w in sizes:
-        u = D.crop.uniforms(7, 3, np.arange(200), crop.draws)
-        got = crop.boxes(np.full(200, h), np.full(200, w), u)
+        u = D.crop.uniforms(7, 3, np.arange(200), 40)
+        got = crop.boxes(np.full(200, h), np.full(200, w), 7, 3, np.arange(200))
         want = [_torchvision_rrc(h, w, ui.reshape(10, 4)) for ui in u]
         assert [tuple(b) for b in got.tolist()] == want, (h, w)
-    # the one-sample path (plain Python) gives the very same boxes as the batched one
     rng = np.random.default_rng(0)
     hs, ws = rng.integers(1, 600, 3000), rng.integers(1, 600, 3000)
-    idx = np.arange(3000) * 7919
-    batched = crop.boxes(hs, ws, D.crop.uniforms(3, 2, idx, crop.draws))
-    single = [crop.box(int(h), int(w), 3, 2, int(i)) for h, w, i in zip(hs, ws, idx)]
-    assert [tuple(b) for b in batched.tolist()] == single
+    idx = np.arange(3000) * 7919 - 5000  # negative indices wrap like uint64 in both
+    u = D.crop.uniforms(2**64 - 3, 2, idx, 40)
+    want = [_torchvision_rrc(int(h), int(w), ui.reshape(10, 4), scale=(0.3, 0.9), ratio=(0.5, 2.0))
+            for h, w, ui in zip(hs, ws, u)]
+    wide = D.RandomResizedCrop(scale=(0.3, 0.9), ratio=(0.5, 2.0))
+    assert [tuple(b) for b in wide.boxes(hs, ws, -3, 2, idx).tolist()] == want
+    assert [wide.box(int(h), int(w), -3, 2, int(i)) for h, w, i in zip(hs[:50], ws[:50], idx[:50])] == want[:50]
+    with pytest.raises(ValueError, match="positive"):
+        crop.boxes(np.array([0]), np.array([5]), 0, 0, np.array([1]))
     center = D.CenterCrop()
     assert [tuple(b) for b in center.boxes(hs, ws).tolist()] == [center.box(int(h), int(w)) for h, w in zip(hs, ws)]
     # the draws are uniform and a pure function of (seed, epoch, index)

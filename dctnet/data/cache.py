@@ -590,7 +590,8 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
             if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
                 if verify == "hash" and s["hash"] and st.st_size == s["size"] and _file_hash(str(p)) == s["hash"]:
                     continue  # touched but identical
-                changed.append(f"{s['path']} (size {s['size']} -> {st.st_size})")
+                what = f"size {s['size']} -> {st.st_size}" if st.st_size != s["size"] else "modified time"
+                changed.append(f"{s['path']} ({what})")
             elif verify == "hash" and s["hash"] and _file_hash(str(p)) != s["hash"]:
                 changed.append(f"{s['path']} (content)")
         known = {s["path"] for s in files}
@@ -606,7 +607,10 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
             for label, items in (("changed", changed), ("missing", missing), ("new", added)):
                 if items:
                     parts.append(f"{len(items)} {label} (e.g. {', '.join(items[:3])})")
-            raise CacheError(f"{path} is stale against {root}: " + "; ".join(parts) + ". Rebuild it.")
+            hint = "" if verify == "hash" or not any(c.endswith("(modified time)") for c in changed) else \
+                " (a file whose only change is its modified time is accepted by open_cache(..., verify='hash')," \
+                " and by `dctnet cache verify`, when its content hash is unchanged)"
+            raise CacheError(f"{path} is stale against {root}: " + "; ".join(parts) + ". Rebuild it" + hint + ".")
     return Cache(path, meta)
 
 

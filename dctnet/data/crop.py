@@ -4,7 +4,9 @@ Box selection follows torchvision's ``RandomResizedCrop`` (ten tries of a unifor
 and a log-uniform aspect ratio, rounding as torchvision does, a uniform position; then a centre
 crop with the ratio clamped). The random numbers are counter-based — splitmix64 of
 ``(seed, epoch, index, draw)`` — so a sample's box depends only on those, whatever the batch,
-worker or thread it lands in, and a whole batch is drawn in a few vectorised numpy operations.
+worker or thread it lands in. The sampler runs in C (``csrc/crop.c``, ~0.1 µs a box: in numpy
+it cost more per sample than copying the sample out of a dense cache); :func:`uniforms` is the
+same random stream in numpy, which the tests feed to a transcription of torchvision's code.
 
 The box stays exact; what is snapped to the MCU grid is the window of blocks cut from the planes
 around it, reaching at least 2 luma pixels past the box so that libjpeg's chroma upsampling at
@@ -19,11 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dctnet import _jpeg
+
 __all__ = ["CenterCrop", "FullImage", "RandomResizedCrop", "mcu_window", "mcu_windows", "uniforms"]
 
 Box = tuple[int, int, int, int]  # top, left, height, width in pixels
 
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_M64_INT = (1 << 64) - 1
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -45,88 +49,28 @@ def uniforms(seed: int, epoch: int, index: np.ndarray | int, count: int) -> np.n
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
-_MASK = (1 << 64) - 1
-
-
-def _splitmix64_int(x: int) -> int:
-    z = (x + 0x9E3779B97F4A7C15) & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
-
-def uniform_scalar(seed: int, epoch: int, index: int, k: int) -> float:
-    """One of :func:`uniforms`' numbers, in plain Python (same bits): for per-sample draws, where
-    a dozen numpy calls on one-element arrays would cost more than the decode savings."""
-    key = _splitmix64_int(_splitmix64_int(seed & _MASK) ^ (epoch & 0xFFFFFFFF))
-    base = _splitmix64_int(key ^ ((index * 0xD1B54A32D192ED03) & _MASK))
-    bits = _splitmix64_int((base + k * 0x9E3779B97F4A7C15) & _MASK)
-    return (bits >> 11) * (1.0 / (1 << 53))
-
-
-def _exp(x: np.ndarray) -> np.ndarray:
-    # math.exp, not np.exp: numpy's SIMD exp may differ in the last bit, and the scalar path
-    # below must give the very same boxes
-    return np.array([math.exp(v) for v in x.ravel().tolist()]).reshape(x.shape)
-
-
 @dataclass(frozen=True)
 class RandomResizedCrop:
     """torchvision's ``RandomResizedCrop`` box distribution (the resize happens on the device)."""
 
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
-    draws = 40  # 10 tries × (area, ratio, top, left)
-
-    def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """``int64 (B, 4)`` boxes for images of ``heights``/``widths`` from uniforms ``u (B, 40)``."""
-        h_img = np.asarray(heights, np.int64)[:, None]
-        w_img = np.asarray(widths, np.int64)[:, None]
-        u = u.reshape(-1, 10, 4)
-        area = (h_img * w_img) * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[..., 0])
-        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        aspect = _exp(lo + (hi - lo) * u[..., 1])
-        w = np.rint(np.sqrt(area * aspect)).astype(np.int64)  # round half to even, like Python's round
-        h = np.rint(np.sqrt(area / aspect)).astype(np.int64)
-        ok = (w > 0) & (w <= w_img) & (h > 0) & (h <= h_img)
-        first = np.argmax(ok, axis=1)
-        rows = np.arange(len(first))
-        found = ok[rows, first]
-        h, w = h[rows, first], w[rows, first]
-        top = np.floor(u[rows, first, 2] * (h_img[:, 0] - h + 1)).astype(np.int64)
-        left = np.floor(u[rows, first, 3] * (w_img[:, 0] - w + 1)).astype(np.int64)
-        # fallback: centre crop with the aspect ratio clamped to the range
-        in_ratio = w_img[:, 0] / h_img[:, 0]
-        fw = np.where(in_ratio < min(self.ratio), w_img[:, 0],
-                      np.where(in_ratio > max(self.ratio), np.rint(h_img[:, 0] * max(self.ratio)), w_img[:, 0]))
-        fh = np.where(in_ratio < min(self.ratio), np.rint(w_img[:, 0] / min(self.ratio)), h_img[:, 0])
-        fw, fh = fw.astype(np.int64), fh.astype(np.int64)
-        h = np.where(found, h, fh)
-        w = np.where(found, w, fw)
-        top = np.where(found, top, (h_img[:, 0] - fh) // 2)
-        left = np.where(found, left, (w_img[:, 0] - fw) // 2)
-        return np.stack([top, left, h, w], axis=1)
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
+        """``int64 (B, 4)`` boxes (top, left, height, width) for images of ``heights``/``widths``,
+        samples ``index``: per try ``u[4t:4t+4]`` = (area, log-ratio, top, left) of :func:`uniforms`."""
+        index = np.ascontiguousarray(np.atleast_1d(index), np.int64)
+        heights = np.ascontiguousarray(np.broadcast_to(heights, index.shape), np.int64)
+        widths = np.ascontiguousarray(np.broadcast_to(widths, index.shape), np.int64)
+        if (heights <= 0).any() or (widths <= 0).any():
+            raise ValueError("RandomResizedCrop: image sizes must be positive")
+        out = np.empty((len(index), 4), np.int64)
+        _jpeg.rrc_boxes(seed & _M64_INT, epoch & _M64_INT, index, heights, widths, self.scale[0], self.scale[1],
+                        self.ratio[0], self.ratio[1], math.log(self.ratio[0]), math.log(self.ratio[1]), out)
+        return out
 
     def box(self, height: int, width: int, seed: int, epoch: int, index: int) -> Box:
-        """:meth:`boxes` for one sample, in plain Python (identical result)."""
-        area = height * width
-        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        for t in range(10):
-            u = [uniform_scalar(seed, epoch, index, 4 * t + k) for k in range(4)]
-            target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[0])
-            aspect = math.exp(lo + (hi - lo) * u[1])
-            w = int(round(math.sqrt(target * aspect)))
-            h = int(round(math.sqrt(target / aspect)))
-            if 0 < w <= width and 0 < h <= height:
-                return math.floor(u[2] * (height - h + 1)), math.floor(u[3] * (width - w + 1)), h, w
-        in_ratio = width / height
-        if in_ratio < min(self.ratio):
-            w, h = width, round(width / min(self.ratio))
-        elif in_ratio > max(self.ratio):
-            h, w = height, round(height * max(self.ratio))
-        else:
-            w, h = width, height
-        return (height - h) // 2, (width - w) // 2, h, w
+        """:meth:`boxes` for one sample."""
+        return tuple(int(v) for v in self.boxes(np.array([height]), np.array([width]), seed, epoch, np.array([index]))[0])
 
 
 @dataclass(frozen=True)
@@ -135,9 +79,9 @@ class CenterCrop:
     ``Resize(256) + CenterCrop(224)`` is ``crop_fraction = 0.875``), as torchvision rounds it."""
 
     crop_fraction: float = 0.875
-    draws = 0
 
-    def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, seed: int = 0, epoch: int = 0,
+              index: np.ndarray | None = None) -> np.ndarray:
         h = np.asarray(heights, np.int64)
         w = np.asarray(widths, np.int64)
         side = np.maximum(1, np.rint(np.minimum(h, w) * self.crop_fraction).astype(np.int64))
@@ -153,9 +97,8 @@ class CenterCrop:
 class FullImage:
     """The whole image (no crop)."""
 
-    draws = 0
-
-    def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, seed: int = 0, epoch: int = 0,
+              index: np.ndarray | None = None) -> np.ndarray:
         h = np.asarray(heights, np.int64)
         return np.stack([np.zeros_like(h), np.zeros_like(h), h, np.asarray(widths, np.int64)], axis=1)
 
@@ -164,13 +107,9 @@ class FullImage:
 
 
 def draw_boxes(crop, heights, widths, seed: int, epoch: int, index) -> np.ndarray:
-    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop`` (one sample: the
-    scalar path, same numbers)."""
-    if np.ndim(index) == 0 or np.size(index) == 1:
-        return np.array([crop.box(int(np.ravel(heights)[0]), int(np.ravel(widths)[0]), seed, epoch,
-                                  int(np.ravel(index)[0]))], np.int64)
-    u = uniforms(seed, epoch, index, crop.draws) if crop.draws else None
-    return crop.boxes(np.atleast_1d(heights), np.atleast_1d(widths), u)
+    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop``."""
+    index = np.atleast_1d(index)
+    return crop.boxes(np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape), seed, epoch, index)
 
 
 def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int = 16,
