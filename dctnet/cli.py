@@ -6,6 +6,9 @@
     dctnet convert IN OUT    convert an RGB checkpoint to its DCT-stem model (verified)
     dctnet cache build|info|verify   coefficient caches
     dctnet verify SRC        dataset checks: unreadable, warnings, duplicates, leakage, balance
+    dctnet stats SRC OUT     per-(channel, frequency) statistics of a dataset's crops (for Normalize)
+    dctnet bench [SRC]       decode speed on your files: dctnet vs Pillow vs torchvision, same run
+    dctnet train RECIPE      train from a recipe (recipes/*.yaml); also under torchrun
 """
 
 from __future__ import annotations
@@ -266,6 +269,126 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if (bad or report["leakage"]) and args.strict else 0
 
 
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from dctnet.train import RecipeError, load_recipe, train
+
+    overrides = list(args.set or [])
+    if args.out:
+        overrides.append(f"train.out={args.out}")
+    try:
+        recipe = load_recipe(args.recipe, overrides)
+    except RecipeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        record = train(recipe, resume=args.resume)
+    except (FileNotFoundError, ValueError, JpegError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if int(os.environ.get("RANK", "0")) == 0 and record:
+        top1 = f"val top-1 {record['val_top1']:.3f}, " if "val_top1" in record else ""
+        print(f"{recipe.name}: {top1}train loss {record['train_loss']:.3f}, {record['images_per_s']:.0f} img/s; "
+              f"run directory {recipe.train.out} (metrics.jsonl, plot.png, last.pt)")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    import torch
+
+    from dctnet import data as D
+    from dctnet import transforms as T
+
+    try:
+        ds = D.ImageFolderDataset(args.src, crop=D.CenterCrop(args.crop_fraction), on_error="skip")
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    size = (args.size, args.size)
+    sampler = D.EpochSampler(len(ds), seed=args.seed)
+    loader = D.ThreadLoader(ds, args.batch_size, sampler=sampler, pin_memory=False)
+    norm = D.compute_stats(loader, lambda b: T.crops_to_coefficients(b, size), max_batches=args.batches, save=args.out)
+    print(f"per-(channel, frequency) statistics of {min(len(ds), args.batches * args.batch_size)} centre crops "
+          f"({args.size}x{args.size}) of {args.src} -> {args.out}")
+    print("channel  DC mean  DC std  std (zigzag 1-5)  std (zigzag 6-20)  std (zigzag 21-63)")
+    from dctnet.functional import zigzag_indices
+
+    zz = zigzag_indices()
+    for c, name in enumerate(("Y", "Cb", "Cr")):
+        sd = norm.std[c][zz]
+        print(f"{name:<7}  {norm.mean[c, 0]:7.1f}  {norm.std[c, 0]:6.1f}  {sd[1:6].mean():16.2f}  {sd[6:21].mean():17.2f}  "
+              f"{sd[21:].mean():18.2f}")
+    print("load with dctnet.transforms.Normalize.load(OUT)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    files = _bench_files(args.src, args.images)
+    if not files:
+        print(f"error: no JPEG files under {args.src}", file=sys.stderr)
+        return 1
+    blobs = [Path(f).read_bytes() for f in files]
+    rows = _decode_timings(blobs, args.threads, args.repeat)
+    mp = sum(read_header(b).width * read_header(b).height for b in blobs) / len(blobs) / 1e6
+    print(f"{len(blobs)} files ({mp:.2f} Mpixel average) from {args.src or 'generated photos'}; "
+          f"median of {args.repeat} passes, µs per image, single thread unless noted")
+    base = rows["dctnet read_coefficients"]
+    for name, us in rows.items():
+        print(f"  {name:<40} {us:9.1f}   {us / base:5.2f}x dctnet")
+    return 0
+
+
+def _bench_files(src: str | None, limit: int) -> list[str]:
+    if src is None:
+        out = Path(tempfile.mkdtemp(prefix="dctnet-bench-"))
+        return _demo_files(out)[:limit]
+    root = Path(src)
+    if root.is_file():
+        return [str(root)]
+    exts = (".jpg", ".jpeg", ".jpe", ".jfif")
+    files = sorted(str(p) for p in root.rglob("*") if p.suffix.lower() in exts)
+    step = max(1, len(files) // limit)
+    return files[::step][:limit]
+
+
+def _decode_timings(blobs: list[bytes], threads: int, repeat: int) -> dict[str, float]:
+    def timed(fn) -> float:
+        fn()
+        runs = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn()
+            runs.append((time.perf_counter() - t) / len(blobs) * 1e6)
+        return statistics.median(runs)
+
+    rows = {"dctnet read_coefficients": timed(lambda: [read_coefficients(b) for b in blobs]),
+            f"dctnet read_coefficients_batch ({threads} threads)": timed(lambda: read_coefficients_batch(blobs, threads=threads))}
+    try:
+        import io
+
+        from PIL import Image
+
+        rows["Pillow decode to RGB"] = timed(lambda: [Image.open(io.BytesIO(b)).convert("RGB").load() for b in blobs])
+    except ImportError:
+        pass
+    try:
+        import torch
+        import torchvision.io
+
+        datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+
+        def tv() -> None:
+            for d in datas:
+                try:
+                    torchvision.io.decode_jpeg(d, mode=torchvision.io.ImageReadMode.RGB)
+                except RuntimeError:
+                    pass
+
+        rows["torchvision.io.decode_jpeg to RGB"] = timed(tv)
+    except ImportError:
+        pass
+    return rows
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -319,5 +442,37 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, help="decode threads (default: all CPUs)")
     p.add_argument("--strict", action="store_true", help="exit 1 when files are unreadable or leak across splits")
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("stats", help="per-(channel, frequency) coefficient statistics for Normalize",
+                       description="Mean and std of every (Y/Cb/Cr, frequency) over centre crops of an image folder, "
+                                   "resized on the device exactly as in training; written for "
+                                   "dctnet.transforms.Normalize.load.")
+    p.add_argument("src", metavar="SRC", help="image folder (SRC/<class>/<image>)")
+    p.add_argument("out", metavar="OUT", help="statistics file to write (.pt)")
+    p.add_argument("--size", type=int, default=224, help="crop side in pixels (multiple of 8)")
+    p.add_argument("--crop-fraction", type=float, default=0.875)
+    p.add_argument("--batches", type=int, default=50, help="batches to average over")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_stats)
+    p = sub.add_parser("bench", help="decode speed on your files: dctnet vs Pillow vs torchvision",
+                       description="Time dctnet's coefficient reader against full RGB decoders on the same files in "
+                                   "the same run (medians; ratios are what to compare). SRC: a JPEG file or folder "
+                                   "(default: generated photos). Full suites: `make bench` (benchmarks/).")
+    p.add_argument("src", metavar="SRC", nargs="?")
+    p.add_argument("--images", type=int, default=200, help="at most this many files (evenly spread)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for the batch reader")
+    p.add_argument("--repeat", type=int, default=5, help="timed passes")
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("train", help="train a model from a recipe (recipes/*.yaml)",
+                       description="Build dataset, loader, device transforms and model from RECIPE and train: "
+                                   "AMP on CUDA, warm-up + cosine, label smoothing, eval every epoch, checkpoint "
+                                   "and --resume. Multi-process: torchrun --nproc-per-node N -m dctnet train RECIPE. "
+                                   "Fields: recipes/README.md.")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a recipe field, e.g. --set optim.lr=0.1 --set data.batch_size=128 (repeatable)")
+    p.add_argument("--out", help="run directory (same as --set train.out=DIR)")
+    p.add_argument("--resume", action="store_true", help="continue from RUN/last.pt")
+    p.set_defaults(func=cmd_train)
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

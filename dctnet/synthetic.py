@@ -12,7 +12,7 @@ import io
 
 import numpy as np
 
-__all__ = ["encode_jpeg", "synthetic_image", "synthetic_jpeg"]
+__all__ = ["SHAPE_CLASSES", "encode_jpeg", "labelled_image", "make_labelled_dataset", "synthetic_image", "synthetic_jpeg"]
 
 
 def synthetic_image(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -56,3 +56,90 @@ def encode_jpeg(img: np.ndarray, *, quality: int = 75, subsampling: str = "4:2:0
 def synthetic_jpeg(seed: int, height: int = 96, width: int = 128, **encode_kwargs: object) -> bytes:
     """One synthetic photo encoded as JPEG; the same seed always gives the same bytes."""
     return encode_jpeg(synthetic_image(np.random.default_rng(seed), height, width), **encode_kwargs)  # type: ignore[arg-type]
+
+
+#: Classes of :func:`labelled_image`: what distinguishes them is shape or texture, never colour.
+SHAPE_CLASSES = ("disks", "boxes", "h-stripes", "v-stripes", "checkers", "rings", "diagonals", "blobs")
+
+
+def labelled_image(rng: np.random.Generator, label: int, height: int, width: int) -> np.ndarray:
+    """``uint8 (height, width, 3)`` photo-like image whose content is class ``label`` of
+    :data:`SHAPE_CLASSES`: random colours, sizes, phases, positions, background and noise, so
+    that a model must learn shapes and textures (colour carries no label information)."""
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    scale = float(max(height, width))
+    corners = rng.uniform(0, 255, size=(3, 3)).astype(np.float32)
+    img = corners[0] + (corners[1] - corners[0]) * (xx / scale)[..., None] + (corners[2] - corners[0]) * (yy / scale)[..., None]
+    colour = rng.uniform(0, 255, size=3).astype(np.float32)
+    name = SHAPE_CLASSES[label % len(SHAPE_CLASSES)]
+    period = rng.uniform(5, 14)
+    phase = rng.uniform(0, 2 * np.pi)
+    if name in ("disks", "boxes", "rings"):
+        mask = np.zeros((height, width), bool)
+        for _ in range(int(rng.integers(1, 4))):
+            cy, cx = rng.uniform(0.2, 0.8) * height, rng.uniform(0.2, 0.8) * width
+            r = rng.uniform(0.12, 0.3) * min(height, width)
+            if name == "disks":
+                mask |= (yy - cy) ** 2 + (xx - cx) ** 2 <= r * r
+            elif name == "rings":
+                d = np.sqrt((yy - cy) ** 2 + (xx - cx) ** 2)
+                mask |= np.abs(d - r) <= max(2.0, 0.25 * r)
+            else:
+                mask |= (np.abs(yy - cy) <= r) & (np.abs(xx - cx) <= r * rng.uniform(0.7, 1.3))
+    elif name == "h-stripes":
+        mask = np.sin(2 * np.pi * yy / period + phase) > 0
+    elif name == "v-stripes":
+        mask = np.sin(2 * np.pi * xx / period + phase) > 0
+    elif name == "checkers":
+        mask = (np.sin(2 * np.pi * yy / period + phase) > 0) ^ (np.sin(2 * np.pi * xx / period + phase) > 0)
+    elif name == "diagonals":
+        sign = 1.0 if rng.random() < 0.5 else -1.0
+        mask = np.sin(2 * np.pi * (xx + sign * yy) / (1.4 * period) + phase) > 0
+    else:  # blobs: smooth, edge-free colour fields
+        mask = np.zeros((height, width), bool)
+        for _ in range(int(rng.integers(2, 5))):
+            cy, cx = rng.uniform(0, height), rng.uniform(0, width)
+            s = rng.uniform(0.1, 0.3) * scale
+            w = np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * s * s))[..., None]
+            img = img * (1 - w) + rng.uniform(0, 255, size=3).astype(np.float32) * w
+    img[mask] = colour * rng.uniform(0.85, 1.0) + img[mask] * rng.uniform(0.0, 0.15)
+    img += rng.normal(0, rng.uniform(2, 10), size=img.shape).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def make_labelled_dataset(root: str, *, classes: int = 6, train_per_class: int = 400, val_per_class: int = 100,
+                          size: tuple[int, int] = (64, 112), seed: int = 0) -> str:
+    """Write a small labelled JPEG dataset in ImageFolder layout, ``root/{train,val}/<class>/*.jpg``.
+
+    Mixed JPEG settings, as real collections have: qualities 40–95, 4:2:0 (most), 4:2:2, 4:4:4,
+    some grayscale and progressive files, sides drawn from ``size``. Deterministic in ``seed``;
+    an existing dataset written with the same parameters is reused. Returns ``root``."""
+    import json
+    import os
+
+    if not 1 <= classes <= len(SHAPE_CLASSES):
+        raise ValueError(f"classes must be 1..{len(SHAPE_CLASSES)}, got {classes}")
+    params = {"classes": classes, "train_per_class": train_per_class, "val_per_class": val_per_class,
+              "size": list(size), "seed": seed, "version": 1}
+    marker = os.path.join(root, "dataset.json")
+    if os.path.isfile(marker):
+        with open(marker) as f:
+            if json.load(f) == params:
+                return root
+    rng = np.random.default_rng(seed)
+    for split, per_class in (("train", train_per_class), ("val", val_per_class)):
+        for label in range(classes):
+            folder = os.path.join(root, split, f"{label}-{SHAPE_CLASSES[label]}")
+            os.makedirs(folder, exist_ok=True)
+            for i in range(per_class):
+                h, w = (int(v) for v in rng.integers(size[0], size[1] + 1, size=2))
+                img = labelled_image(rng, label, h, w)
+                kind = rng.random()
+                data = encode_jpeg(img, quality=int(rng.integers(40, 96)),
+                                   subsampling="4:2:0" if kind < 0.6 else "4:2:2" if kind < 0.75 else "4:4:4",
+                                   gray=bool(rng.random() < 0.1), progressive=bool(rng.random() < 0.2))
+                with open(os.path.join(folder, f"{i:05d}.jpg"), "wb") as f:
+                    f.write(data)
+    with open(marker, "w") as f:
+        json.dump(params, f)
+    return root

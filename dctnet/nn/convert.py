@@ -17,16 +17,21 @@ from torch import nn
 
 from dctnet.nn.stems import IMAGENET_MEAN, IMAGENET_STD, swap_stem
 
-__all__ = ["build_model", "convert_checkpoint", "load_state_dict"]
+__all__ = ["build_model", "convert_checkpoint", "input_mean_std", "load_state_dict", "num_classes_of"]
 
 
-def build_model(arch: str, *, image_size: int | None = None) -> nn.Module:
+def build_model(arch: str, *, image_size: int | None = None, num_classes: int | None = None) -> nn.Module:
     """Randomly initialised ``arch``: a torchvision model name or ``timm:NAME``."""
     if arch.startswith("timm:"):
         import timm
 
         kwargs = {"img_size": image_size} if image_size else {}
-        return timm.create_model(arch[5:], pretrained=False, **kwargs)
+        if num_classes:
+            kwargs["num_classes"] = num_classes
+        try:
+            return timm.create_model(arch[5:], pretrained=False, **kwargs)
+        except RuntimeError as exc:  # timm: "Unknown model (...)"
+            raise ValueError(f"unknown architecture {arch!r}: {exc}") from exc
     import torchvision
 
     try:
@@ -34,7 +39,21 @@ def build_model(arch: str, *, image_size: int | None = None) -> nn.Module:
     except ValueError as exc:
         raise ValueError(f"unknown architecture {arch!r} (torchvision name, or timm:NAME)") from exc
     kwargs = {"image_size": image_size} if image_size and arch.startswith("vit") else {}
+    if num_classes:
+        kwargs["num_classes"] = num_classes
     return builder(weights=None, **kwargs)
+
+
+#: classifier weights by model family, for reading the class count off a checkpoint
+_HEADS = ("head.weight", "heads.head.weight", "fc.weight", "classifier.weight", "head.fc.weight")
+
+
+def num_classes_of(state: dict[str, torch.Tensor]) -> int | None:
+    """The class count of a classifier checkpoint (its head's rows), or ``None`` when unknown."""
+    for key in _HEADS:
+        if key in state and state[key].dim() == 2:
+            return int(state[key].shape[0])
+    return None
 
 
 def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -46,6 +65,21 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: not a state_dict checkpoint")
     return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+def input_mean_std(arch: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The RGB normalisation ``arch`` expects: timm's ``pretrained_cfg`` (e.g. 0.5/0.5 for its
+    ViTs), ImageNet's for torchvision models — what training pipelines and conversion must share."""
+    if arch.startswith("timm:"):
+        import timm
+
+        try:
+            cfg = timm.models.get_pretrained_cfg(arch[5:])
+        except (RuntimeError, ValueError):  # unknown name: build_model reports it
+            cfg = None
+        if cfg is not None and getattr(cfg, "mean", None) and getattr(cfg, "std", None):
+            return tuple(cfg.mean), tuple(cfg.std)
+    return tuple(IMAGENET_MEAN), tuple(IMAGENET_STD)
 
 
 def _mean_std(model: nn.Module) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -72,8 +106,14 @@ def convert_checkpoint(src: str | Path, dst: str | Path, arch: str, *, stem: str
     """Convert and verify; returns the max |logit difference|, absolute and relative to max |logit|."""
     from dctnet import functional as F
 
-    model = build_model(arch, image_size=image_size)
-    model.load_state_dict(load_state_dict(src))
+    state = load_state_dict(src)
+    model = build_model(arch, image_size=image_size, num_classes=num_classes_of(state))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0:3]
+        raise ValueError(f"{src} does not fit {arch}" + (f" at image size {image_size}" if image_size else "")
+                         + ": " + " ".join(line.strip() for line in first)) from None
     model.eval()
     mean, std = _mean_std(model)
     size = image_size or getattr(model, "image_size", None) or (model.patch_embed.img_size[0]

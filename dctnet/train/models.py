@@ -1,0 +1,59 @@
+"""The model of a recipe: an architecture by name, with the input path's stem."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dctnet.nn import stem_modules, swap_stem
+from dctnet.nn.convert import build_model
+from dctnet.train.recipe import Recipe
+
+__all__ = ["build_recipe_model", "stem_parameters"]
+
+
+def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
+    """``model.arch`` with ``num_classes`` outputs for ``data.image_size`` inputs.
+
+    ``input: rgb`` and ``device-rgb`` keep the model unchanged (the exact stem: the device decode
+    is the same function as ``swap_stem(model, stem="exact")`` puts in front of conv1).
+    ``input: dct``: ResNets get :class:`dctnet.nn.ResNetDCTStem` (``dct8``/``dct-up``; it starts
+    with a BatchNorm over the coefficient channels, so it needs no input statistics); ViTs get
+    :class:`dctnet.nn.DCTPatchEmbed`. With ``normalize: stats`` the ViT's input is standardised
+    per (c,u,v), so its embedding starts from the default linear init (the conv's own init,
+    fan-in 3·p·p); with ``normalize: none`` it is the exact conversion of the randomly
+    initialised conv (the same function as the RGB model at step 0)."""
+    m = recipe.model
+    model = build_model(m.arch, image_size=recipe.data.image_size if "vit" in m.arch else None, num_classes=num_classes)
+    if m.input != "dct":
+        return model
+    if "vit" in m.arch:
+        swap_stem(model, keep=m.keep)
+        if m.normalize == "stats":
+            for embed in stem_modules(model):
+                embed.luma.reset_parameters()
+        return model
+    return swap_stem(model, stem=m.stem, keep=m.keep)
+
+
+def stem_parameters(model: nn.Module) -> set[int]:
+    """ids of the DCT stem's parameters (empty for unchanged models)."""
+    try:
+        return {id(p) for mod in stem_modules(model) for p in mod.parameters()}
+    except ValueError:
+        return set()
+
+
+def optimizer_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
+    """Parameter groups: weight decay on weights only (not biases, norms, tokens, position
+    embeddings), the DCT stem at ``lr · stem_lr_mult``."""
+    stem = stem_parameters(model)
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        decay = p.dim() > 1 and not any(k in name for k in ("pos_embed", "cls_token", "class_token", "pos_embedding"))
+        groups.setdefault((id(p) in stem, decay), []).append(p)
+    o = recipe.optim
+    return [{"params": ps, "lr": lr * (o.stem_lr_mult if is_stem else 1.0), "base_lr_mult": o.stem_lr_mult if is_stem else 1.0,
+             "weight_decay": o.weight_decay if decay else 0.0} for (is_stem, decay), ps in groups.items()]

@@ -1,0 +1,305 @@
+"""What feeds the model: datasets, loaders and the device-side input transforms of a recipe.
+
+Three input paths (``model.input``):
+
+* ``rgb`` — the baseline users come from: torchvision ``ImageFolder`` + Pillow decode +
+  ``v2`` RandomResizedCrop/flip/normalize in ``DataLoader`` worker processes.
+* ``device-rgb`` (plan A) — dctnet's reader delivers MCU windows of coefficients; the device
+  decodes, crops, resizes (``crops_to_rgb``), flips and normalizes; the model is unchanged.
+* ``dct`` — as ``device-rgb`` up to the resized crop, which is handed over as coefficients
+  (``crops_to_coefficients``); flips and colour jitter act in the DCT domain, then the optional
+  per-(c,u,v) standardisation; the model's stem takes coefficients.
+
+Host CPU spent on the data (decode, crop windows, collate) is measured per epoch: loader-thread
+CPU time for dctnet, worker-process CPU time for torchvision.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from dctnet import data as D
+from dctnet import transforms as T
+from dctnet.nn.convert import input_mean_std
+from dctnet.transforms import functional as TF
+from dctnet.train.recipe import Recipe
+
+__all__ = ["Pipeline", "build_pipeline", "data_root"]
+
+
+def data_root(recipe: Recipe) -> Path:
+    """The dataset root, generating the synthetic dataset first when the recipe asks for it."""
+    root = Path(recipe.data.root)
+    if recipe.data.source == "synthetic":
+        from dctnet.synthetic import make_labelled_dataset
+
+        d = recipe.data
+        make_labelled_dataset(str(root), classes=d.synthetic_classes, train_per_class=d.synthetic_train_per_class,
+                              val_per_class=d.synthetic_val_per_class, size=d.synthetic_size, seed=recipe.train.seed)
+    if not (root / recipe.data.train).exists():
+        raise FileNotFoundError(f"training data not found: {root / recipe.data.train} (data.root / data.train; "
+                                "for Imagenette set DCTNET_DATA)")
+    return root
+
+
+@dataclass
+class Pipeline:
+    """Loaders plus the device transforms of one recipe (see the module docstring)."""
+
+    recipe: Recipe
+    device: torch.device
+    rank: int
+    world_size: int
+    train_loader: object
+    val_loader: object
+    num_classes: int
+    classes: list[str]
+    normalize: T.Normalize | None = None
+    _cpu_mark: float = 0.0
+
+    # ------------------------------------------------------------------ epochs
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        for loader in (self.train_loader, self.val_loader):
+            sampler = getattr(loader, "sampler", None)
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        # augmentation draws: a function of (seed, epoch, rank), so a resumed run repeats them
+        self.generator = torch.Generator().manual_seed(hash((self.recipe.train.seed, epoch, self.rank)) & (2**62 - 1))
+
+    def data_cpu_seconds(self) -> float:
+        """Host CPU seconds spent producing batches so far (loader threads or worker processes)."""
+        return _cpu_of(self.train_loader) + _cpu_of(self.val_loader)
+
+    def batches(self, train: bool) -> Iterator[tuple[Tensor, Tensor]]:
+        """Host batches moved to the device: ``(raw, labels)``; call :meth:`inputs` on ``raw``."""
+        loader = self.train_loader if train else self.val_loader
+        if self.recipe.model.input == "rgb":
+            for x, y, _ in loader:
+                yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            return
+        for batch in D.DevicePrefetcher(loader, self.device):
+            yield batch, batch.labels
+
+    # ------------------------------------------------------------------ device transforms
+    def inputs(self, raw, labels: Tensor, train: bool) -> tuple[Tensor, Tensor]:
+        """Model inputs and (possibly soft) targets from a device batch; augmentation when ``train``."""
+        r, a = self.recipe, self.recipe.augment
+        size = (r.data.image_size, r.data.image_size)
+        kind = r.model.input
+        if kind == "rgb":
+            x = raw  # already cropped, flipped and normalized by torchvision in the workers
+        elif kind == "device-rgb":
+            x = T.crops_to_rgb(raw, size)
+            if train:
+                x = self._augment_rgb(x)
+            mean, std = input_mean_std(r.model.arch)
+            x = (x - torch.tensor(mean, device=x.device).reshape(1, 3, 1, 1)) / torch.tensor(std, device=x.device).reshape(1, 3, 1, 1)
+        else:
+            x = T.crops_to_coefficients(raw, size)
+            if train:
+                x = self._augment_dct(x)
+            if self.normalize is not None:
+                x = TF.normalize(x, self.normalize.mean.to(x.device), self.normalize.std.to(x.device))
+        target = labels.long()
+        if train and a.mixup > 0:
+            lam = torch.distributions.Beta(a.mixup, a.mixup).sample((x.shape[0],)).to(x.device)
+            perm = torch.randperm(x.shape[0], generator=self.generator).to(x.device)
+            onehot = torch.nn.functional.one_hot(target, self.num_classes).float()
+            shape = (-1,) + (1,) * (x.dim() - 1)
+            x = lam.reshape(shape) * x + (1 - lam.reshape(shape)) * x[perm]
+            target = lam[:, None] * onehot + (1 - lam[:, None]) * onehot[perm]
+        return x, target
+
+    def _flip_mask(self, n: int, device: torch.device) -> Tensor:
+        return (torch.rand(n, generator=self.generator) < self.recipe.augment.hflip).to(device, non_blocking=True)
+
+    def _jitter(self, n: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        s = self.recipe.augment.color_jitter
+        f = 1 + s * (2 * torch.rand(3, n, generator=self.generator) - 1)
+        f = f.to(device, non_blocking=True)
+        return f[0], f[1], f[2]
+
+    def _augment_rgb(self, x: Tensor) -> Tensor:
+        a = self.recipe.augment
+        if a.hflip > 0:
+            m = self._flip_mask(x.shape[0], x.device).reshape(-1, 1, 1, 1)
+            x = torch.where(m, x.flip(-1), x)
+        if a.color_jitter > 0:
+            from torchvision.transforms.v2 import functional as TVF
+
+            b, c, s = self._jitter(x.shape[0], x.device)
+            x = (x * b.reshape(-1, 1, 1, 1)).clamp(0, 1)
+            gray = TVF.rgb_to_grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
+            x = ((x - gray) * c.reshape(-1, 1, 1, 1) + gray).clamp(0, 1)
+            g = TVF.rgb_to_grayscale(x)
+            x = ((x - g) * s.reshape(-1, 1, 1, 1) + g).clamp(0, 1)
+        return x
+
+    def _augment_dct(self, x: Tensor) -> Tensor:
+        a = self.recipe.augment
+        if a.hflip > 0:
+            x = TF.hflip(x, self._flip_mask(x.shape[0], x.device))
+        if a.color_jitter > 0:
+            b, c, s = self._jitter(x.shape[0], x.device)
+            x = TF.adjust_saturation(TF.adjust_contrast(TF.adjust_brightness(x, b), c), s)
+        return x
+
+
+# ---------------------------------------------------------------------- CPU accounting
+class _TimedThreadLoader(D.ThreadLoader):
+    """A ThreadLoader that adds up its threads' CPU time (``time.thread_time`` around each batch)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cpu_seconds = 0.0
+        import threading
+
+        self._lock = threading.Lock()
+
+    def _load(self, keys):
+        t = time.thread_time()
+        out = super()._load(keys)
+        with self._lock:
+            self.cpu_seconds += time.thread_time() - t
+        return out
+
+
+class _WorkerCpu:
+    """Collate for torchvision DataLoaders that stamps each batch with its worker's CPU time."""
+
+    def __call__(self, samples):
+        x, y = torch.utils.data.default_collate(samples)
+        info = torch.utils.data.get_worker_info()
+        return x, y, (info.id if info else -1, time.process_time())
+
+
+class _RgbLoader:
+    """torchvision DataLoader whose worker CPU seconds are read off the batches it yields."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+        self.loader, self.sampler = loader, loader.sampler
+        self.seen: dict[int, float] = {}
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.seen.values())
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for x, y, (wid, cpu) in self.loader:
+            if wid >= 0:
+                self.seen[wid] = max(self.seen.get(wid, 0.0), cpu)
+            yield x, y, (wid, cpu)
+
+
+def _cpu_of(loader) -> float:
+    return float(getattr(loader, "cpu_seconds", 0.0))
+
+
+# ---------------------------------------------------------------------- building
+def _limited(n: int, limit: int) -> list[int]:
+    """All of ``range(n)``, or ``limit`` indices spread evenly over it (every class represented:
+    folder datasets are sorted by class)."""
+    if not limit or limit >= n:
+        return list(range(n))
+    return [int(i * n / limit) for i in range(limit)]
+
+
+def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_size: int = 1) -> Pipeline:
+    """Datasets and loaders for ``recipe`` on this rank (training split by rank, drop_last;
+    validation split by rank without padding, so summed counts cover it exactly once)."""
+    r = recipe
+    root = data_root(r)
+    if r.model.input == "rgb":
+        train, val, classes = _torchvision_loaders(r, root, rank, world_size)
+        n_classes = r.model.num_classes or len(classes)
+        return Pipeline(r, device, rank, world_size, train, val, n_classes, classes)
+    crop = D.RandomResizedCrop(scale=r.data.scale)
+    center = D.CenterCrop(r.data.crop_fraction)
+    if r.data.source == "cache":
+        train_ds = D.CacheDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip")
+        val_ds = D.CacheDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip")
+    else:
+        train_ds = D.ImageFolderDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip")
+        val_ds = D.ImageFolderDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip")
+    if list(getattr(val_ds, "classes", train_ds.classes)) != list(train_ds.classes):
+        raise ValueError(f"train and val splits have different classes under {root}")
+    classes = list(train_ds.classes)
+    pin = device.type == "cuda"
+    train_sampler = D.SubsetSampler(_limited(len(train_ds), r.data.limit_train), seed=r.train.seed, rank=rank,
+                                    world_size=world_size, drop_last=True)
+    val_sampler = D.SubsetSampler(_limited(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
+                                  world_size=world_size)
+    train = _TimedThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
+                               drop_last=True, pin_memory=pin)
+    val = _TimedThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
+    pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
+    if r.model.input == "dct" and "vit" in r.model.arch and r.model.normalize == "stats":
+        pipe.normalize = _coefficient_stats(r, train_ds, device)
+    return pipe
+
+
+def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
+    """Per-(c,u,v) statistics of the training crops — the same on every rank (fixed sampler)."""
+    sampler = D.SubsetSampler(_limited(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
+    loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
+    size = (r.data.image_size, r.data.image_size)
+    return D.compute_stats((b.to(device) for b in loader), lambda b: T.crops_to_coefficients(b, size),
+                           max_batches=r.model.stats_batches)
+
+
+def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
+    import torchvision
+    from torchvision.transforms import v2
+
+    size = r.data.image_size
+    # the model's own normalisation (timm ViTs: 0.5/0.5), which `dctnet convert` folds into the stem
+    norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(*input_mean_std(r.model.arch))]
+    train_tf = v2.Compose([v2.RandomResizedCrop(size, scale=r.data.scale, antialias=True),
+                           v2.RandomHorizontalFlip(r.augment.hflip)]
+                          + ([v2.ColorJitter(r.augment.color_jitter, r.augment.color_jitter, r.augment.color_jitter)]
+                             if r.augment.color_jitter > 0 else []) + norm)
+    val_tf = v2.Compose([v2.Resize(round(size / r.data.crop_fraction), antialias=True), v2.CenterCrop(size)] + norm)
+    train_ds = torchvision.datasets.ImageFolder(str(root / r.data.train), transform=train_tf)
+    val_ds = torchvision.datasets.ImageFolder(str(root / r.data.val), transform=val_tf)
+    if r.data.limit_train:
+        train_ds = torch.utils.data.Subset(train_ds, _limited(len(train_ds), r.data.limit_train))
+    if r.data.limit_val:
+        val_ds = torch.utils.data.Subset(val_ds, _limited(len(val_ds), r.data.limit_val))
+    train_sampler = torch.utils.data.DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True,
+                                                        seed=r.train.seed, drop_last=True)
+    val_sampler = _RankSlice(len(val_ds), rank, world_size)
+    common = {"batch_size": r.data.batch_size, "num_workers": r.data.workers, "collate_fn": _WorkerCpu(),
+              "pin_memory": torch.cuda.is_available(), "persistent_workers": r.data.workers > 0}
+    if r.data.workers > 0:
+        common["prefetch_factor"] = 2
+    train = torch.utils.data.DataLoader(train_ds, sampler=train_sampler, drop_last=True, **common)
+    val = torch.utils.data.DataLoader(val_ds, sampler=val_sampler, **common)
+    classes = train_ds.dataset.classes if isinstance(train_ds, torch.utils.data.Subset) else train_ds.classes
+    return _RgbLoader(train), _RgbLoader(val), list(classes)
+
+
+class _RankSlice(torch.utils.data.Sampler):
+    """Indices rank, rank+world, … (no padding: every validation image counted exactly once)."""
+
+    def __init__(self, n: int, rank: int, world_size: int) -> None:
+        self.n, self.rank, self.world_size = n, rank, world_size
+
+    def __iter__(self):
+        return iter(range(self.rank, self.n, self.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world_size))
+
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,0 +1,263 @@
+"""Training recipes: a YAML file → validated, typed configuration.
+
+A recipe has five sections; every field has a default, so a recipe names only what it changes.
+Unknown keys and values of the wrong type or outside their choices are errors that name the key
+(and suggest the closest valid name), never silently ignored. ``--set a.b=value`` overrides any
+field (values parsed as YAML: ``--set optim.lr=0.1 --set train.amp=off``).
+
+See ``recipes/README.md`` for every field with its meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+__all__ = ["Recipe", "RecipeError", "load_recipe", "parse_overrides"]
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be used; the message names the file, the key and the reason."""
+
+
+@dataclass
+class DataConfig:
+    source: Literal["folder", "cache", "synthetic"] = "folder"
+    root: str = "${DCTNET_DATA:../shared/data/imagenette}"  # folder root, or synthetic output dir
+    train: str = "train"              # subfolder (or cache directory) of root with the training split
+    val: str = "val"
+    image_size: int = 224             # side of the square crops fed to the model
+    batch_size: int = 64              # per process
+    threads: int = 2                  # dctnet loader threads (input dct / device-rgb)
+    workers: int = 2                  # DataLoader worker processes (input rgb: torchvision pipeline)
+    scale: tuple[float, float] = (0.08, 1.0)   # RandomResizedCrop area range
+    crop_fraction: float = 0.875      # eval centre crop: side = fraction · min(H, W)
+    limit_train: int = 0              # use only the first N training samples (0: all), for smoke tests
+    limit_val: int = 0
+    synthetic_classes: int = 6        # source: synthetic — classes, images per class, JPEG side range
+    synthetic_train_per_class: int = 400
+    synthetic_val_per_class: int = 100
+    synthetic_size: tuple[int, int] = (64, 112)
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "resnet18"            # torchvision name (resnet18, resnet50, vit_b_16, …) or timm:NAME
+    input: Literal["rgb", "device-rgb", "dct"] = "dct"
+    # rgb: torchvision CPU pipeline (Pillow decode, v2 transforms in DataLoader workers) — the baseline
+    # device-rgb: dctnet reads coefficients; decode/crop/resize on the device; unchanged model (plan A)
+    # dct: dctnet reads coefficients; the model's first layer is replaced by a DCT stem
+    stem: Literal["dct8", "dct-up", "dct-patch"] = "dct8"   # input dct: ResNet stems / ViT patch embedding
+    keep: int | None = None           # frequencies kept per block (zigzag order); None: all 64
+    normalize: Literal["stats", "none"] = "stats"  # input dct + ViT: per-(c,u,v) standardisation from data
+    stats_batches: int = 20           # batches used for those statistics
+    num_classes: int = 0              # 0: from the data
+
+
+@dataclass
+class OptimConfig:
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = 0.1                   # peak learning rate for the global batch of lr_batch samples
+    lr_batch: int = 256               # lr scales linearly with (global batch / lr_batch)
+    momentum: float = 0.9
+    weight_decay: float = 5e-5        # not applied to biases and norm parameters
+    epochs: int = 10
+    warmup_epochs: float = 1.0        # linear warm-up, then cosine to zero
+    label_smoothing: float = 0.1
+    stem_lr_mult: float = 1.0         # learning-rate multiplier of the DCT stem's parameters
+    grad_clip: float = 0.0            # max gradient norm (0: off)
+
+
+@dataclass
+class AugmentConfig:
+    hflip: float = 0.5                # probability of a horizontal flip
+    color_jitter: float = 0.0         # brightness/contrast/saturation strength (0: off)
+    mixup: float = 0.0                # mixup alpha (0: off)
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    out: str = "runs/${name}"         # run directory: metrics.jsonl, plot.png, last.pt, recipe.yaml
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"   # auto: bf16 on CUDA, off on CPU
+    compile: bool = False             # torch.compile the model
+    device: str = "auto"              # auto: cuda:LOCAL_RANK when available, else cpu
+    eval_every: int = 1               # epochs between evaluations (the last epoch always evaluates)
+    checkpoint: bool = True           # write last.pt after every epoch (resume with --resume)
+    progress: bool = True             # progress bars (rank 0)
+    log_every: int = 20               # steps between step records in metrics.jsonl
+    torch_threads: int = 0            # intra-op threads (0: torch's default)
+    max_steps: int = 0                # stop each epoch after N steps (0: full epochs), for smoke tests
+
+
+@dataclass
+class Recipe:
+    name: str = "run"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """``value`` checked against the annotation ``tp`` (YAML gives ints for floats, lists for tuples)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            choices = ", ".join(repr(c) for c in typing.get_args(tp))
+            raise RecipeError(f"{where}: {value!r} is not one of {choices}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        return _coerce(value, args[0], where)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise RecipeError(f"{where}: expected a list of {len(args)} values, got {value!r}")
+        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise RecipeError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecipeError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecipeError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise RecipeError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    raise TypeError(f"unsupported annotation {tp}")
+
+
+def _build(cls: type, values: Any, where: str) -> Any:
+    if not isinstance(values, dict):
+        raise RecipeError(f"{where}: expected a mapping of fields, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(names)})"
+            raise RecipeError(f"{where}: unknown key {key!r}{hint}")
+        tp = hints[key]
+        sub = f"{where}.{key}" if where else key
+        kwargs[key] = _build(tp, value, sub) if dataclasses.is_dataclass(tp) else _coerce(value, tp, sub)
+    return cls(**kwargs)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["optim.lr=0.1", "train.amp=off"]`` → nested dict (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise RecipeError(f"--set {item!r}: expected key=value (e.g. optim.lr=0.1)")
+        key, raw = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise RecipeError(f"--set {item!r}: {p!r} is a value, not a section")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _expand(text: str, name: str) -> str:
+    """``${VAR:default}`` → environment variable or default; ``${name}`` → the recipe name."""
+    import re
+
+    def sub(m: re.Match) -> str:
+        var, _, default = m.group(1).partition(":")
+        return name if var == "name" else os.environ.get(var, default)
+
+    return re.sub(r"\$\{([^}]+)\}", sub, text)
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None) -> Recipe:
+    """Read and validate a recipe (``None``: all defaults), applying ``overrides``.
+
+    Relative data paths in the recipe are resolved against the current directory; environment
+    references ``${VAR:default}`` are expanded."""
+    where = str(path) if path is not None else "<defaults>"
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            values = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise RecipeError(f"{path}: no such recipe file") from None
+        except yaml.YAMLError as e:
+            raise RecipeError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(values, dict):
+            raise RecipeError(f"{path}: a recipe is a mapping of sections, got {type(values).__name__}")
+    if overrides:
+        values = _merge(values, parse_overrides(overrides) if isinstance(overrides, list) else overrides)
+    try:
+        recipe = _build(Recipe, values, "")
+    except RecipeError as e:
+        raise RecipeError(f"{where}: {e}") from None
+    recipe.data.root = _expand(recipe.data.root, recipe.name)
+    recipe.train.out = _expand(recipe.train.out, recipe.name)
+    _check(recipe, where)
+    return recipe
+
+
+def _check(r: Recipe, where: str) -> None:
+    def bad(msg: str) -> None:
+        raise RecipeError(f"{where}: {msg}")
+
+    if r.data.image_size <= 0 or r.data.image_size % 16:
+        bad(f"data.image_size must be a positive multiple of 16, got {r.data.image_size}")
+    if r.data.batch_size <= 0:
+        bad("data.batch_size must be positive")
+    if not 0 < r.data.scale[0] <= r.data.scale[1] <= 1:
+        bad(f"data.scale must satisfy 0 < lo <= hi <= 1, got {r.data.scale}")
+    if r.optim.epochs <= 0 or r.optim.lr <= 0:
+        bad("optim.epochs and optim.lr must be positive")
+    if r.data.source == "synthetic" and r.model.input == "rgb":
+        pass  # the generated folder works with torchvision too
+    vit = "vit" in r.model.arch
+    if r.model.input == "dct":
+        if vit and r.model.stem != "dct-patch":
+            bad(f"model.stem: a ViT takes stem 'dct-patch', not {r.model.stem!r}")
+        if not vit and r.model.stem == "dct-patch":
+            bad("model.stem: 'dct-patch' is for ViTs; ResNets take 'dct8' or 'dct-up'")
+    if not 0 <= r.augment.hflip <= 1:
+        bad("augment.hflip is a probability")

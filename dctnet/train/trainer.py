@@ -1,0 +1,261 @@
+"""The training loop: one process per device, DDP under ``torchrun``.
+
+Per step: wait for the next host batch (timed: the *data wait*), device transforms, forward and
+backward under autocast, optimizer and per-step schedule (linear warm-up, cosine to zero). Running
+sums stay on the device (no host sync inside the step); they are read every ``log_every`` steps
+and at the end of the epoch. After each epoch: evaluation (sums all-reduced across ranks, so the
+validation set counts once in total), one JSON line in ``metrics.jsonl``, and an atomic
+``last.pt`` with everything ``--resume`` needs. Data order, crops and augmentation draws are
+functions of ``(seed, epoch, index/rank)``, so a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dctnet.train.models import build_recipe_model, optimizer_groups
+from dctnet.train.pipeline import Pipeline, build_pipeline
+from dctnet.train.recipe import Recipe
+
+__all__ = ["Trainer", "train"]
+
+
+def _dist_env() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+class Trainer:
+    """Builds everything a recipe names and trains it: ``Trainer(recipe).fit()``."""
+
+    def __init__(self, recipe: Recipe, *, resume: bool = False, log=None) -> None:
+        self.recipe = r = recipe
+        self.rank, self.world_size, local = _dist_env()
+        want = r.train.device
+        if want == "auto":
+            want = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(want)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if self.world_size > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        if r.train.torch_threads:
+            torch.set_num_threads(r.train.torch_threads)
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.out = Path(r.train.out)
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            r.dump(self.out / "recipe.yaml")
+        self._seed(r.train.seed)
+        self.pipe: Pipeline = build_pipeline(r, self.device, self.rank, self.world_size)
+        self._seed(r.train.seed)  # the same initial weights on every rank, whatever the pipeline drew
+        model = build_recipe_model(r, self.pipe.num_classes).to(self.device)
+        if self.device.type == "cuda":
+            model = model.to(memory_format=torch.channels_last) if r.model.input != "dct" or "vit" not in r.model.arch else model
+        self.model = model
+        global_batch = r.data.batch_size * self.world_size
+        self.lr = r.optim.lr * global_batch / r.optim.lr_batch
+        groups = optimizer_groups(model, r, self.lr)
+        if r.optim.optimizer == "sgd":
+            self.opt = torch.optim.SGD(groups, lr=self.lr, momentum=r.optim.momentum, nesterov=True)
+        else:
+            self.opt = torch.optim.AdamW(groups, lr=self.lr)
+        self.steps_per_epoch = len(self.pipe.train_loader)
+        if r.train.max_steps:
+            self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
+        total = max(1, r.optim.epochs * self.steps_per_epoch)
+        warm = r.optim.warmup_epochs * self.steps_per_epoch
+
+        def factor(step: int) -> float:
+            if step < warm:
+                return (step + 1) / warm
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1.0, total - warm))))
+
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
+                          "auto": torch.bfloat16 if self.device.type == "cuda" else None}[r.train.amp]
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=r.optim.label_smoothing)
+        self.train_model: nn.Module = model
+        if self.world_size > 1:
+            self.train_model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if r.train.compile:
+            self.train_model = torch.compile(self.train_model)
+        self.start_epoch = 0
+        self.history: list[dict[str, Any]] = []
+        if resume:
+            self._load(self.out / "last.pt")
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _seed(seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None)
+
+    def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            dist.all_reduce(t)
+        return t
+
+    def _progress(self, total: int, desc: str):
+        if self.rank != 0 or not self.recipe.train.progress:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr)
+
+    # ------------------------------------------------------------------ epochs
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        r = self.recipe
+        self.pipe.set_epoch(epoch)
+        self.train_model.train()
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss·n, correct, n
+        bar = self._progress(self.steps_per_epoch, f"epoch {epoch + 1}/{r.optim.epochs}")
+        cpu0 = self.pipe.data_cpu_seconds()
+        wait = 0.0
+        t0 = last = time.perf_counter()
+        steps = 0
+        seen = 0
+        for raw, labels in self.pipe.batches(train=True):
+            now = time.perf_counter()
+            wait += now - last
+            x, target = self.pipe.inputs(raw, labels, train=True)
+            with self._autocast():
+                out = self.train_model(x)
+                loss = self.criterion(out.float(), target)
+            self.opt.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            if r.optim.grad_clip > 0:
+                self.scaler.unscale_(self.opt)
+                nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
+            self.scaler.step(self.opt)
+            self.scaler.update()
+            self.sched.step()
+            n = labels.shape[0]
+            hard = labels.long()
+            sums += torch.stack([loss.detach().double() * n, (out.argmax(1) == hard).sum().double(),
+                                 torch.tensor(float(n), dtype=torch.float64, device=self.device)])
+            steps += 1
+            seen += n
+            if bar is not None:
+                bar.update(1)
+                if steps % r.train.log_every == 0:
+                    el = time.perf_counter() - t0
+                    s = sums.tolist()  # host sync, once every log_every steps
+                    bar.set_postfix_str(f"loss {s[0] / s[2]:.3f} acc {s[1] / s[2]:.3f} "
+                                        f"{seen * self.world_size / el:.0f} img/s wait {wait / el:.0%}")
+            last = time.perf_counter()
+            if steps >= self.steps_per_epoch:
+                break
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - t0
+        if bar is not None:
+            bar.close()
+        cpu = self.pipe.data_cpu_seconds() - cpu0
+        stats = torch.tensor([wait, elapsed, cpu, float(seen)], dtype=torch.float64, device=self.device)
+        s = self._all_reduce(sums).tolist()
+        stats = self._all_reduce(stats).tolist()
+        return {"train_loss": s[0] / max(s[2], 1), "train_acc": s[1] / max(s[2], 1),
+                "images_per_s": stats[3] / max(stats[1] / self.world_size, 1e-9),
+                "data_wait": stats[0] / max(stats[1], 1e-9), "data_cpu_us_per_sample": stats[2] / max(stats[3], 1) * 1e6,
+                "lr": self.opt.param_groups[0]["lr"], "train_seconds": stats[1] / self.world_size}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss·n, top1, top5, n
+        for raw, labels in self.pipe.batches(train=False):
+            x, target = self.pipe.inputs(raw, labels, train=False)
+            with self._autocast():
+                out = self.model(x).float()
+            k = min(5, out.shape[1])
+            top = out.topk(k, dim=1).indices
+            hit = top == target[:, None]
+            sums += torch.stack([nn.functional.cross_entropy(out, target, reduction="sum").double(),
+                                 hit[:, 0].sum().double(), hit.any(1).sum().double(),
+                                 torch.tensor(float(len(target)), dtype=torch.float64, device=self.device)])
+        s = self._all_reduce(sums).tolist()
+        n = max(s[3], 1)
+        return {"val_loss": s[0] / n, "val_top1": s[1] / n, "val_top5": s[2] / n, "val_images": int(s[3])}
+
+    def fit(self) -> dict[str, Any]:
+        """Train from ``start_epoch`` to the recipe's epochs; returns the last epoch's record."""
+        r = self.recipe
+        record: dict[str, Any] = self.history[-1] if self.history else {}
+        for epoch in range(self.start_epoch, r.optim.epochs):
+            t = time.perf_counter()
+            record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
+            if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
+                record.update(self.evaluate())
+            record["epoch_seconds"] = time.perf_counter() - t
+            self.history.append(record)
+            if self.rank == 0:
+                with open(self.out / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                val = f" val top-1 {record['val_top1']:.3f}" if "val_top1" in record else ""
+                self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f} "
+                         f"train acc {record['train_acc']:.3f}{val} | {record['images_per_s']:.0f} img/s, "
+                         f"data wait {record['data_wait']:.0%}, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample")
+                if r.train.checkpoint:
+                    self._save(self.out / "last.pt", epoch)
+        if self.rank == 0 and self.history:
+            from dctnet.train.plot import plot_metrics
+
+            plot_metrics(self.out / "metrics.jsonl", self.out / "plot.png", title=r.name)
+        return record
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save(self, path: Path, epoch: int) -> None:
+        norm = self.pipe.normalize
+        state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                 "scaler": self.scaler.state_dict(), "epoch": epoch, "history": self.history,
+                 "recipe": self.recipe.to_dict(), "classes": self.pipe.classes,
+                 "normalize": {"mean": norm.mean, "std": norm.std} if norm is not None else None,
+                 "torch_rng": torch.get_rng_state()}
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)  # atomic: a killed run leaves the previous checkpoint intact
+
+    def _load(self, path: Path) -> None:
+        if not path.is_file():
+            self.log(f"--resume: no checkpoint at {path}; starting from scratch")
+            return
+        state = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        if state.get("normalize") is not None and self.pipe.normalize is not None:
+            self.pipe.normalize.mean, self.pipe.normalize.std = state["normalize"]["mean"].cpu(), state["normalize"]["std"].cpu()
+        torch.set_rng_state(state["torch_rng"].cpu())
+        self.history = list(state.get("history", []))
+        self.start_epoch = int(state["epoch"]) + 1
+        self.log(f"resumed from {path}: epoch {self.start_epoch} done")
+
+
+def train(recipe: Recipe, *, resume: bool = False) -> dict[str, Any]:
+    """Train ``recipe`` (one process, or one rank under torchrun); returns the last epoch's record."""
+    trainer = Trainer(recipe, resume=resume)
+    try:
+        return trainer.fit()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
