@@ -6,7 +6,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.dctnet-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench fuzz clean
+.PHONY: setup test demo bench evidence fuzz clean
 
 setup: $(STAMP)
 
@@ -25,14 +25,18 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h)
 test: setup
 	$(VPY) -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
 
+# The main job: generate a small labelled JPEG dataset and train a DCT-stem ResNet-18 on it.
 demo: setup
-	$(VPY) -m dctnet demo
+	$(VPY) -m dctnet train recipes/quickstart.yaml
 
 bench: setup
 	$(VPY) benchmarks/decode.py
 	$(VPY) benchmarks/loader.py
 	$(VPY) benchmarks/cache.py
 	$(VPY) benchmarks/stems.py
+
+evidence: setup
+	$(VPY) benchmarks/train_imagenette.py --readme
 
 fuzz: setup
 	PY=$(VPY) tests/fuzz_asan.sh 200000

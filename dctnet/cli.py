@@ -294,7 +294,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    import torch
 
     from dctnet import data as D
     from dctnet import transforms as T

@@ -100,8 +100,8 @@ class Pipeline:
             x = T.crops_to_rgb(raw, size)
             if train:
                 x = self._augment_rgb(x)
-            mean, std = input_mean_std(r.model.arch)
-            x = (x - torch.tensor(mean, device=x.device).reshape(1, 3, 1, 1)) / torch.tensor(std, device=x.device).reshape(1, 3, 1, 1)
+            mean, std = (torch.tensor(v, device=x.device).reshape(1, 3, 1, 1) for v in input_mean_std(r.model.arch))
+            x = (x - mean) / std
         else:
             x = T.crops_to_coefficients(raw, size)
             if train:
@@ -269,7 +269,13 @@ def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
                            v2.RandomHorizontalFlip(r.augment.hflip)]
                           + ([v2.ColorJitter(r.augment.color_jitter, r.augment.color_jitter, r.augment.color_jitter)]
                              if r.augment.color_jitter > 0 else []) + norm)
-    val_tf = v2.Compose([v2.Resize(round(size / r.data.crop_fraction), antialias=True), v2.CenterCrop(size)] + norm)
+    # evaluation: the centre square of side crop_fraction·min(H, W), resized to the input size in
+    # float — the geometry and arithmetic dctnet's CenterCrop + device resize give the other input
+    # paths, so every row of a comparison sees the same pixels up to the decoders' rounding.
+    # (Resize(size/fraction) + CenterCrop(size) shifts the crop by ~½ output pixel, and a uint8
+    # resize rounds every pixel: measured, those alone flip 14% and 1.1% of a weak ViT's predictions.)
+    val_tf = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), _CentreSquare(r.data.crop_fraction),
+                         v2.Resize((size, size), antialias=True), v2.Normalize(*input_mean_std(r.model.arch))])
     train_ds = torchvision.datasets.ImageFolder(str(root / r.data.train), transform=train_tf)
     val_ds = torchvision.datasets.ImageFolder(str(root / r.data.val), transform=val_tf)
     if r.data.limit_train:
@@ -287,6 +293,22 @@ def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
     val = torch.utils.data.DataLoader(val_ds, sampler=val_sampler, **common)
     classes = train_ds.dataset.classes if isinstance(train_ds, torch.utils.data.Subset) else train_ds.classes
     return _RgbLoader(train), _RgbLoader(val), list(classes)
+
+
+class _CentreSquare(torch.nn.Module):
+    """torchvision transform: the centred square of side ``fraction · min(H, W)`` (rounded as
+    :class:`dctnet.data.CenterCrop` rounds it)."""
+
+    def __init__(self, fraction: float) -> None:
+        super().__init__()
+        self.fraction = fraction
+
+    def forward(self, img):
+        from torchvision.transforms.v2 import functional as TVF
+
+        h, w = TVF.get_size(img)
+        top, left, side, _ = D.CenterCrop(self.fraction).box(h, w)
+        return TVF.crop(img, top, left, side, side)
 
 
 class _RankSlice(torch.utils.data.Sampler):

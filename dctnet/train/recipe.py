@@ -126,6 +126,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     """``value`` checked against the annotation ``tp`` (YAML gives ints for floats, lists for tuples)."""
     origin = typing.get_origin(tp)
     if origin is Literal:
+        if isinstance(value, bool) and "off" in typing.get_args(tp):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare off/on/no/yes as a boolean
         if value not in typing.get_args(tp):
             choices = ", ".join(repr(c) for c in typing.get_args(tp))
             raise RecipeError(f"{where}: {value!r} is not one of {choices}")

@@ -11,6 +11,7 @@ functions of ``(seed, epoch, index/rank)``, so a resumed run continues exactly w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -62,8 +63,6 @@ class Trainer:
         self.pipe: Pipeline = build_pipeline(r, self.device, self.rank, self.world_size)
         self._seed(r.train.seed)  # the same initial weights on every rank, whatever the pipeline drew
         model = build_recipe_model(r, self.pipe.num_classes).to(self.device)
-        if self.device.type == "cuda":
-            model = model.to(memory_format=torch.channels_last) if r.model.input != "dct" or "vit" not in r.model.arch else model
         self.model = model
         global_batch = r.data.batch_size * self.world_size
         self.lr = r.optim.lr * global_batch / r.optim.lr_batch
@@ -107,7 +106,9 @@ class Trainer:
         torch.manual_seed(seed)
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None)
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:

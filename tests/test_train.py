@@ -1,0 +1,234 @@
+"""Training: recipe validation, the three input pipelines against their references, a run that
+learns, exact resume, a 2-process torchrun (gloo) run, the CLI commands of the training issue."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from dctnet import data as D
+from dctnet import transforms as T
+from dctnet.cli import main as cli_main
+from dctnet.synthetic import make_labelled_dataset
+from dctnet.train import RecipeError, Trainer, load_recipe
+from dctnet.train.pipeline import build_pipeline
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    """A small generated dataset: 3 shape classes, mixed JPEG settings."""
+    root = tmp_path_factory.mktemp("shapes")
+    return make_labelled_dataset(str(root), classes=3, train_per_class=120, val_per_class=20, size=(40, 64), seed=1)
+
+
+def tiny(shapes, tmp_path, **over):
+    base = {"name": "t", "data": {"source": "folder", "root": shapes, "image_size": 32, "batch_size": 16, "threads": 1,
+                                  "workers": 0, "scale": [0.5, 1.0]},
+            "model": {"arch": "resnet18", "input": "dct", "stem": "dct8"},
+            "optim": {"lr": 0.1, "lr_batch": 16, "epochs": 1, "warmup_epochs": 0.5},
+            "train": {"out": str(tmp_path / "run"), "progress": False, "torch_threads": 1}}
+    for key, value in over.items():
+        section, field = key.split("__")
+        base.setdefault(section, {})[field] = value
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+# ---------------------------------------------------------------------- recipes
+def test_shipped_recipes_load():
+    paths = sorted((ROOT / "recipes").rglob("*.yaml"))
+    assert len(paths) >= 11
+    for p in paths:
+        r = load_recipe(p)
+        assert r.name == p.stem
+        assert "${" not in r.data.root and "${" not in r.train.out
+
+
+def test_recipe_errors_name_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    for text, match in [("optim: {lr: fast}", r"optim\.lr: expected a number"),
+                        ("optim: {learning_rate: 0.1}", r"unknown key 'learning_rate'"),
+                        ("optim: {epoch: 3}", r"did you mean 'epochs'"),
+                        ("model: {input: jpeg}", r"model\.input: 'jpeg' is not one of"),
+                        ("data: {scale: [0.5]}", r"data\.scale: expected a list of 2"),
+                        ("data: {image_size: 100}", r"multiple of 16"),
+                        ("train: {compile: 3}", r"train\.compile: expected true or false"),
+                        ("model: {arch: timm:vit_tiny_patch16_224, input: dct, stem: dct8}", r"'dct-patch'"),
+                        ("[1, 2]", r"mapping of sections"),
+                        ("optim: {lr: [", r"not valid YAML")]:
+        bad.write_text(text)
+        with pytest.raises(RecipeError, match=match):
+            load_recipe(bad)
+    with pytest.raises(RecipeError, match="no such recipe"):
+        load_recipe(tmp_path / "missing.yaml")
+    with pytest.raises(RecipeError, match="key=value"):
+        load_recipe(None, ["optim.lr"])
+    r = load_recipe(None, ["optim.lr=0.5", "data.scale=[0.2, 0.9]", "train.amp=off", "name=x"])
+    assert (r.optim.lr, r.data.scale, r.train.amp, r.train.out) == (0.5, (0.2, 0.9), "off", "runs/x")
+    os.environ["DCTNET_TEST_ROOT"] = "/somewhere"
+    try:
+        assert load_recipe(None, ["data.root=${DCTNET_TEST_ROOT:/x}"]).data.root == "/somewhere"
+    finally:
+        del os.environ["DCTNET_TEST_ROOT"]
+
+
+# ---------------------------------------------------------------------- pipelines
+def test_device_inputs_match_their_references(shapes, tmp_path):
+    """Without augmentation: plan A = device crops normalised with the model's statistics;
+    the DCT input = the orthonormal block DCT of those same crops (YCbCr, level-shifted)."""
+    r = load_recipe(tiny(shapes, tmp_path, augment__hflip=0.0, model__input="device-rgb"))
+    pipe = build_pipeline(r, torch.device("cpu"))
+    pipe.set_epoch(0)
+    raw, labels = next(pipe.batches(train=True))
+    x_rgb, y = pipe.inputs(raw, labels, train=True)
+    crops = T.crops_to_rgb(raw, (32, 32))
+    mean = torch.tensor(T.IMAGENET_MEAN).reshape(1, 3, 1, 1)
+    std = torch.tensor(T.IMAGENET_STD).reshape(1, 3, 1, 1)
+    torch.testing.assert_close(x_rgb, (crops - mean) / std)
+    assert torch.equal(y, labels.long())
+    r.model.input = "dct"
+    pipe.recipe = r
+    x_dct, _ = pipe.inputs(raw, labels, train=True)
+    # numpy-free oracle: YCbCr by JFIF's matrix, level shift, 8x8 DCT-II as an explicit sum
+    rgb = crops.double() * 255
+    ycc = torch.stack([0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2],
+                       -0.168736 * rgb[:, 0] - 0.331264 * rgb[:, 1] + 0.5 * rgb[:, 2] + 128,
+                       0.5 * rgb[:, 0] - 0.418688 * rgb[:, 1] - 0.081312 * rgb[:, 2] + 128], 1) - 128
+    n = torch.arange(8, dtype=torch.float64)
+    basis = torch.cos((2 * n[None, :] + 1) * n[:, None] * torch.pi / 16) * torch.where(n == 0, 0.5 ** 0.5, 1.0)[:, None] / 2
+    blocks = ycc.reshape(-1, 3, 4, 8, 4, 8).permute(0, 1, 2, 4, 3, 5)
+    coef = torch.einsum("ui,vj,bchwij->bchwuv", basis, basis, blocks).reshape(-1, 3, 4, 4, 64)
+    torch.testing.assert_close(x_dct.double(), coef, atol=1e-3, rtol=1e-4)
+
+
+def test_torchvision_pipeline_and_flip_augmentation(shapes, tmp_path):
+    r = load_recipe(tiny(shapes, tmp_path, model__input="rgb", augment__hflip=1.0))
+    pipe = build_pipeline(r, torch.device("cpu"))
+    pipe.set_epoch(0)
+    x, y = next(pipe.batches(train=True))
+    assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+    # DCT-domain flip of the dct input = pixel flip of the device crops (p = 1)
+    r2 = load_recipe(tiny(shapes, tmp_path, augment__hflip=1.0))
+    pipe2 = build_pipeline(r2, torch.device("cpu"))
+    pipe2.set_epoch(0)
+    raw, labels = next(pipe2.batches(train=True))
+    flipped, _ = pipe2.inputs(raw, labels, train=True)
+    want = T.crops_to_coefficients(raw, (32, 32))
+    back = T.functional.hflip(flipped)
+    torch.testing.assert_close(back, want, atol=1e-3, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------- training
+def test_training_learns_and_writes_its_outputs(shapes, tmp_path):
+    path = tiny(shapes, tmp_path, optim__epochs=5, optim__lr=0.02, data__image_size=48)
+    record = Trainer(load_recipe(path)).fit()
+    run = tmp_path / "run"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4, 5]
+    assert record["val_images"] == 60
+    assert record["val_top1"] > 0.5, rows  # 3 classes: chance is 0.33 (measured 0.70)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    for key in ("images_per_s", "data_wait", "data_cpu_us_per_sample", "val_top5", "lr"):
+        assert key in rows[-1]
+    assert 0 <= rows[-1]["data_wait"] <= 1 and rows[-1]["data_cpu_us_per_sample"] > 0
+    assert (run / "plot.png").stat().st_size > 10_000 and (run / "last.pt").is_file()
+    assert load_recipe(run / "recipe.yaml").optim.epochs == 5
+
+
+@pytest.mark.parametrize("arch,inp", [("timm:vit_tiny_patch16_224", "dct"), ("timm:vit_tiny_patch16_224", "rgb"),
+                                      ("resnet18", "device-rgb")])
+def test_other_models_and_inputs_run(shapes, tmp_path, arch, inp):
+    stem = "dct-patch" if "vit" in arch else "dct8"
+    path = tiny(shapes, tmp_path, model__arch=arch, model__input=inp, model__stem=stem, train__max_steps=2,
+                optim__optimizer="adamw", optim__lr=1e-3, augment__color_jitter=0.2, augment__mixup=0.2,
+                model__stats_batches=2)
+    record = Trainer(load_recipe(path)).fit()
+    assert record["val_images"] == 60 and record["train_loss"] > 0
+    state = torch.load(tmp_path / "run" / "last.pt", weights_only=False)
+    assert (state["normalize"] is not None) == (inp == "dct" and "vit" in arch)
+
+
+def test_resume_continues_exactly(shapes, tmp_path):
+    a = tiny(shapes, tmp_path / "a", optim__epochs=2, train__max_steps=3)
+    Trainer(load_recipe(a)).fit()
+    # the same recipe stopped after its first epoch (as a killed run leaves it), then resumed
+    c = tiny(shapes, tmp_path / "c", optim__epochs=2, train__max_steps=3)
+    t = Trainer(load_recipe(c))
+    t.pipe.set_epoch(0)
+    t.history.append({"epoch": 1, **t.train_epoch(0)})
+    t._save(t.out / "last.pt", 0)
+    resumed = Trainer(load_recipe(c), resume=True)
+    assert resumed.start_epoch == 1
+    resumed.fit()
+    sa = torch.load(tmp_path / "a" / "run" / "last.pt", weights_only=False)["model"]
+    sc = torch.load(tmp_path / "c" / "run" / "last.pt", weights_only=False)["model"]
+    for k in sa:
+        assert torch.equal(sa[k], sc[k]), k
+    rows = [json.loads(x) for x in (tmp_path / "c" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [2]
+
+
+def test_torchrun_two_process_training(shapes, tmp_path):
+    path = tiny(shapes, tmp_path, optim__epochs=2, train__max_steps=3)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           "--rdzv-endpoint=localhost:0", "-m", "dctnet", "train", str(path)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2  # written once (rank 0)
+    assert rows[-1]["val_images"] == 60  # every val image counted once over the two ranks
+    assert "val top-1" in r.stdout
+
+
+# ---------------------------------------------------------------------- CLI
+def run_cli(*args):
+    with pytest.raises(SystemExit) as e:
+        cli_main(list(args))
+    return e.value.code
+
+
+@pytest.mark.parametrize("cmd", ["info", "bench", "verify", "stats", "cache", "convert", "train", "demo"])
+def test_every_command_has_help(cmd, capsys):
+    assert run_cli(cmd, "--help") == 0
+    assert len(capsys.readouterr().out) > 200
+
+
+def test_train_cli_errors_and_stats_and_bench(shapes, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: {lr: -1}\n")
+    assert run_cli("train", str(bad)) == 2
+    assert "optim.epochs and optim.lr must be positive" in capsys.readouterr().err
+    assert run_cli("train", str(tiny(shapes, tmp_path)), "--set", "data.root=/nonexistent") == 1
+    assert "training data not found" in capsys.readouterr().err
+    out = tmp_path / "stats.pt"
+    assert run_cli("stats", f"{shapes}/train", str(out), "--size", "32", "--batches", "2", "--batch-size", "16") == 0
+    norm = T.Normalize.load(out)
+    assert norm.mean.shape == (3, 64) and (norm.std > 0).all()
+    # oracle: the same statistics from compute_stats over the same batches
+    ds = D.ImageFolderDataset(f"{shapes}/train", crop=D.CenterCrop(), on_error="skip")
+    loader = D.ThreadLoader(ds, 16, sampler=D.EpochSampler(len(ds), seed=0), pin_memory=False)
+    ref = D.compute_stats(loader, lambda b: T.crops_to_coefficients(b, (32, 32)), max_batches=2)
+    torch.testing.assert_close(norm.mean, ref.mean)
+    assert run_cli("bench", f"{shapes}/val", "--images", "8", "--repeat", "1", "--threads", "1") == 0
+    text = capsys.readouterr().out
+    assert "dctnet read_coefficients" in text and "Pillow" in text
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("inp", ["dct", "device-rgb", "rgb"])
+def test_training_on_cuda_with_bf16(shapes, tmp_path, inp):
+    path = tiny(shapes, tmp_path, model__input=inp, train__device="cuda", train__amp="bf16", optim__epochs=2)
+    record = Trainer(load_recipe(path)).fit()
+    assert record["val_images"] == 60 and record["train_loss"] < 5
