@@ -120,7 +120,8 @@ class Trainer:
             return None
         from tqdm import tqdm
 
-        return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr)
+        # disable=None: a bar on a terminal, none in logs and pipes (the per-epoch line is printed anyway)
+        return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, epoch: int) -> dict[str, float]:
