@@ -232,3 +232,17 @@ def test_training_on_cuda_with_bf16(shapes, tmp_path, inp):
     path = tiny(shapes, tmp_path, model__input=inp, train__device="cuda", train__amp="bf16", optim__epochs=2)
     record = Trainer(load_recipe(path)).fit()
     assert record["val_images"] == 60 and record["train_loss"] < 5
+
+
+def test_training_from_a_coefficient_cache_matches_the_folder(shapes, tmp_path):
+    """source: cache reads the same samples, crops and labels as the folder it was built from."""
+    caches = tmp_path / "caches"
+    for split in ("train", "val"):
+        D.build_cache(f"{shapes}/{split}", caches / split, format="sparse", progress=False)
+    runs = {}
+    for source, root in (("folder", shapes), ("cache", str(caches))):
+        path = tiny(shapes, tmp_path / source, data__source=source, data__root=root, train__max_steps=3,
+                    augment__hflip=0.0)
+        runs[source] = Trainer(load_recipe(path)).fit()
+    for key in ("train_loss", "train_acc", "val_top1", "val_loss"):
+        assert runs["cache"][key] == pytest.approx(runs["folder"][key], rel=1e-5, abs=1e-6), key
