@@ -333,7 +333,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
           f"median of {args.repeat} passes, µs per image, single thread unless noted")
     base = rows["dctnet read_coefficients"]
     for name, us in rows.items():
-        print(f"  {name:<40} {us:9.1f}   {us / base:5.2f}x dctnet")
+        print(f"  {name:<46} {us:9.1f}   {us / base:5.2f}x dctnet")
     return 0
 
 
