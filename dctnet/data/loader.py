@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -161,7 +163,8 @@ class ThreadLoader:
     Each batch is one task: ``dataset.load_batch(keys)`` then collate (image folders: the GIL-free
     reader, chunks of 16 per GIL release), or ``dataset.load_collated(keys)`` (caches: one C gather).
     ``threads`` tasks run at once and ``prefetch`` batches are kept ready, in order. The same
-    ``sampler`` gives the same batches as a DataLoader.
+    ``sampler`` gives the same batches as a DataLoader. ``cpu_seconds`` adds up the threads' CPU
+    time spent on batches.
     """
 
     def __init__(self, dataset: ImageFolderDataset, batch_size: int, *, sampler: EpochSampler | None = None,
@@ -177,6 +180,9 @@ class ThreadLoader:
         # smooth out slow files.
         collated = hasattr(dataset, "load_collated")
         self.prefetch = prefetch or (threads if collated else 2 * threads)
+        #: CPU seconds the loader threads have spent building batches (for per-sample accounting)
+        self.cpu_seconds = 0.0
+        self._cpu_lock = threading.Lock()
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
@@ -193,10 +199,15 @@ class ThreadLoader:
         return out
 
     def _load(self, keys: list[tuple[int, int]]) -> JpegBatch:
+        t = time.thread_time()
         collated = getattr(self.dataset, "load_collated", None)
         if collated is not None:  # datasets that can build the batch in one go (caches)
-            return collated(keys, grid=self.grid, pin_memory=self.pin_memory)
-        return collate(self.dataset.load_batch(keys), grid=self.grid, pin_memory=self.pin_memory)
+            batch = collated(keys, grid=self.grid, pin_memory=self.pin_memory)
+        else:
+            batch = collate(self.dataset.load_batch(keys), grid=self.grid, pin_memory=self.pin_memory)
+        with self._cpu_lock:
+            self.cpu_seconds += time.thread_time() - t
+        return batch
 
     def __iter__(self) -> Iterator[JpegBatch]:
         batches = self._batches()

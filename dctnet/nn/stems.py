@@ -186,14 +186,27 @@ def stem_modules(model: nn.Module) -> list[nn.Module]:
     raise ValueError("model has no dctnet stem (call swap_stem first)")
 
 
-def param_groups(model: nn.Module, lr: float, *, stem_lr_mult: float = 0.1, weight_decay: float = 0.0) -> list[dict]:
+def param_groups(model: nn.Module, lr: float, *, stem_lr_mult: float = 0.1, weight_decay: float = 0.0,
+                 decay_norms_and_biases: bool = True) -> list[dict]:
     """Optimizer groups: the DCT stem at ``lr · stem_lr_mult`` (the literature uses 0.1–0.2, as
-    coefficient inputs have a much wider dynamic range than normalised pixels), the rest at ``lr``."""
-    stem_params = {id(p) for m in stem_modules(model) for p in m.parameters()}
-    stem = [p for p in model.parameters() if id(p) in stem_params and p.requires_grad]
-    rest = [p for p in model.parameters() if id(p) not in stem_params and p.requires_grad]
-    return [{"params": rest, "lr": lr, "weight_decay": weight_decay},
-            {"params": stem, "lr": lr * stem_lr_mult, "weight_decay": weight_decay}]
+    coefficient inputs have a much wider dynamic range than normalised pixels), the rest at ``lr``.
+
+    ``decay_norms_and_biases=False`` exempts 1-d parameters (biases, norm scales) and ViT tokens /
+    position embeddings from weight decay, the usual practice. A model without a dctnet stem gets
+    no stem group. Empty groups are left out; with the defaults the groups are ``[rest, stem]``."""
+    try:
+        stem_ids = {id(p) for m in stem_modules(model) for p in m.parameters()}
+    except ValueError:
+        stem_ids = set()
+    tokens = ("pos_embed", "cls_token", "class_token", "pos_embedding")
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(False, True): [], (True, True): [], (False, False): [],
+                                                           (True, False): []}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            decay = decay_norms_and_biases or (p.dim() > 1 and not any(t in name for t in tokens))
+            groups[(id(p) in stem_ids, decay)].append(p)
+    return [{"params": ps, "lr": lr * (stem_lr_mult if is_stem else 1.0), "weight_decay": weight_decay if decay else 0.0}
+            for (is_stem, decay), ps in groups.items() if ps]
 
 
 def count_flops(module: nn.Module, *inputs: object) -> int:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from dctnet.nn import stem_modules, swap_stem
+from dctnet.nn import param_groups, stem_modules, swap_stem
 from dctnet.nn.convert import build_model
 from dctnet.train.recipe import Recipe
 
-__all__ = ["build_recipe_model", "stem_parameters"]
+__all__ = ["build_recipe_model", "optimizer_groups"]
 
 
 def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
@@ -36,24 +35,7 @@ def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
     return swap_stem(model, stem=m.stem, keep=m.keep)
 
 
-def stem_parameters(model: nn.Module) -> set[int]:
-    """ids of the DCT stem's parameters (empty for unchanged models)."""
-    try:
-        return {id(p) for mod in stem_modules(model) for p in mod.parameters()}
-    except ValueError:
-        return set()
-
-
 def optimizer_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
-    """Parameter groups: weight decay on weights only (not biases, norms, tokens, position
-    embeddings), the DCT stem at ``lr · stem_lr_mult``."""
-    stem = stem_parameters(model)
-    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        decay = p.dim() > 1 and not any(k in name for k in ("pos_embed", "cls_token", "class_token", "pos_embedding"))
-        groups.setdefault((id(p) in stem, decay), []).append(p)
-    o = recipe.optim
-    return [{"params": ps, "lr": lr * (o.stem_lr_mult if is_stem else 1.0), "base_lr_mult": o.stem_lr_mult if is_stem else 1.0,
-             "weight_decay": o.weight_decay if decay else 0.0} for (is_stem, decay), ps in groups.items()]
+    """Parameter groups: weight decay on weights only, the DCT stem at ``lr · stem_lr_mult``."""
+    return param_groups(model, lr, stem_lr_mult=recipe.optim.stem_lr_mult, weight_decay=recipe.optim.weight_decay,
+                        decay_norms_and_biases=False)

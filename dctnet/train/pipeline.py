@@ -16,7 +16,6 @@ CPU time for dctnet, worker-process CPU time for torchvision.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,7 +61,9 @@ class Pipeline:
     num_classes: int
     classes: list[str]
     normalize: T.Normalize | None = None
-    _cpu_mark: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.set_epoch(0)
 
     # ------------------------------------------------------------------ epochs
     def set_epoch(self, epoch: int) -> None:
@@ -154,24 +155,6 @@ class Pipeline:
 
 
 # ---------------------------------------------------------------------- CPU accounting
-class _TimedThreadLoader(D.ThreadLoader):
-    """A ThreadLoader that adds up its threads' CPU time (``time.thread_time`` around each batch)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.cpu_seconds = 0.0
-        import threading
-
-        self._lock = threading.Lock()
-
-    def _load(self, keys):
-        t = time.thread_time()
-        out = super()._load(keys)
-        with self._lock:
-            self.cpu_seconds += time.thread_time() - t
-        return out
-
-
 class _WorkerCpu:
     """Collate for torchvision DataLoaders that stamps each batch with its worker's CPU time."""
 
@@ -240,9 +223,9 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
                                     world_size=world_size, drop_last=True)
     val_sampler = D.SubsetSampler(_limited(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
                                   world_size=world_size)
-    train = _TimedThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
+    train = D.ThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
                                drop_last=True, pin_memory=pin)
-    val = _TimedThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
+    val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
     if r.model.input == "dct" and "vit" in r.model.arch and r.model.normalize == "stats":
         pipe.normalize = _coefficient_stats(r, train_ds, device)
@@ -323,5 +306,3 @@ class _RankSlice(torch.utils.data.Sampler):
     def __len__(self) -> int:
         return len(range(self.rank, self.n, self.world_size))
 
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -240,7 +240,7 @@ class Trainer:
         if not path.is_file():
             self.log(f"--resume: no checkpoint at {path}; starting from scratch")
             return
-        state = torch.load(path, map_location=self.device, weights_only=False)
+        state = torch.load(path, map_location=self.device, weights_only=True)
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
