@@ -58,7 +58,6 @@ class Trainer:
         self.out = Path(r.train.out)
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
-            r.dump(self.out / "recipe.yaml")
         self._seed(r.train.seed)
         self.pipe: Pipeline = build_pipeline(r, self.device, self.rank, self.world_size)
         self._seed(r.train.seed)  # the same initial weights on every rank, whatever the pipeline drew
@@ -97,6 +96,8 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         if resume:
             self._load(self.out / "last.pt")
+        if self.rank == 0:  # written once everything above succeeded: a refused resume keeps the old one
+            r.dump(self.out / "recipe.yaml")
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -241,8 +242,13 @@ class Trainer:
             self.log(f"--resume: no checkpoint at {path}; starting from scratch")
             return
         state = torch.load(path, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ValueError(f"--resume: {path} was written by a different model or optimizer than this recipe's "
+                             f"({first}); use another --out or the recipe it came from") from None
         self.sched.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         if state.get("normalize") is not None and self.pipe.normalize is not None:
