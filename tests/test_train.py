@@ -246,3 +246,12 @@ def test_training_from_a_coefficient_cache_matches_the_folder(shapes, tmp_path):
         runs[source] = Trainer(load_recipe(path)).fit()
     for key in ("train_loss", "train_acc", "val_top1", "val_loss"):
         assert runs["cache"][key] == pytest.approx(runs["folder"][key], rel=1e-5, abs=1e-6), key
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(shapes, tmp_path):
+    path = tiny(shapes, tmp_path, train__max_steps=1)
+    Trainer(load_recipe(path)).fit()
+    before = (tmp_path / "run" / "recipe.yaml").read_text()
+    with pytest.raises(ValueError, match="different model or optimizer"):
+        Trainer(load_recipe(path, ["model.stem=dct-up"]), resume=True)
+    assert (tmp_path / "run" / "recipe.yaml").read_text() == before
