@@ -13,6 +13,7 @@ On a CPU-only machine the "device" transforms (IDCT, resize, augmentation) run o
 as the model and are part of the step, not of the data CPU column.
 
     python benchmarks/train_imagenette.py [--out runs/evidence] [--readme] [--reuse]
+    python benchmarks/train_imagenette.py --seed 1 --out runs/evidence-seed1 --recipes vit_s16_rgb_cpu vit_s16_dct_cpu
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ LABELS = {"resnet18_rgb_cpu": "ResNet-18, RGB (torchvision pipeline)",
           "vit_s16_dct_cpu": "ViT-S/16, DCT patch embedding"}
 
 
-def run_recipe(name: str, out: Path, reuse: bool) -> dict:
+def run_recipe(name: str, out: Path, reuse: bool, seed: int = 0) -> dict:
     run = out / name
     metrics = run / "metrics.jsonl"
     if not (reuse and metrics.is_file()):
@@ -43,7 +44,7 @@ def run_recipe(name: str, out: Path, reuse: bool) -> dict:
             metrics.unlink()
         t = time.perf_counter()
         cmd = [sys.executable, "-m", "dctnet", "train", str(ROOT / "recipes" / "imagenette" / f"{name}.yaml"),
-               "--out", str(run), "--set", "train.progress=false"]
+               "--out", str(run), "--set", "train.progress=false", "--set", f"train.seed={seed}"]
         print("$", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True)
         (run / "wall_seconds").write_text(f"{time.perf_counter() - t:.1f}")
@@ -140,9 +141,10 @@ def main() -> None:
     ap.add_argument("--recipes", nargs="*", default=RECIPES)
     ap.add_argument("--reuse", action="store_true", help="reuse finished runs in --out")
     ap.add_argument("--readme", action="store_true", help="write the table into README.md")
+    ap.add_argument("--seed", type=int, default=0, help="train.seed of every run (use another --out per seed)")
     args = ap.parse_args()
     out = Path(args.out)
-    results = {name: run_recipe(name, out, args.reuse) for name in args.recipes}
+    results = {name: run_recipe(name, out, args.reuse, args.seed) for name in args.recipes}
     t0 = time.perf_counter()
     conv = conversion_check(out) if (out / "vit_s16_rgb_cpu" / "last.pt").exists() else None
     total = time.perf_counter() - t0 + sum(r["wall_s"] or 0.0 for r in results.values())
