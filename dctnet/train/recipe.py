@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -204,7 +205,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _expand(text: str, name: str) -> str:
     """``${VAR:default}`` → environment variable or default; ``${name}`` → the recipe name."""
-    import re
 
     def sub(m: re.Match) -> str:
         var, _, default = m.group(1).partition(":")
@@ -253,8 +253,6 @@ def _check(r: Recipe, where: str) -> None:
         bad(f"data.scale must satisfy 0 < lo <= hi <= 1, got {r.data.scale}")
     if r.optim.epochs <= 0 or r.optim.lr <= 0:
         bad("optim.epochs and optim.lr must be positive")
-    if r.data.source == "synthetic" and r.model.input == "rgb":
-        pass  # the generated folder works with torchvision too
     vit = "vit" in r.model.arch
     if r.model.input == "dct":
         if vit and r.model.stem != "dct-patch":
