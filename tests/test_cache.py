@@ -31,6 +31,17 @@ def make_folder(root, n=40, size=(40, 56)):
     return root
 
 
+def gray_and_420_folder(root, n, *, gray_every, qualities, size):
+    """Two classes of the layouts the fast gather takes: grayscale every ``gray_every``-th file,
+    4:2:0 otherwise at the given qualities, sizes from ``size(i)`` (odd sizes on purpose)."""
+    for i in range(n):
+        d = root / f"c{i % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        kw = dict(gray=True) if i % gray_every == 0 else dict(subsampling="4:2:0", quality=qualities[i % len(qualities)])
+        (d / f"{i}.jpg").write_bytes(synthetic_jpeg(i, *size(i), **kw))
+    return root
+
+
 @pytest.fixture()
 def folder(tmp_path):
     return make_folder(tmp_path / "src")
@@ -194,12 +205,8 @@ def test_torchrun_build_crash_resume_and_rank_split_read(tmp_path):
 @pytest.mark.parametrize("fmt", ["dense", "sparse"])
 def test_fast_gather_equals_per_sample_path(tmp_path, fmt):
     """The C window gather builds exactly the batch that per-sample reads + collate build."""
-    root = tmp_path / "src"
-    for i in range(48):
-        d = root / f"c{i % 2}"
-        d.mkdir(parents=True, exist_ok=True)
-        kw = dict(gray=True) if i % 5 == 0 else dict(subsampling="4:2:0", quality=(30, 75, 100)[i % 3])
-        (d / f"{i}.jpg").write_bytes(synthetic_jpeg(i, 17 + 13 * (i % 7), 23 + 11 * (i % 5), **kw))
+    root = gray_and_420_folder(tmp_path / "src", 48, gray_every=5, qualities=(30, 75, 100),
+                               size=lambda i: (17 + 13 * (i % 7), 23 + 11 * (i % 5)))
     out = D.build_cache(root, tmp_path / "cache", format=fmt, progress=False)
     for crop in (D.RandomResizedCrop(), D.CenterCrop(), D.FullImage()):
         ds = D.CacheDataset(out, crop=crop, seed=2)
@@ -220,12 +227,8 @@ def test_fast_gather_equals_per_sample_path(tmp_path, fmt):
 
 
 def test_device_expansion_of_a_sparse_batch_matches_host(tmp_path):
-    root = tmp_path / "src"
-    for i in range(30):
-        d = root / f"c{i % 2}"
-        d.mkdir(parents=True, exist_ok=True)
-        kw = dict(gray=True) if i % 4 == 0 else dict(subsampling="4:2:0", quality=(20, 90, 100)[i % 3])
-        (d / f"{i}.jpg").write_bytes(synthetic_jpeg(i, 20 + 9 * (i % 6), 30 + 7 * (i % 4), **kw))
+    root = gray_and_420_folder(tmp_path / "src", 30, gray_every=4, qualities=(20, 90, 100),
+                               size=lambda i: (20 + 9 * (i % 6), 30 + 7 * (i % 4)))
     out = D.build_cache(root, tmp_path / "cache", format="sparse", progress=False)
     ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=9)
     keys = list(D.EpochSampler(len(ds), seed=9))
