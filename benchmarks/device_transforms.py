@@ -3,8 +3,9 @@
 
 A batch of Imagenette train crops (RandomResizedCrop boxes, from the ThreadLoader; synthetic
 photos when Imagenette is absent) goes through: crop + resize to SIZE² coefficients, flip, colour
-jitter, requantization, normalization, and (plan A) back to normalized RGB. Timed with CUDA
-synchronisation on a GPU, median of repeats.
+jitter, requantization, normalization, and (plan A) back to normalized RGB; and the decode with
+``exact=True`` (libjpeg's integer arithmetic, Pillow's very pixels), with its cost relative to the
+float decode. Timed with CUDA synchronisation on a GPU, median of repeats.
 
     python benchmarks/device_transforms.py [--device cuda] [--batch 256] [--size 224]
 """
@@ -68,10 +69,14 @@ def main() -> None:
     def decode_only() -> torch.Tensor:
         return T.crops_to_rgb(batch, size)
 
+    def decode_exact() -> torch.Tensor:
+        return T.crops_to_rgb(batch, size, exact=True)
+
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
           f"batch {len(batch)}, output {args.size}²")
-    for name, fn in (("crop+resize to RGB", decode_only), ("plan B: coefficients + aug + normalize", plan_b),
-                     ("plan A: + aug + normalized RGB", plan_a)):
+    medians = {}
+    for name, fn in (("crop+resize to RGB", decode_only), ("crop+resize to RGB, exact decode", decode_exact),
+                     ("plan B: coefficients + aug + normalize", plan_b), ("plan A: + aug + normalized RGB", plan_a)):
         fn()
         sync()
         times = []
@@ -80,8 +85,10 @@ def main() -> None:
             fn()
             sync()
             times.append(time.perf_counter() - t0)
-        dt = statistics.median(times)
+        dt = medians[name] = statistics.median(times)
         print(f"  {name:40s} {dt * 1e3:8.2f} ms/batch  {len(batch) / dt:10.0f} images/s")
+    print(f"  exact decode costs {medians['crop+resize to RGB, exact decode'] / medians['crop+resize to RGB']:.2f}x "
+          "the float decode")
 
 
 if __name__ == "__main__":

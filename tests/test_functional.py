@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import io
 import math
 
 import numpy as np
@@ -140,6 +141,104 @@ def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
         assert mean < 0.75 and worst <= 4, (label, worst, mean)
 
 
+# ---------------------------------------------------------------- exact (libjpeg integer) decode
+
+def pillow_uint8(path) -> np.ndarray:
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def exact_uint8(planes, sampling, size, color_space) -> np.ndarray:
+    """``to_rgb(exact=True)`` back on the 8-bit scale: ``uint8 (B, H, W, 3)``; exact means k/255."""
+    rgb = F.to_rgb(planes, sampling, size, color_space=color_space, exact=True)
+    k = (rgb * 255).round()
+    assert torch.equal(k / 255, rgb), "exact output is not k/255"
+    return k.to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def exact_differs(path) -> int:
+    """Pixels where the exact device decode differs from Pillow's."""
+    c = dctnet.read_coefficients(path)
+    planes = [torch.from_numpy(p)[None] for p in c.planes]
+    return int((exact_uint8(planes, c.sampling, c.size, c.color_space)[0] != pillow_uint8(path)).sum())
+
+
+def test_islow_matrix_is_libjpegs_scaled_dct():
+    """libjpeg's fixed-point constants approximate 2¹³·√8·Cᵀ (numpy float maths) to their rounding."""
+    a = F.islow_matrix().numpy()
+    assert np.array_equal(a, np.round(a)) and a[0, 0] == 8192
+    np.testing.assert_allclose(a / 2**13, math.sqrt(8) * np_dct_matrix().T, atol=1.5e-3)
+
+
+@pytest.mark.parametrize("row", PIXEL_OK)
+def test_exact_to_rgb_is_pillow_bit_for_bit_on_corpus(row):
+    """Every layout Pillow decodes — gray, 4:4:4 … 4:1:1, 4:4:0, chroma finer than luma, 3×2 luma,
+    RGB, CMYK, YCCK, progressive, arithmetic — to the same 8-bit pixels."""
+    assert exact_differs(corpus_file(row)) == 0
+
+
+def test_exact_to_rgb_is_pillow_bit_for_bit_on_synthetic(synthetic_files):
+    assert [p for p in synthetic_files if exact_differs(p)] == []
+
+
+@pytest.mark.parametrize("subsampling", ["4:2:0", "4:2:2"])
+def test_exact_to_rgb_on_narrow_and_short_images(subsampling):
+    """Components 1–4 samples wide/high: libjpeg's edge cases (replication instead of the triangle
+    filter for chroma ≤ 2 samples wide, context rows at both ends)."""
+    for h in (1, 2, 3, 5, 9, 17):
+        for w in (1, 2, 3, 4, 5, 6, 7, 9, 16, 17):
+            data = synthetic_jpeg(h * 31 + w, h, w, subsampling=subsampling, quality=90)
+            c = dctnet.read_coefficients(data)
+            planes = [torch.from_numpy(p)[None] for p in c.planes]
+            with Image.open(io.BytesIO(data)) as im:
+                ref = np.asarray(im.convert("RGB"))
+            assert np.array_equal(exact_uint8(planes, c.sampling, c.size, c.color_space)[0], ref), (h, w)
+
+
+def test_exact_to_rgb_is_pillow_bit_for_bit_on_all_imagenette_val(capsys):
+    files = imagenette_files("val")
+    if not files:
+        pytest.skip("Imagenette not found")
+    groups: dict[tuple, list] = collections.defaultdict(list)
+    for path in files:
+        c = dctnet.read_coefficients(path)
+        groups[(c.sampling, c.color_space, c.size)].append((path, c))
+    differing = []
+    for (sampling, space, size), items in groups.items():
+        for start in range(0, len(items), 64):  # batched, as on the device
+            chunk = items[start:start + 64]
+            planes = [torch.from_numpy(np.stack([c.planes[i] for _, c in chunk])) for i in range(len(sampling))]
+            for (path, _), img in zip(chunk, exact_uint8(planes, sampling, size, space)):
+                if not np.array_equal(img, pillow_uint8(path)):
+                    differing.append(path)
+    with capsys.disabled():
+        print(f"\nexact to_rgb vs Pillow, Imagenette val: {len(files) - len(differing)}/{len(files)} bit-identical")
+    assert differing == []
+
+
+def test_exact_per_sample_sizes_and_saturation():
+    """Padded batches decode each sample as if alone; coefficients far out of range saturate."""
+    rng = np.random.default_rng(4)
+    sizes = [(37, 50), (64, 64), (21, 9)]
+    coeffs = [dctnet.read_coefficients(encode_jpeg(synthetic_image(rng, h, w))) for h, w in sizes]
+    hb, wb = max(c.blocks[0][0] for c in coeffs), max(c.blocks[0][1] for c in coeffs)
+    planes = []
+    for ci in range(3):
+        f = 2 if ci else 1
+        batch = torch.zeros(3, hb // f, wb // f, 64, dtype=torch.int16)
+        for b, c in enumerate(coeffs):
+            p = torch.from_numpy(c.planes[ci])
+            batch[b, : p.shape[0], : p.shape[1]] = p
+        planes.append(batch)
+    out = F.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes), exact=True)
+    for b, (c, (h, w)) in enumerate(zip(coeffs, sizes)):
+        assert torch.equal(out[b, :, :h, :w], F.coefficients_to_rgb(c, exact=True)[0])
+    wild = torch.from_numpy(rng.integers(-32768, 32767, (2, 3, 4, 64), dtype=np.int16))
+    pix = F.block_idct_islow(wild)
+    assert pix.dtype == torch.int32 and pix.shape == (2, 24, 32) and int(pix.min()) >= 0 and int(pix.max()) <= 255
+    with pytest.raises(ValueError, match="integer sampling ratios"):
+        F.to_rgb([wild[:, :2, :3], wild[:, :1, :1]], [(3, 2), (2, 1)], (16, 24), color_space="gray", exact=True)
+
 def test_per_sample_sizes_in_one_batch():
     """A padded batch with per-sample true sizes decodes each sample as if alone."""
     rng = np.random.default_rng(3)
@@ -225,3 +324,6 @@ def test_to_rgb_on_cuda_matches_cpu():
         amp = F.coefficients_to_rgb(c, device="cuda")
     assert amp.dtype == torch.float32
     torch.testing.assert_close(amp.cpu(), cpu, atol=1e-4, rtol=0)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        exact = F.coefficients_to_rgb(c, device="cuda", exact=True)
+    assert torch.equal(exact.cpu(), F.coefficients_to_rgb(c, exact=True))

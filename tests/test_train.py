@@ -60,6 +60,7 @@ def test_recipe_errors_name_the_key(tmp_path):
                         ("optim: {learning_rate: 0.1}", r"unknown key 'learning_rate'"),
                         ("optim: {epoch: 3}", r"did you mean 'epochs'"),
                         ("model: {input: jpeg}", r"model\.input: 'jpeg' is not one of"),
+                        ("data: {decode: int}", r"data\.decode: 'int' is not one of"),
                         ("data: {scale: [0.5]}", r"data\.scale: expected a list of 2"),
                         ("data: {image_size: 100}", r"multiple of 16"),
                         ("train: {compile: 3}", r"train\.compile: expected true or false"),
@@ -109,6 +110,11 @@ def test_device_inputs_match_their_references(shapes, tmp_path):
     blocks = ycc.reshape(-1, 3, 4, 8, 4, 8).permute(0, 1, 2, 4, 3, 5)
     coef = torch.einsum("ui,vj,bchwij->bchwuv", basis, basis, blocks).reshape(-1, 3, 4, 4, 64)
     torch.testing.assert_close(x_dct.double(), coef, atol=1e-3, rtol=1e-4)
+    # data.decode: exact switches the device decode to libjpeg's integer one (Pillow's pixels)
+    r.model.input, r.data.decode = "device-rgb", "exact"
+    x_exact, _ = pipe.inputs(raw, labels, train=True)
+    torch.testing.assert_close(x_exact, (T.crops_to_rgb(raw, (32, 32), exact=True) - mean) / std)
+    assert not torch.equal(x_exact, x_rgb)
 
 
 def test_torchvision_pipeline_and_flip_augmentation(shapes, tmp_path):

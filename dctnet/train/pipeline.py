@@ -98,13 +98,13 @@ class Pipeline:
         if kind == "rgb":
             x = raw  # already cropped, flipped and normalized by torchvision in the workers
         elif kind == "device-rgb":
-            x = T.crops_to_rgb(raw, size)
+            x = T.crops_to_rgb(raw, size, exact=r.data.decode == "exact")
             if train:
                 x = self._augment_rgb(x)
             mean, std = (torch.tensor(v, device=x.device).reshape(1, 3, 1, 1) for v in input_mean_std(r.model.arch))
             x = (x - mean) / std
         else:
-            x = T.crops_to_coefficients(raw, size)
+            x = T.crops_to_coefficients(raw, size, exact=r.data.decode == "exact")
             if train:
                 x = self._augment_dct(x)
             if self.normalize is not None:
@@ -236,8 +236,8 @@ def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     """Per-(c,u,v) statistics of the training crops — the same on every rank (fixed sampler)."""
     sampler = D.SubsetSampler(_limited(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
     loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
-    size = (r.data.image_size, r.data.image_size)
-    return D.compute_stats((b.to(device) for b in loader), lambda b: T.crops_to_coefficients(b, size),
+    size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
+    return D.compute_stats((b.to(device) for b in loader), lambda b: T.crops_to_coefficients(b, size, exact=exact),
                            max_batches=r.model.stats_batches)
 
 

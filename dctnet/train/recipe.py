@@ -41,6 +41,7 @@ class DataConfig:
     workers: int = 2                  # DataLoader worker processes (input rgb: torchvision pipeline)
     scale: tuple[float, float] = (0.08, 1.0)   # RandomResizedCrop area range
     crop_fraction: float = 0.875      # eval centre crop: side = fraction · min(H, W)
+    decode: Literal["float", "exact"] = "float"  # device decode: float maths, or libjpeg's integer decode (= Pillow's pixels)
     limit_train: int = 0              # use only the first N training samples (0: all), for smoke tests
     limit_val: int = 0
     synthetic_classes: int = 6        # source: synthetic — classes, images per class, JPEG side range

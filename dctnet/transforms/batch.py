@@ -68,20 +68,24 @@ class JpegBatch(_TensorFields):
         return self.y.shape[0]
 
 
-def crops_to_rgb(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy") -> Tensor:
+def crops_to_rgb(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy", exact: bool = False) -> Tensor:
     """Decode the windows on the device (block IDCT, libjpeg's chroma upsampling, colour) and
     resize every crop box to ``size``: float RGB ``(B, 3, *size)`` in [0, 1] — what torchvision's
-    ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image."""
-    rgb = F.to_rgb([batch.y, batch.c[:, 0], batch.c[:, 1]], SAMPLING_420, batch.valid, upsampling=upsampling)
+    ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image. ``exact``:
+    decode in libjpeg's integer arithmetic (:func:`dctnet.functional.to_rgb`), so the crops are
+    those of Pillow's very pixels."""
+    rgb = F.to_rgb([batch.y, batch.c[:, 0], batch.c[:, 1]], SAMPLING_420, batch.valid, upsampling=upsampling,
+                   exact=exact)
     return F.resized_crop(rgb, batch.boxes, size).clamp(0.0, 1.0)
 
 
-def crops_to_coefficients(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy") -> Tensor:
+def crops_to_coefficients(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
+                          exact: bool = False) -> Tensor:
     """:func:`crops_to_rgb`, back in the DCT domain: the coefficient image ``(B, 3, h/8, w/8, 64)``
     (Y, Cb, Cr on the luma grid, i.e. chroma upsampled) that the DCT-domain transforms take."""
     if size[0] % 8 or size[1] % 8:
         raise ValueError(f"size must be a multiple of 8 for the DCT domain, got {size}")
-    return TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling))
+    return TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
 
 
 @dataclass
