@@ -115,19 +115,23 @@ def _fidelity_and_speed(files: list[str], device: str) -> None:
     groups: dict[tuple, list[int]] = collections.defaultdict(list)
     for i, c in enumerate(coeffs):
         groups[(c.subsampling, c.sampling, c.color_space, c.size)].append(i)
-    print(f"  {'layout':8s} {'images':>6s} {'max |err|':>10s} {'mean |err|':>11s}   (grey levels vs Pillow, RGB 0..255)")
+    print(f"  {'layout':8s} {'images':>6s} {'max |err|':>10s} {'mean |err|':>11s} {'exact: pixels ≠':>16s}"
+          "   (grey levels vs Pillow, RGB 0..255; exact = to_rgb(exact=True))")
     for (label, sampling, space, size), idx in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         planes = [torch.from_numpy(np.stack([coeffs[i].planes[c] for i in idx])).to(device)
                   for c in range(len(sampling))]
         rgb = to_rgb(planes, sampling, size, color_space=space)
         ours = np.round(rgb.permute(0, 2, 3, 1).cpu().double().numpy() * 255)
-        errs = []
+        exact = np.round(to_rgb(planes, sampling, size, color_space=space, exact=True).permute(0, 2, 3, 1).cpu()
+                         .double().numpy() * 255)
+        errs, differing = [], 0
         for k, i in enumerate(idx):
             with Image.open(files[i]) as im:
                 ref = np.asarray(im.convert("RGB"), dtype=np.float64)
             errs.append(np.abs(ours[k] - ref))
+            differing += int((exact[k] != ref).sum())
         err = np.stack(errs)
-        print(f"  {label:8s} {len(idx):6d} {err.max():10.0f} {err.mean():11.3f}")
+        print(f"  {label:8s} {len(idx):6d} {err.max():10.0f} {err.mean():11.3f} {differing:16d}")
 
     blobs = [Path(f).read_bytes() for f in files]
 

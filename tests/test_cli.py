@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,16 @@ def test_info_good_and_bad_files(tmp_path):
 def test_help_lists_commands():
     out = run_cli("--help")
     assert out.returncode == 0 and "info" in out.stdout and "demo" in out.stdout
+
+
+def test_demo_reports_fidelity_and_the_exact_decode(tmp_path):
+    """`dctnet demo` on its built-in data: float decode within a few grey levels of Pillow, the
+    exact decode with no differing pixel (its own table; the oracle is Pillow inside the command)."""
+    env = {**os.environ, "DCTNET_DATA": str(tmp_path / "absent")}
+    out = subprocess.run([sys.executable, "-m", "dctnet", "demo", "--device", "cpu"], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] in (["4:2:0"], ["4:2:2"], ["4:4:4"], ["gray"])]
+    assert len(rows) == 4, out.stdout
+    for layout, images, worst, mean, exact_differing in rows:
+        assert int(images) > 0 and int(worst) <= 4 and float(mean) < 0.75 and int(exact_differing) == 0, out.stdout
