@@ -114,7 +114,9 @@ def test_to_rgb_matches_pillow_on_synthetic(synthetic_files):
         assert worst <= 4 and mean < 1.0, (path, worst, mean)
 
 
-def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
+def imagenette_val_batches():
+    """All of Imagenette val as device-style batches of one layout: ``(layout, paths, planes)``
+    with ``layout = (label, sampling, color_space, size)``; skips when Imagenette is absent."""
     files = imagenette_files("val")
     if not files:
         pytest.skip("Imagenette not found")
@@ -122,17 +124,22 @@ def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
     for path in files:
         c = dctnet.read_coefficients(path)
         groups[(c.subsampling, c.sampling, c.color_space, c.size)].append((path, c))
-    stats = {}
-    for (label, sampling, space, size), items in groups.items():
-        worst, total, count = 0.0, 0.0, 0
-        for start in range(0, len(items), 64):  # batched, as on the device
+    for layout, items in groups.items():
+        for start in range(0, len(items), 64):
             chunk = items[start:start + 64]
-            planes = [torch.from_numpy(np.stack([c.planes[i] for _, c in chunk])) for i in range(len(sampling))]
-            rgb = F.to_rgb(planes, sampling, size, color_space=space).permute(0, 2, 3, 1).double().numpy() * 255
-            for (path, _), img in zip(chunk, rgb):
-                diff = np.abs(np.round(img) - pillow_rgb(path))
-                worst, total, count = max(worst, diff.max()), total + diff.mean(), count + 1
-        stats[label] = (count, worst, total / count)
+            planes = [torch.from_numpy(np.stack([c.planes[i] for _, c in chunk])) for i in range(len(layout[1]))]
+            yield layout, [path for path, _ in chunk], planes
+
+
+def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
+    acc: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, 0.0])  # label -> count, worst, total mean
+    for (label, sampling, space, size), paths, planes in imagenette_val_batches():
+        rgb = F.to_rgb(planes, sampling, size, color_space=space).permute(0, 2, 3, 1).double().numpy() * 255
+        for path, img in zip(paths, rgb):
+            diff = np.abs(np.round(img) - pillow_rgb(path))
+            a = acc[label]
+            a[0], a[1], a[2] = a[0] + 1, max(a[1], diff.max()), a[2] + diff.mean()
+    stats = {label: (n, worst, total / n) for label, (n, worst, total) in acc.items()}
     with capsys.disabled():
         print("\nto_rgb vs Pillow, Imagenette val (grey levels):")
         for label, (n, worst, mean) in sorted(stats.items()):
@@ -196,23 +203,14 @@ def test_exact_to_rgb_on_narrow_and_short_images(subsampling):
 
 
 def test_exact_to_rgb_is_pillow_bit_for_bit_on_all_imagenette_val(capsys):
-    files = imagenette_files("val")
-    if not files:
-        pytest.skip("Imagenette not found")
-    groups: dict[tuple, list] = collections.defaultdict(list)
-    for path in files:
-        c = dctnet.read_coefficients(path)
-        groups[(c.sampling, c.color_space, c.size)].append((path, c))
-    differing = []
-    for (sampling, space, size), items in groups.items():
-        for start in range(0, len(items), 64):  # batched, as on the device
-            chunk = items[start:start + 64]
-            planes = [torch.from_numpy(np.stack([c.planes[i] for _, c in chunk])) for i in range(len(sampling))]
-            for (path, _), img in zip(chunk, exact_uint8(planes, sampling, size, space)):
-                if not np.array_equal(img, pillow_uint8(path)):
-                    differing.append(path)
+    differing, n = [], 0
+    for (_, sampling, space, size), paths, planes in imagenette_val_batches():
+        for path, img in zip(paths, exact_uint8(planes, sampling, size, space)):
+            n += 1
+            if not np.array_equal(img, pillow_uint8(path)):
+                differing.append(path)
     with capsys.disabled():
-        print(f"\nexact to_rgb vs Pillow, Imagenette val: {len(files) - len(differing)}/{len(files)} bit-identical")
+        print(f"\nexact to_rgb vs Pillow, Imagenette val: {n - len(differing)}/{n} bit-identical")
     assert differing == []
 
 
