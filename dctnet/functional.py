@@ -174,6 +174,23 @@ def _as_sizes(size: Size, batch: int, device: torch.device) -> Tensor:
     return torch.tensor([[h, w]], dtype=torch.long, device=device).expand(batch, 2)
 
 
+def _neighbours(n: int, factor: int, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """Source indices ``(B, n·factor)`` of upsampling an axis of ``n`` samples by ``factor``: the
+    nearest sample and (factor 2) the next nearest — left for even outputs, right for odd — both
+    clamped to the ``valid[b]`` real samples (libjpeg replicates the edge sample)."""
+    pos = torch.arange(n * factor, device=valid.device)
+    last = (valid - 1).clamp(min=0)[:, None]                                   # (B, 1)
+    near = torch.minimum((pos // factor)[None, :], last)
+    far = torch.minimum((pos // 2 + torch.where(pos % 2 == 0, -1, 1)).clamp(min=0)[None, :], last)
+    return near, far
+
+
+def _component_extent(sizes: Tensor, h: int, v: int, hmax: int, vmax: int) -> Tensor:
+    """``int64 (B, 2)``: a component's true (downsampled) height and width — libjpeg's
+    ``downsampled_height/width`` = ⌈size·v/vmax⌉, ⌈size·h/hmax⌉."""
+    return torch.stack([(sizes[:, 0] * v + vmax - 1) // vmax, (sizes[:, 1] * h + hmax - 1) // hmax], 1)
+
+
 def _resample_last(x: Tensor, factor: int, valid: Tensor, fancy: Tensor | None) -> Tensor:
     """Upsample ``x (B, R, N)`` by an integer ``factor`` along its last dimension.
 
@@ -182,13 +199,10 @@ def _resample_last(x: Tensor, factor: int, valid: Tensor, fancy: Tensor | None) 
     selects libjpeg's triangle filter: output ``2i`` = ¾·s[i] + ¼·s[i−1], ``2i+1`` = ¾·s[i] + ¼·s[i+1];
     where it is False, or ``None``, samples are replicated."""
     b, rows, n = x.shape
-    pos = torch.arange(n * factor, device=x.device)
-    last = (valid - 1).clamp(min=0)[:, None]                                   # (B, 1)
-    near = torch.minimum((pos // factor)[None, :], last)                       # (B, n·factor)
+    near, far = _neighbours(n, factor, valid)
     gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
     if fancy is None or factor != 2:
         return gather(near)
-    far = torch.minimum((pos // 2 + torch.where(pos % 2 == 0, -1, 1)).clamp(min=0)[None, :], last)
     w_near = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None, None]          # (B, 1, 1)
     g_far = gather(far)
     return g_far + w_near * (gather(near) - g_far)
@@ -329,21 +343,10 @@ def _triangle_int(x: Tensor, valid: Tensor, bias: tuple[int, int], shift: int) -
     neighbours beyond the component's ``valid[b]`` samples replaced by the edge sample (libjpeg's
     edge cases and context rows reduce to exactly this)."""
     b, rows, n = x.shape
-    pos = torch.arange(2 * n, device=x.device)
-    last = (valid - 1).clamp(min=0)[:, None]
-    near = torch.minimum((pos // 2)[None, :], last)
-    far = torch.minimum((pos // 2 + torch.where(pos % 2 == 0, -1, 1)).clamp(min=0)[None, :], last)
+    near, far = _neighbours(n, 2, valid)
     gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
     rounding = torch.tensor(bias, dtype=x.dtype, device=x.device).repeat(n)
     return (3 * gather(near) + gather(far) + rounding) >> shift
-
-
-def _replicate_int(x: Tensor, factor: int, valid: Tensor) -> Tensor:
-    """Box upsampling of the last axis by ``factor`` (libjpeg's ``int_upsample``), edge replicated."""
-    b, rows, n = x.shape
-    pos = torch.arange(n * factor, device=x.device)
-    idx = torch.minimum((pos // factor)[None, :], (valid - 1).clamp(min=0)[:, None])
-    return torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))
 
 
 def upsample_pixels_exact(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy") -> Tensor:
@@ -365,11 +368,11 @@ def upsample_pixels_exact(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode:
         box = upsample_pixels_exact(pix, fh, fv, valid, mode="nearest")
         wide = (valid[:, 1] > 2)[:, None, None]  # libjpeg replicates components 1-2 samples wide
         return torch.where(wide, tri, box)
-    out = pix
+    out = pix  # replication (libjpeg's int_upsample): exact in any dtype
     if fv != 1:
-        out = tr(_replicate_int(tr(out), fv, valid[:, 0]))
+        out = tr(_resample_last(tr(out), fv, valid[:, 0], None))
     if fh != 1:
-        out = _replicate_int(out, fh, valid[:, 1])
+        out = _resample_last(out, fh, valid[:, 1], None)
     return out
 
 
@@ -444,16 +447,15 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
         out_h, out_w = int(size[0]), int(size[1])
     hmax = max(h for h, _ in sampling)
     vmax = max(v for _, v in sampling)
-    if exact:
-        return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
     with torch.autocast(device_type=device.type, enabled=False):
+        if exact:
+            return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
         comps = []
         for plane, (h, v) in zip(planes, sampling):
             pix = block_idct(plane.to(dtype)) + 128.0                      # (B, 8Hb, 8Wb)
             if clamp:  # a decoder's samples are 8-bit: ringing past 0/255 is cut before colour maths
                 pix = pix.clamp(0.0, 255.0)
-            # The component's true extent, libjpeg's downsampled_height/width.
-            valid = torch.stack([(sizes[:, 0] * v + vmax - 1) // vmax, (sizes[:, 1] * h + hmax - 1) // hmax], 1)
+            valid = _component_extent(sizes, h, v, hmax, vmax)
             if hmax % h == 0 and vmax % v == 0:
                 pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling)
             else:
@@ -472,9 +474,8 @@ def _to_rgb_exact(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]],
     for plane, (h, v) in zip(planes, sampling):
         if hmax % h or vmax % v:
             raise ValueError(f"exact decode needs integer sampling ratios (libjpeg cannot decode {sampling})")
-        pix = block_idct_islow(plane)
-        valid = torch.stack([(sizes[:, 0] * v + vmax - 1) // vmax, (sizes[:, 1] * h + hmax - 1) // hmax], 1)
-        pix = upsample_pixels_exact(pix, hmax // h, vmax // v, valid, mode=upsampling)
+        valid = _component_extent(sizes, h, v, hmax, vmax)
+        pix = upsample_pixels_exact(block_idct_islow(plane), hmax // h, vmax // v, valid, mode=upsampling)
         comps.append(pix[:, :out_h, :out_w])
     return _components_to_rgb_exact(torch.stack(comps, dim=1), color_space)
 
