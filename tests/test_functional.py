@@ -86,9 +86,13 @@ def test_colour_conversions_invert_each_other():
     np.testing.assert_allclose(out, ref, atol=1e-9)
 
 
-def pillow_rgb(path) -> np.ndarray:
+def pillow_uint8(path) -> np.ndarray:
     with Image.open(path) as im:
-        return np.asarray(im.convert("RGB"), dtype=np.float64)
+        return np.asarray(im.convert("RGB"))
+
+
+def pillow_rgb(path) -> np.ndarray:
+    return pillow_uint8(path).astype(np.float64)
 
 
 def errors_vs_pillow(path) -> tuple[float, float]:
@@ -149,11 +153,6 @@ def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
 
 
 # ---------------------------------------------------------------- exact (libjpeg integer) decode
-
-def pillow_uint8(path) -> np.ndarray:
-    with Image.open(path) as im:
-        return np.asarray(im.convert("RGB"))
-
 
 def exact_uint8(planes, sampling, size, color_space) -> np.ndarray:
     """``to_rgb(exact=True)`` back on the 8-bit scale: ``uint8 (B, H, W, 3)``; exact means k/255."""
@@ -218,16 +217,7 @@ def test_exact_per_sample_sizes_and_saturation():
     """Padded batches decode each sample as if alone; coefficients far out of range saturate."""
     rng = np.random.default_rng(4)
     sizes = [(37, 50), (64, 64), (21, 9)]
-    coeffs = [dctnet.read_coefficients(encode_jpeg(synthetic_image(rng, h, w))) for h, w in sizes]
-    hb, wb = max(c.blocks[0][0] for c in coeffs), max(c.blocks[0][1] for c in coeffs)
-    planes = []
-    for ci in range(3):
-        f = 2 if ci else 1
-        batch = torch.zeros(3, hb // f, wb // f, 64, dtype=torch.int16)
-        for b, c in enumerate(coeffs):
-            p = torch.from_numpy(c.planes[ci])
-            batch[b, : p.shape[0], : p.shape[1]] = p
-        planes.append(batch)
+    coeffs, planes = padded_420_batch(rng, sizes, torch.int16)
     out = F.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes), exact=True)
     for b, (c, (h, w)) in enumerate(zip(coeffs, sizes)):
         assert torch.equal(out[b, :, :h, :w], F.coefficients_to_rgb(c, exact=True)[0])
@@ -237,21 +227,26 @@ def test_exact_per_sample_sizes_and_saturation():
     with pytest.raises(ValueError, match="integer sampling ratios"):
         F.to_rgb([wild[:, :2, :3], wild[:, :1, :1]], [(3, 2), (2, 1)], (16, 24), color_space="gray", exact=True)
 
-def test_per_sample_sizes_in_one_batch():
-    """A padded batch with per-sample true sizes decodes each sample as if alone."""
-    rng = np.random.default_rng(3)
-    sizes = [(37, 50), (64, 64), (21, 9)]
+def padded_420_batch(rng, sizes, dtype):
+    """Generated 4:2:0 files of different ``sizes`` as one zero-padded batch of planes, as a
+    loader collates them: ``(coefficients, planes)``."""
     coeffs = [dctnet.read_coefficients(encode_jpeg(synthetic_image(rng, h, w))) for h, w in sizes]
-    hb = max(c.blocks[0][0] for c in coeffs)
-    wb = max(c.blocks[0][1] for c in coeffs)
+    hb, wb = max(c.blocks[0][0] for c in coeffs), max(c.blocks[0][1] for c in coeffs)
     planes = []
     for ci in range(3):
         f = 2 if ci else 1
-        batch = torch.zeros(3, hb // f, wb // f, 64)
+        batch = torch.zeros(len(sizes), hb // f, wb // f, 64, dtype=dtype)
         for b, c in enumerate(coeffs):
-            p = torch.from_numpy(c.planes[ci].astype(np.float32))
+            p = torch.from_numpy(c.planes[ci]).to(dtype)
             batch[b, : p.shape[0], : p.shape[1]] = p
         planes.append(batch)
+    return coeffs, planes
+
+
+def test_per_sample_sizes_in_one_batch():
+    """A padded batch with per-sample true sizes decodes each sample as if alone."""
+    sizes = [(37, 50), (64, 64), (21, 9)]
+    coeffs, planes = padded_420_batch(np.random.default_rng(3), sizes, torch.float32)
     out = F.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes))
     for b, (c, (h, w)) in enumerate(zip(coeffs, sizes)):
         alone = F.coefficients_to_rgb(c)[0]
