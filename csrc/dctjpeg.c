@@ -453,7 +453,7 @@ static void destroy_decompressor(dctj_decoder *dec) {
 }
 
 int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict, uint64_t max_pixels,
-               dctj_header *hdr) {
+               uint64_t max_bytes, dctj_header *hdr) {
   int sof, precision;
   if (dec->active) dctj_abort(dec);
   dec->strict = strict;
@@ -489,7 +489,22 @@ int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict, u
     destroy_decompressor(dec);
     return -1;
   }
+  if (!DCTJ_READABLE_COMPONENTS(dec->cinfo.num_components)) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "unsupported JPEG: %d components (dctnet reads 1 (gray), 3 (YCbCr/RGB) or "
+             "4 (CMYK/YCCK))", dec->cinfo.num_components);
+    destroy_decompressor(dec);
+    return -1;
+  }
   fill_header(dec, hdr);
+  /* max_pixels alone does not bound memory: the planes cost components x sampling x MCU padding. */
+  if (max_bytes > 0 && (uint64_t)hdr->total_coefs * sizeof(int16_t) > max_bytes) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "image is %ux%u with %d components and needs %llu bytes of coefficient planes, "
+             "more than max_bytes=%llu (decompression-bomb guard)", dec->cinfo.image_width, dec->cinfo.image_height,
+             dec->cinfo.num_components, (unsigned long long)hdr->total_coefs * sizeof(int16_t),
+             (unsigned long long)max_bytes);
+    destroy_decompressor(dec);
+    return -1;
+  }
   hdr->sof = sof;
   hdr->precision = sof >= 0 ? precision : dec->cinfo.data_precision;
   return 0;
@@ -594,6 +609,18 @@ int dctj_raw_read(const uint8_t *data, size_t len, char *err) {
   src.bytes_in_buffer = len;
   ctx.cinfo.src = &src;
   jpeg_read_header(&ctx.cinfo, TRUE);
+  {
+    /* The same bounds as dctj_begin's defaults: libjpeg would allocate whole-image arrays. */
+    uint64_t blocks = 0;
+    for (int ci = 0; ci < ctx.cinfo.num_components; ci++)
+      blocks += (uint64_t)ctx.cinfo.comp_info[ci].height_in_blocks * ctx.cinfo.comp_info[ci].width_in_blocks;
+    if (!DCTJ_READABLE_COMPONENTS(ctx.cinfo.num_components) || blocks * 128 > DCTJ_RAW_MAX_BYTES) {
+      snprintf(err, DCTJ_MSG_LEN, "refused: %d components, %llu bytes of coefficients", ctx.cinfo.num_components,
+               (unsigned long long)(blocks * 128));
+      jpeg_destroy_decompress(&ctx.cinfo);
+      return -1;
+    }
+  }
   jpeg_read_coefficients(&ctx.cinfo);
   jpeg_finish_decompress(&ctx.cinfo);
   jpeg_destroy_decompress(&ctx.cinfo);

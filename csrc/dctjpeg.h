@@ -18,6 +18,9 @@
 #include <stdint.h>
 
 #define DCTJ_MAX_COMPONENTS 10 /* libjpeg's MAX_COMPONENTS */
+/* What dctnet reads: gray (1), YCbCr/RGB (3), CMYK/YCCK (4) components. Other counts (2, 5-10)
+ * have no colour space libjpeg or Pillow can convert, and the data pipeline holds <= 4 planes. */
+#define DCTJ_READABLE_COMPONENTS(n) ((n) == 1 || (n) == 3 || (n) == 4)
 #define DCTJ_MAX_WARNINGS 8    /* distinct warning texts kept; all are counted */
 #define DCTJ_MSG_LEN 200       /* libjpeg's JMSG_LENGTH_MAX */
 #define DCTJ_MAX_SCANS 500     /* same bound as TurboJPEG's scan limit: stops scan-flood DoS */
@@ -66,13 +69,14 @@ dctj_decoder *dctj_new(void);
 void dctj_free(dctj_decoder *dec);
 
 /*
- * Parse the header of data[0:len). max_pixels > 0 refuses images with width*height above it
- * (before anything large is allocated). strict != 0 turns the first libjpeg warning into an
+ * Parse the header of data[0:len). max_pixels > 0 refuses images with width*height above it,
+ * max_bytes > 0 images whose planes need more bytes than that (both before anything large is
+ * allocated); component counts other than DCTJ_READABLE_COMPONENTS are refused too. strict != 0 turns the first libjpeg warning into an
  * error. Returns 0 on success, -1 on error (dctj_error() says why). After success, call either
  * dctj_read() or dctj_abort(). data must stay valid until then.
  */
 int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict,
-               uint64_t max_pixels, dctj_header *hdr);
+               uint64_t max_pixels, uint64_t max_bytes, dctj_header *hdr);
 
 /*
  * Decode all coefficients, dequantize (saturating to int16) into out (out_len int16 elements,
@@ -100,6 +104,7 @@ const char *dctj_process_name(int sof);
  * what a plain libjpeg program does, with no dequantization or copy. Returns 0 or -1 (error
  * text in err, DCTJ_MSG_LEN bytes).
  */
+#define DCTJ_RAW_MAX_BYTES ((uint64_t)1 << 30) /* dctj_raw_read refuses images needing more */
 int dctj_raw_read(const uint8_t *data, size_t len, char *err);
 
 #endif

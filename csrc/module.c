@@ -30,7 +30,7 @@
 typedef struct job_t job_t;
 struct job_t {
   /* input, set with the GIL */
-  PyObject *src;        /* borrowed */
+  PyObject *src;        /* owned: another thread may drop its caller's reference while we decode */
   PyObject *path_bytes; /* owned: fs-encoded path, or NULL for buffer input */
   Py_buffer in_view;
   int have_in;
@@ -46,13 +46,17 @@ struct job_t {
   char warnings[DCTJ_MAX_WARNINGS][DCTJ_MSG_LEN];
 };
 
-enum { ST_OK, ST_JPEG_ERROR, ST_IO_ERROR, ST_OUT_TOO_SMALL, ST_NO_MEMORY };
+enum { ST_OK, ST_JPEG_ERROR, ST_IO_ERROR, ST_OUT_TOO_SMALL, ST_NO_MEMORY, ST_NOT_REGULAR };
+
+/* io_err value of read_file for a path that is not a regular file (FIFO, socket, device). */
+#define ERR_NOT_REGULAR (-1)
 
 typedef struct {
   dctj_decoder *dec;
   uint8_t *file_buf;
   size_t file_cap;
-  struct job_t *job; /* scratch for read() */
+  struct job_t *job; /* scratch for read(), while job_busy is 0 */
+  int job_busy;      /* a read() on this thread is using job: a re-entrant call takes its own */
 } thread_state;
 
 static pthread_key_t tls_key;
@@ -81,12 +85,14 @@ static thread_state *get_thread_state(void) {
   return ts;
 }
 
-/* Read a whole file into the thread's buffer. Called without the GIL. Returns 0, or an errno
- * value (EFBIG for files over MAX_FILE_BYTES). */
+/* Read a whole file into the thread's buffer. Called without the GIL. Returns 0, an errno value
+ * (EFBIG for files over MAX_FILE_BYTES), or ERR_NOT_REGULAR. */
 static int read_file(thread_state *ts, const char *path, size_t *len) {
   struct stat st;
   size_t size, got = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever. It has no
+   * effect on reads of regular files, the only kind read below. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno;
   if (fstat(fd, &st) != 0) {
     int e = errno;
@@ -96,6 +102,10 @@ static int read_file(thread_state *ts, const char *path, size_t *len) {
   if (S_ISDIR(st.st_mode)) {
     close(fd);
     return EISDIR;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return ERR_NOT_REGULAR;
   }
   if (st.st_size < 0 || (size_t)st.st_size > MAX_FILE_BYTES) {
     close(fd);
@@ -368,21 +378,26 @@ static PyObject *header_tuple(const dctj_header *h) {
 
 
 /* Take what the job needs from src (a str path or a bytes-like object). With the GIL. */
+/* On failure the job holds nothing (no job_release needed). */
 static int job_init(job_t *job, PyObject *src) {
-  job->src = src;
+  job->src = Py_NewRef(src);
   job->path_bytes = NULL;
   job->have_in = 0;
   job->mem = NULL;
-  if (PyUnicode_Check(src)) return PyUnicode_FSConverter(src, &job->path_bytes) ? 0 : -1;
-  if (PyObject_GetBuffer(src, &job->in_view, PyBUF_SIMPLE) != 0) {
+  if (PyUnicode_Check(src)) {
+    if (PyUnicode_FSConverter(src, &job->path_bytes)) return 0;
+  } else if (PyObject_GetBuffer(src, &job->in_view, PyBUF_SIMPLE) == 0) {
+    job->have_in = 1;
+    return 0;
+  } else {
     PyErr_Format(PyExc_TypeError, "src must be a path or a bytes-like object, not %.100s", Py_TYPE(src)->tp_name);
-    return -1;
   }
-  job->have_in = 1;
-  return 0;
+  Py_CLEAR(job->src);
+  return -1;
 }
 
 static void job_release(job_t *job) {
+  Py_CLEAR(job->src);
   Py_CLEAR(job->path_bytes);
   if (job->have_in) PyBuffer_Release(&job->in_view);
   job->have_in = 0;
@@ -392,7 +407,8 @@ static void job_release(job_t *job) {
 
 /* Read the file (if a path), the header, then the planes into out (if given) or pool memory.
  * Without the GIL. */
-static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixels, int header_only, Py_buffer *out) {
+static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixels, uint64_t max_bytes, int header_only,
+                    Py_buffer *out) {
   const uint8_t *data;
   size_t len = 0;
   int rc;
@@ -402,7 +418,7 @@ static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixel
   if (job->path_bytes) {
     job->io_err = read_file(ts, PyBytes_AS_STRING(job->path_bytes), &len);
     if (job->io_err) {
-      job->status = ST_IO_ERROR;
+      job->status = job->io_err == ERR_NOT_REGULAR ? ST_NOT_REGULAR : ST_IO_ERROR;
       return;
     }
     data = ts->file_buf;
@@ -410,7 +426,7 @@ static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixel
     data = (const uint8_t *)job->in_view.buf;
     len = (size_t)job->in_view.len;
   }
-  rc = dctj_begin(ts->dec, data, len, strict, max_pixels, &job->hdr);
+  rc = dctj_begin(ts->dec, data, len, strict, max_pixels, max_bytes, &job->hdr);
   if (rc == 0 && header_only) {
     dctj_abort(ts->dec);
   } else if (rc == 0 && out) {
@@ -446,6 +462,9 @@ static PyObject *job_exception(const job_t *job, PyObject *name) {
   switch (job->status) {
   case ST_IO_ERROR:
     return PyObject_CallFunction(PyExc_OSError, "isO", job->io_err, strerror(job->io_err), job->src);
+  case ST_NOT_REGULAR:
+    return PyObject_CallFunction(PyExc_OSError, "isO", EINVAL, "not a regular file (a FIFO, socket or device)",
+                                 job->src);
   case ST_OUT_TOO_SMALL:
     return PyObject_CallFunction(PyExc_ValueError, "s", "out buffer is too small for this image");
   case ST_NO_MEMORY:
@@ -488,40 +507,74 @@ static PyObject *job_result(job_t *job, int header_only, PyObject *out_obj) {
 
 /* ---------------------------------------------------------------- read() and read_many() */
 
+/* A size limit argument: a non-negative int (0 = none). Negative values are an error here, not a
+ * wrap-around to "no limit". */
+static int parse_limit(PyObject *obj, const char *what, uint64_t *out) {
+  unsigned long long v;
+  if (!PyLong_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  {
+    int overflow;
+    long long sv = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (sv == -1 && PyErr_Occurred()) return -1;
+    if (overflow < 0 || (overflow == 0 && sv < 0)) {
+      PyErr_Format(PyExc_ValueError, "%s must be >= 0 (0 or None: no limit)", what);
+      return -1;
+    }
+  }
+  v = PyLong_AsUnsignedLongLong(obj);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
 PyDoc_STRVAR(read_doc,
-             "read(src, out, strict, max_pixels, header_only, name)\n"
+             "read(src, out, strict, max_pixels, max_bytes, header_only, name)\n"
              "    -> header | (header, data, warnings, num_warnings, saturated)\n\n"
              "header is a tuple in the order of dctnet.codec._HEADER_FIELDS.\n"
              "src: a path (str) or any bytes-like object (read in place, zero copy).\n"
              "out: None, or a writable C-contiguous buffer of at least the image's 'nbytes' bytes\n"
              "     that receives the int16 planes (returned as 'data'); None takes a pooled CoefBuffer.\n"
-             "strict: turn libjpeg warnings into errors. max_pixels: 0 for no limit.\n"
+             "strict: turn libjpeg warnings into errors. max_pixels, max_bytes: 0 for no limit.\n"
              "header_only: stop after the header. name: used in error messages for bytes input.\n"
              "Raises JpegError(reason, source) for bad data, OSError for file-system errors.");
 
 static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   PyObject *out_obj, *name, *result = NULL;
   Py_buffer out_view = {0};
-  int strict, header_only, have_out = 0;
-  unsigned long long max_pixels;
+  int strict, header_only, have_out = 0, own_job = 0;
+  uint64_t max_pixels, max_bytes;
   thread_state *ts;
   job_t *job;
   (void)self;
 
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError, "read() takes 6 positional arguments");
+  if (nargs != 7) {
+    PyErr_SetString(PyExc_TypeError, "read() takes 7 positional arguments");
     return NULL;
   }
   out_obj = args[1];
   strict = PyObject_IsTrue(args[2]);
-  max_pixels = PyLong_AsUnsignedLongLong(args[3]);
-  header_only = PyObject_IsTrue(args[4]);
-  name = args[5];
-  if (strict < 0 || header_only < 0 || PyErr_Occurred()) return NULL;
+  if (strict < 0 || parse_limit(args[3], "max_pixels", &max_pixels) || parse_limit(args[4], "max_bytes", &max_bytes))
+    return NULL;
+  header_only = PyObject_IsTrue(args[5]);
+  name = args[6];
+  if (header_only < 0) return NULL;
   ts = get_thread_state();
   if (!ts) return PyErr_NoMemory();
-  job = ts->job; /* per-thread scratch: the job struct is several KB */
-  if (job_init(job, args[0]) != 0) return NULL;
+  /* Per-thread scratch (the job struct is several KB) unless a read() on this thread is already
+   * using it: Python code can run inside a call (GC callbacks, __del__, profilers, signal
+   * handlers while objects are built), and such code may call read() again. */
+  if (ts->job_busy) {
+    job = (job_t *)PyMem_RawMalloc(sizeof(job_t));
+    if (!job) return PyErr_NoMemory();
+    own_job = 1;
+  } else {
+    job = ts->job;
+    ts->job_busy = 1;
+  }
+  if (job_init(job, args[0]) != 0) goto free_job;
   if (out_obj != Py_None && !header_only) {
     if (PyObject_GetBuffer(out_obj, &out_view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) goto done;
     have_out = 1;
@@ -533,7 +586,7 @@ static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
   /* The only GIL release of the call: file I/O, header, output memory (pool) and decode. */
   Py_BEGIN_ALLOW_THREADS
-  run_job(ts, job, strict, (uint64_t)max_pixels, header_only, have_out ? &out_view : NULL);
+  run_job(ts, job, strict, max_pixels, max_bytes, header_only, have_out ? &out_view : NULL);
   Py_END_ALLOW_THREADS
 
   if (job->status == ST_OUT_TOO_SMALL) {
@@ -551,28 +604,36 @@ static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 done:
   job_release(job);
   if (have_out) PyBuffer_Release(&out_view);
+free_job:
+  if (own_job) PyMem_RawFree(job);
+  else ts->job_busy = 0;
   return result;
 }
 
 PyDoc_STRVAR(read_many_doc,
-             "read_many(srcs, strict, max_pixels) -> list\n\n"
+             "read_many(srcs, strict, max_pixels, max_bytes) -> list\n\n"
              "read() for each source of a sequence, all decoded in one GIL-free stretch; each item is\n"
              "the result tuple or the exception instance (JpegError, OSError) for that source.");
 
 static PyObject *py_read_many(PyObject *self, PyObject *args) {
-  PyObject *seq, *fast, *result = NULL;
+  PyObject *seq, *fast, *result = NULL, *max_pixels_obj, *max_bytes_obj;
   int strict;
-  unsigned long long max_pixels;
+  uint64_t max_pixels, max_bytes;
   Py_ssize_t n, ready = 0;
   thread_state *ts;
-  job_t *jobs;
+  job_t *jobs = NULL;
   (void)self;
-  if (!PyArg_ParseTuple(args, "OpK", &seq, &strict, &max_pixels)) return NULL;
+  if (!PyArg_ParseTuple(args, "OpOO", &seq, &strict, &max_pixels_obj, &max_bytes_obj)) return NULL;
+  if (parse_limit(max_pixels_obj, "max_pixels", &max_pixels) || parse_limit(max_bytes_obj, "max_bytes", &max_bytes))
+    return NULL;
+  /* A list is returned as itself: other threads may change it while the GIL is released, so
+   * every job takes its own reference to its source (job_init). */
   fast = PySequence_Fast(seq, "read_many() needs a sequence of sources");
   if (!fast) return NULL;
   n = PySequence_Fast_GET_SIZE(fast);
   ts = get_thread_state();
-  jobs = (job_t *)PyMem_RawMalloc(sizeof(job_t) * (size_t)(n ? n : 1));
+  if ((size_t)n <= PY_SSIZE_T_MAX / sizeof(job_t))
+    jobs = (job_t *)PyMem_RawMalloc(sizeof(job_t) * (size_t)(n ? n : 1));
   if (!ts || !jobs) {
     PyErr_NoMemory();
     goto done;
@@ -580,7 +641,7 @@ static PyObject *py_read_many(PyObject *self, PyObject *args) {
   for (; ready < n; ready++)
     if (job_init(&jobs[ready], PySequence_Fast_GET_ITEM(fast, ready)) != 0) goto done;
   Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, (uint64_t)max_pixels, 0, NULL);
+  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, max_pixels, max_bytes, 0, NULL);
   Py_END_ALLOW_THREADS
   result = PyList_New(n);
   for (Py_ssize_t i = 0; result && i < n; i++) {
@@ -620,6 +681,9 @@ PyDoc_STRVAR(time_read_doc,
              "Nanoseconds per call of dctnet's C path (reused decoder, dequantize into a reused buffer),\n"
              "without Python overhead. Benchmarks only.");
 
+#define TIME_MAX_BYTES ((uint64_t)1 << 30)         /* the reader's default max_bytes */
+#define TIME_MAX_REPEAT ((Py_ssize_t)10000000) /* 80 MB of timings: far above any benchmark's need */
+
 static PyObject *time_common(PyObject *args, int raw) {
   Py_buffer view;
   Py_ssize_t repeat;
@@ -632,7 +696,11 @@ static PyObject *time_common(PyObject *args, int raw) {
   thread_state *ts = get_thread_state();
   if (!ts) return PyErr_NoMemory();
   if (!PyArg_ParseTuple(args, "y*n", &view, &repeat)) return NULL;
-  if (repeat < 1) repeat = 1;
+  if (repeat < 1 || repeat > TIME_MAX_REPEAT) {
+    PyBuffer_Release(&view);
+    PyErr_Format(PyExc_ValueError, "repeat must be in 1..%lld", (long long)TIME_MAX_REPEAT);
+    return NULL;
+  }
   ns = (int64_t *)malloc(sizeof(int64_t) * (size_t)repeat);
   if (!ns) {
     PyBuffer_Release(&view);
@@ -646,7 +714,7 @@ static PyObject *time_common(PyObject *args, int raw) {
     } else {
       dctj_header hdr;
       int sat;
-      failed = dctj_begin(ts->dec, (const uint8_t *)view.buf, (size_t)view.len, 0, 0, &hdr) != 0;
+      failed = dctj_begin(ts->dec, (const uint8_t *)view.buf, (size_t)view.len, 0, 0, TIME_MAX_BYTES, &hdr) != 0;
       if (!failed && hdr.total_coefs > cap) {
         free(buf);
         cap = hdr.total_coefs;
@@ -716,30 +784,79 @@ static PyObject *py_sparse_expand(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(gather_doc,
-             "gather_420(items, out_y, out_c) -> None\n\n"
-             "items: int64 array (n, 16) of gather_item fields (csrc/sparse.h), addresses included —\n"
-             "internal: dctnet.data.cache builds it from its own memory maps and checks the bounds.\n"
-             "out_y: int16 (n, Hb, Wb, 64), out_c: int16 (n, 2, Hb/2, Wb/2, 64), both C-contiguous.");
+             "gather_420(parts, tables, items, fmt, out_y, out_c, hb, wb) -> None\n\n"
+             "Batch gather from a coefficient cache (csrc/sparse.h). parts: a sequence of buffers (the\n"
+             "part files' memory maps); tables: uint16 buffer of (ntables, 4, 64); items: int64 (n, 17)\n"
+             "gather_item rows naming each record by part, offset and size; fmt: 0 dense, 1 sparse;\n"
+             "out_y: int16 (n, hb, wb, 64), out_c: int16 (n, 2, hb/2, wb/2, 64), both writable.\n"
+             "Every item is checked against the buffers; the buffers are held for the whole call.\n"
+             "Raises ValueError naming the first batch item whose record is out of bounds or corrupt.");
 
 static PyObject *py_gather_420(PyObject *self, PyObject *args) {
-  Py_buffer it, oy, oc;
-  Py_ssize_t hb, wb;
+  PyObject *parts_obj, *tables_obj, *items_obj, *oy_obj, *oc_obj, *parts_fast = NULL;
+  Py_buffer tb = {0}, it = {0}, oy = {0}, oc = {0};
+  Py_buffer *pv = NULL;
+  gather_part *pp = NULL;
+  Py_ssize_t hb, wb, nparts = 0, held = 0;
+  int fmt, have_tb = 0, have_it = 0, have_oy = 0, have_oc = 0;
   int64_t n, bad = 0;
   (void)self;
-  if (!PyArg_ParseTuple(args, "y*w*w*nn", &it, &oy, &oc, &hb, &wb)) return NULL;
-  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
-  if ((size_t)it.len != (size_t)n * sizeof(gather_item) || oy.len < (Py_ssize_t)(n * hb * wb * 128) ||
-      oc.len < (Py_ssize_t)(n * (hb / 2) * (wb / 2) * 256) || hb % 2 || wb % 2) {
-    PyErr_SetString(PyExc_ValueError, "gather_420: inconsistent buffer sizes");
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    bad = gather_420((const gather_item *)it.buf, n, (int16_t *)oy.buf, (int16_t *)oc.buf, hb, wb);
-    Py_END_ALLOW_THREADS
-    if (bad) PyErr_Format(PyExc_ValueError, "gather_420: corrupt record for batch item %lld", (long long)(bad - 1));
+  if (!PyArg_ParseTuple(args, "OOOiOOnn", &parts_obj, &tables_obj, &items_obj, &fmt, &oy_obj, &oc_obj, &hb, &wb))
+    return NULL;
+  if (PyObject_GetBuffer(tables_obj, &tb, PyBUF_SIMPLE) != 0) goto done;
+  have_tb = 1;
+  if (PyObject_GetBuffer(items_obj, &it, PyBUF_SIMPLE) != 0) goto done;
+  have_it = 1;
+  if (PyObject_GetBuffer(oy_obj, &oy, PyBUF_WRITABLE) != 0) goto done;
+  have_oy = 1;
+  if (PyObject_GetBuffer(oc_obj, &oc, PyBUF_WRITABLE) != 0) goto done;
+  have_oc = 1;
+  parts_fast = PySequence_Fast(parts_obj, "gather_420: parts must be a sequence of buffers");
+  if (!parts_fast) goto done;
+  nparts = PySequence_Fast_GET_SIZE(parts_fast);
+  pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
+  pp = (gather_part *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(gather_part));
+  if (!pv || !pp) {
+    PyErr_NoMemory();
+    goto done;
   }
-  PyBuffer_Release(&it);
-  PyBuffer_Release(&oy);
-  PyBuffer_Release(&oc);
+  /* Holding an export of every part keeps its mapping alive (and unresizable) until we return. */
+  for (; held < nparts; held++) {
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
+    pp[held].data = (const uint8_t *)pv[held].buf;
+    pp[held].len = (int64_t)pv[held].len;
+  }
+  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
+  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0 || ((uintptr_t)it.buf & 7) != 0 || ((uintptr_t)tb.buf & 1) != 0 ||
+      ((uintptr_t)oy.buf & 1) != 0 || ((uintptr_t)oc.buf & 1) != 0 || hb < 0 || wb < 0 || hb % 2 || wb % 2 ||
+      hb > 2 * GATHER_MAX_BLOCKS_SIDE || wb > 2 * GATHER_MAX_BLOCKS_SIDE ||
+      (uint64_t)oy.len / 128 / (uint64_t)(hb * wb ? hb * wb : 1) < (uint64_t)n ||
+      (uint64_t)oc.len / 256 / (uint64_t)((hb / 2) * (wb / 2) ? (hb / 2) * (wb / 2) : 1) < (uint64_t)n) {
+    PyErr_SetString(PyExc_ValueError, "gather_420: inconsistent buffer sizes or alignment");
+    goto done;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  bad = gather_420((const gather_item *)it.buf, n, pp, nparts, (const uint16_t *)tb.buf,
+                   (int64_t)(tb.len / (4 * 64 * 2)), fmt, (int16_t *)oy.buf, (int16_t *)oc.buf, hb, wb);
+  Py_END_ALLOW_THREADS
+  if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_420: bad format or grid");
+  else if (bad) { /* ValueError(message, item) so that the caller can name the record */
+    PyObject *e = Py_BuildValue("(sL)", "gather_420: corrupt or out-of-bounds record for a batch item",
+                                (long long)(bad - 1));
+    if (e) {
+      PyErr_SetObject(PyExc_ValueError, e);
+      Py_DECREF(e);
+    }
+  }
+done:
+  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
+  PyMem_Free(pv);
+  PyMem_Free(pp);
+  Py_XDECREF(parts_fast);
+  if (have_tb) PyBuffer_Release(&tb);
+  if (have_it) PyBuffer_Release(&it);
+  if (have_oy) PyBuffer_Release(&oy);
+  if (have_oc) PyBuffer_Release(&oc);
   if (PyErr_Occurred()) return NULL;
   Py_RETURN_NONE;
 }
@@ -804,8 +921,20 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
+/* fork() copies the pool's mutex in whatever state it is in: if another thread held it at that
+ * moment, the child's first pool call would wait for ever (DataLoader workers and build processes
+ * fork). Hold it across fork so the child starts with it unlocked and the pool consistent. */
+static void pool_atfork_prepare(void) { pthread_mutex_lock(&pool_lock); }
+static void pool_atfork_parent(void) { pthread_mutex_unlock(&pool_lock); }
+static void pool_atfork_child(void) { pthread_mutex_unlock(&pool_lock); }
+
 PyMODINIT_FUNC PyInit__jpeg(void) {
   PyObject *m;
+  static int atfork_done;
+  if (!atfork_done) {
+    if (pthread_atfork(pool_atfork_prepare, pool_atfork_parent, pool_atfork_child) != 0) return PyErr_NoMemory();
+    atfork_done = 1;
+  }
   if (pthread_key_create(&tls_key, thread_state_free) != 0) return PyErr_NoMemory();
   if (PyType_Ready(&CoefBufferType) < 0) return NULL;
   m = PyModule_Create(&module);

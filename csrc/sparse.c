@@ -2,12 +2,25 @@
 
 #include <string.h>
 
+/* Records live in memory maps at any offset: load masks and escapes without assuming alignment. */
+static inline uint64_t load_u64(const uint64_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline int16_t load_i16(const int16_t *p) {
+  int16_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
 int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, size_t nvalues, const int16_t *escapes,
                   size_t nescapes, const uint16_t *tables, const uint8_t *table_of_block, int16_t *out) {
   size_t vi = 0, ei = 0;
   memset(out, 0, nblocks * 64 * sizeof(int16_t));
   for (size_t b = 0; b < nblocks; b++, out += 64) {
-    uint64_t m = masks[b];
+    uint64_t m = load_u64(masks + b);
     const uint16_t *q = tables + 64 * (size_t)table_of_block[b];
     while (m) {
       int k = __builtin_ctzll(m);
@@ -17,7 +30,7 @@ int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, s
       v = values[vi++];
       if (v == -128) {
         if (ei >= nescapes) return -1;
-        v = escapes[ei++];
+        v = load_i16(escapes + ei++);
       }
       out[k] = (int16_t)(v * (int32_t)q[k]); /* fits by construction (encoder's choice of table) */
     }
@@ -40,11 +53,11 @@ static size_t count_escapes(const int8_t *v, size_t n) {
   return c;
 }
 
-/* Skip nb blocks of the stream starting at block index b. */
+/* Skip nb blocks of the stream starting at block index b (b + nb <= the record's blocks). */
 static int skip_blocks(stream *s, size_t b, size_t nb) {
   size_t nv = 0;
-  for (size_t i = 0; i < nb; i++) nv += (size_t)__builtin_popcountll(s->masks[b + i]);
-  if (s->vi + nv > s->nvalues) return -1;
+  for (size_t i = 0; i < nb; i++) nv += (size_t)__builtin_popcountll(load_u64(s->masks + b + i));
+  if (nv > s->nvalues - s->vi) return -1;
   s->ei += count_escapes(s->values + s->vi, nv);
   s->vi += nv;
   return s->ei <= s->nescapes ? 0 : -1;
@@ -52,7 +65,7 @@ static int skip_blocks(stream *s, size_t b, size_t nb) {
 
 /* Expand one block into out (64 int16). */
 static int expand_block(stream *s, size_t b, const uint16_t *q, int16_t *out) {
-  uint64_t m = s->masks[b];
+  uint64_t m = load_u64(s->masks + b);
   memset(out, 0, 64 * sizeof(int16_t));
   while (m) {
     int k = __builtin_ctzll(m);
@@ -62,9 +75,9 @@ static int expand_block(stream *s, size_t b, const uint16_t *q, int16_t *out) {
     v = s->values[s->vi++];
     if (v == -128) {
       if (s->ei >= s->nescapes) return -1;
-      v = s->escapes[s->ei++];
+      v = load_i16(s->escapes + s->ei++);
     }
-    out[k] = (int16_t)(v * (int32_t)q[k]);
+    out[k] = (int16_t)(v * (int32_t)q[k]); /* |v| <= 2^15, q < 2^16: the product fits int32 */
   }
   return 0;
 }
@@ -72,63 +85,105 @@ static int expand_block(stream *s, size_t b, const uint16_t *q, int16_t *out) {
 /* One plane: write its window rows [wr0, wr1) x cols [wc0, wc1) into dst (dst_h x dst_w blocks,
  * zero outside the window and outside the plane). Sparse records are walked block by block over
  * the whole plane, expanding window blocks and skipping the others, so the stream ends at the
- * plane's end, ready for the next plane. */
-static int plane_window(const gather_item *it, stream *s, const int16_t *dense, size_t base, int64_t ph, int64_t pw,
+ * plane's end, ready for the next plane. The caller has checked 0 <= wr0 <= wr1, 0 <= wc0 <= wc1
+ * and that the plane (base + ph * pw blocks) lies inside the record. */
+static int plane_window(int fmt, stream *s, const int16_t *dense, size_t base, int64_t ph, int64_t pw,
                         const uint16_t *q, int64_t wr0, int64_t wr1, int64_t wc0, int64_t wc1, int16_t *dst,
                         int64_t dst_h, int64_t dst_w) {
   int64_t pre = wc0 < pw ? wc0 : pw;
   int64_t end = wc1 < pw ? wc1 : pw;
   int64_t have = end > pre ? end - pre : 0;
+  if (have > dst_w) have = dst_w; /* never write past the destination row */
   for (int64_t pr = 0; pr < ph; pr++) {
     int64_t r = pr - wr0;
     int in_window = pr >= wr0 && pr < wr1 && r < dst_h;
-    size_t rb = base + (size_t)pr * pw;
+    size_t rb = base + (size_t)pr * (size_t)pw;
     if (!in_window) {
-      if (it->fmt == 1 && skip_blocks(s, rb, (size_t)pw) != 0) return -1;
+      if (fmt == 1 && skip_blocks(s, rb, (size_t)pw) != 0) return -1;
       continue;
     }
-    int16_t *row = dst + (size_t)r * dst_w * 64;
-    if (it->fmt == 0) {
-      memcpy(row, dense + ((size_t)pr * pw + pre) * 64, (size_t)have * 64 * sizeof(int16_t));
+    int16_t *row = dst + (size_t)r * (size_t)dst_w * 64;
+    if (fmt == 0) {
+      memcpy(row, dense + ((size_t)pr * (size_t)pw + (size_t)pre) * 64, (size_t)have * 64 * sizeof(int16_t));
     } else {
       if (skip_blocks(s, rb, (size_t)pre) != 0) return -1;
       for (int64_t c = 0; c < have; c++)
-        if (expand_block(s, rb + pre + c, q, row + c * 64) != 0) return -1;
-      if (skip_blocks(s, rb + pre + have, (size_t)(pw - pre - have)) != 0) return -1;
+        if (expand_block(s, rb + (size_t)(pre + c), q, row + c * 64) != 0) return -1;
+      if (skip_blocks(s, rb + (size_t)(pre + have), (size_t)(pw - pre - have)) != 0) return -1;
     }
     memset(row + have * 64, 0, (size_t)(dst_w - have) * 64 * sizeof(int16_t));
   }
   /* destination rows the plane does not reach */
   for (int64_t r = 0; r < dst_h; r++) {
     int64_t pr = wr0 + r;
-    if (!(pr < ph && pr < wr1)) memset(dst + (size_t)r * dst_w * 64, 0, (size_t)dst_w * 64 * sizeof(int16_t));
+    if (!(pr < ph && pr < wr1)) memset(dst + (size_t)r * (size_t)dst_w * 64, 0, (size_t)dst_w * 64 * sizeof(int16_t));
   }
   return 0;
 }
 
-int64_t gather_420(const gather_item *items, int64_t n, int16_t *out_y, int16_t *out_c, int64_t Hb, int64_t Wb) {
-  size_t ysz = (size_t)Hb * Wb * 64, csz = (size_t)(Hb / 2) * (Wb / 2) * 64;
+/* Every field of one item against the part extents, the tables and the grid. Sets *nblocks. */
+static int check_item(const gather_item *it, const gather_part *parts, int64_t nparts, int64_t ntables, int fmt,
+                      int64_t Hb, int64_t Wb, uint64_t *nblocks) {
+  uint64_t nb = 0;
+  if (it->part < 0 || it->part >= nparts || it->offset < 0 || it->nbytes < 0) return -1;
+  if (it->offset > parts[it->part].len || it->nbytes > parts[it->part].len - it->offset) return -1;
+  if (it->offset % 8 != 0) return -1; /* records are 8-byte aligned by the builder */
+  if (it->ncomp != 1 && it->ncomp != 3) return -1;
+  for (int64_t c = 0; c < it->ncomp; c++) {
+    if (it->bh[c] < 0 || it->bw[c] < 0 || it->bh[c] > GATHER_MAX_BLOCKS_SIDE || it->bw[c] > GATHER_MAX_BLOCKS_SIDE)
+      return -1;
+    nb += (uint64_t)it->bh[c] * (uint64_t)it->bw[c]; /* < 3 * 2^32: no overflow */
+  }
+  if (it->r0 < 0 || it->r1 < it->r0 || it->c0 < 0 || it->c1 < it->c0 || it->r1 > GATHER_MAX_BLOCKS_SIDE ||
+      it->c1 > GATHER_MAX_BLOCKS_SIDE)
+    return -1;
+  if (2 * (it->r1 - it->r0) > Hb || 2 * (it->c1 - it->c0) > Wb) return -1;
+  if (fmt == 0) {
+    if ((uint64_t)it->nbytes != nb * 128 || it->nvalues != 0 || it->nescapes != 0) return -1;
+  } else {
+    uint64_t vbytes;
+    if (it->table < 0 || it->table >= ntables || it->nvalues < 0 || it->nescapes < 0) return -1;
+    if ((uint64_t)it->nvalues > nb * 64 || it->nescapes > it->nvalues) return -1;
+    vbytes = nb * 8 + (uint64_t)it->nvalues;
+    if (vbytes + vbytes % 2 + 2 * (uint64_t)it->nescapes > (uint64_t)it->nbytes) return -1;
+  }
+  *nblocks = nb;
+  return 0;
+}
+
+int64_t gather_420(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                   const uint16_t *tables, int64_t ntables, int fmt, int16_t *out_y, int16_t *out_c, int64_t Hb,
+                   int64_t Wb) {
+  size_t ysz, csz;
+  if ((fmt != 0 && fmt != 1) || n < 0 || Hb < 0 || Wb < 0 || Hb % 2 || Wb % 2 || Hb > 2 * GATHER_MAX_BLOCKS_SIDE ||
+      Wb > 2 * GATHER_MAX_BLOCKS_SIDE || nparts < 0 || ntables < 0)
+    return -1;
+  ysz = (size_t)Hb * (size_t)Wb * 64;
+  csz = (size_t)(Hb / 2) * (size_t)(Wb / 2) * 64;
   for (int64_t i = 0; i < n; i++) {
     const gather_item *it = &items[i];
-    size_t nblocks = 0, base[3] = {0, 0, 0};
+    uint64_t nblocks = 0;
+    size_t base[3] = {0, 0, 0};
     const int16_t *dense[3] = {NULL, NULL, NULL};
+    const uint8_t *data;
+    const uint16_t *q = NULL;
     stream s = {0};
-    for (int64_t c = 0; c < it->ncomp; c++) {
-      base[c] = nblocks;
-      nblocks += (size_t)(it->bh[c] * it->bw[c]);
-    }
-    if (it->fmt == 0) {
-      for (int64_t c = 0; c < it->ncomp; c++) dense[c] = (const int16_t *)it->data + base[c] * 64;
+    if (check_item(it, parts, nparts, ntables, fmt, Hb, Wb, &nblocks) != 0) return i + 1;
+    data = parts[it->part].data + it->offset;
+    for (int64_t c = 1; c < it->ncomp; c++) base[c] = base[c - 1] + (size_t)(it->bh[c - 1] * it->bw[c - 1]);
+    if (fmt == 0) {
+      for (int64_t c = 0; c < it->ncomp; c++) dense[c] = (const int16_t *)(const void *)data + base[c] * 64;
     } else {
-      size_t vbytes = nblocks * 8 + (size_t)it->nvalues;
-      s.masks = (const uint64_t *)it->data;
-      s.values = (const int8_t *)(it->data + nblocks * 8);
-      s.escapes = (const int16_t *)(it->data + vbytes + (vbytes % 2));
+      size_t vbytes = (size_t)nblocks * 8 + (size_t)it->nvalues;
+      s.masks = (const uint64_t *)(const void *)data;
+      s.values = (const int8_t *)(data + (size_t)nblocks * 8);
+      s.escapes = (const int16_t *)(const void *)(data + vbytes + (vbytes % 2));
       s.nvalues = (size_t)it->nvalues;
       s.nescapes = (size_t)it->nescapes;
+      q = tables + (size_t)it->table * 4 * 64;
     }
-    if (plane_window(it, &s, dense[0], base[0], it->bh[0], it->bw[0], it->tables, 2 * it->r0, 2 * it->r1, 2 * it->c0,
-                     2 * it->c1, out_y + i * ysz, Hb, Wb) != 0)
+    if (plane_window(fmt, &s, dense[0], base[0], it->bh[0], it->bw[0], q, 2 * it->r0, 2 * it->r1, 2 * it->c0,
+                     2 * it->c1, out_y + (size_t)i * ysz, Hb, Wb) != 0)
       return i + 1;
     for (int64_t c = 1; c <= 2; c++) {
       int16_t *dst = out_c + (size_t)(2 * i + c - 1) * csz;
@@ -136,11 +191,11 @@ int64_t gather_420(const gather_item *items, int64_t n, int16_t *out_y, int16_t 
         memset(dst, 0, csz * sizeof(int16_t));
         continue;
       }
-      if (plane_window(it, &s, dense[c], base[c], it->bh[c], it->bw[c], it->tables + 64 * c, it->r0, it->r1, it->c0,
-                       it->c1, dst, Hb / 2, Wb / 2) != 0)
+      if (plane_window(fmt, &s, dense[c], base[c], it->bh[c], it->bw[c], q ? q + 64 * c : NULL, it->r0, it->r1,
+                       it->c0, it->c1, dst, Hb / 2, Wb / 2) != 0)
         return i + 1;
     }
-    if (it->fmt == 1 && (s.vi != s.nvalues || s.ei != s.nescapes)) return i + 1;
+    if (fmt == 1 && (s.vi != s.nvalues || s.ei != s.nescapes)) return i + 1;
   }
   return 0;
 }

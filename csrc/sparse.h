@@ -24,16 +24,31 @@ int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, s
  * (dense records) or expanded (sparse records) straight into a zero-padded 4:2:0 batch.
  * out_y is (n, Hb, Wb, 64), out_c is (n, 2, Hb/2, Wb/2, 64), int16. A record is either gray
  * (ncomp 1: luma only, chroma left zero) or 4:2:0 YCbCr (ncomp 3).
+ *
+ * Nothing here trusts the caller or the cache files: each item names its record by part file,
+ * offset and size, and gather_420 checks every field against the part's extent, the table count
+ * and the output grid (with overflow-free arithmetic) before it reads or writes a byte.
  */
 typedef struct {
-  const uint8_t *data;     /* record start */
-  int64_t fmt;             /* 0 dense, 1 sparse */
+  const uint8_t *data; /* a part file's bytes (a memory map) */
+  int64_t len;
+} gather_part;
+
+typedef struct {
+  int64_t part;            /* index into the parts */
+  int64_t offset, nbytes;  /* the record: part bytes [offset, offset + nbytes) */
+  int64_t table;           /* row of the (ntables, 4, 64) uint16 table array (sparse) */
   int64_t ncomp;           /* 1 or 3 */
   int64_t bh[3], bw[3];    /* plane sizes in blocks */
   int64_t nvalues, nescapes;
-  const uint16_t *tables;  /* sparse: (ncomp, 64) */
   int64_t r0, r1, c0, c1;  /* window in MCUs (16x16 luma pixels) */
 } gather_item;
 
-/* Returns 0, or 1 + the index of the first sample whose record is inconsistent. */
-int64_t gather_420(const gather_item *items, int64_t n, int16_t *out_y, int16_t *out_c, int64_t Hb, int64_t Wb);
+#define GATHER_ITEM_FIELDS 17
+#define GATHER_MAX_BLOCKS_SIDE ((int64_t)1 << 16) /* a plane side in blocks: JPEG sizes are < 2^16 px */
+
+/* fmt: 0 dense, 1 sparse. Returns 0, -1 when the arguments themselves are inconsistent (grid,
+ * format), or 1 + the index of the first sample whose record is out of bounds or inconsistent. */
+int64_t gather_420(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                   const uint16_t *tables, int64_t ntables, int fmt, int16_t *out_y, int16_t *out_c, int64_t Hb,
+                   int64_t Wb);

@@ -6,6 +6,7 @@ reconstruction, augmentation, normalization, DCT-domain stems — is batched tor
 """
 
 from dctnet.codec import (
+    DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
     JpegCoefficients,
     JpegError,
@@ -19,6 +20,7 @@ from dctnet.codec import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_PIXELS",
     "JpegCoefficients",
     "JpegError",

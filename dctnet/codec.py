@@ -19,8 +19,11 @@ an interleaved scan, and zeros otherwise. ``width``/``height`` give the true ima
 
 from __future__ import annotations
 
+import errno
+import io
 import itertools
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterable, Sequence
@@ -29,6 +32,7 @@ from typing import Any, Union
 import numpy as np
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_PIXELS",
     "JpegCoefficients",
     "JpegError",
@@ -78,6 +82,21 @@ _INT16 = np.dtype(np.int16)
 
 #: Same default as Pillow's ``Image.MAX_IMAGE_PIXELS``: refuse larger images unless asked.
 DEFAULT_MAX_PIXELS = 89_478_485
+#: Bytes of int16 planes a header may make the reader allocate (1 GiB). ``max_pixels`` alone does
+#: not bound memory: the planes cost components × sampling × MCU padding per pixel. Every image
+#: within ``DEFAULT_MAX_PIXELS`` (up to 4 full-resolution components) fits.
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+def _limit(name: str, value: int | None) -> int:
+    """A guard value for the extension: ``None``/0 = off; negatives are refused, not wrapped."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 or None (no limit), not {value}")
+    return int(value)
 
 #: What the readers accept: a path, or bytes-like data (bytes, bytearray, memoryview, a numpy
 #: uint8 array, an mmap), or a binary file object (read to the end).
@@ -227,6 +246,25 @@ class JpegCoefficients(JpegHeader):
         return tuple(out)
 
 
+def open_regular_file(path: str | os.PathLike) -> io.BufferedReader:
+    """Open a file for binary reading, refusing anything but a regular file without blocking (a
+    FIFO named ``*.jpg`` would otherwise wait for a writer for ever). Raises ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket, device or directory)", os.fsdecode(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_file(path: str | os.PathLike) -> bytes:
+    """A regular file's bytes (see :func:`open_regular_file`)."""
+    with open_regular_file(path) as f:
+        return f.read()
+
+
 def _prepare(src: Source) -> Any:
     if isinstance(src, (str, bytes, bytearray, memoryview, np.ndarray)):
         return src
@@ -238,23 +276,29 @@ def _prepare(src: Source) -> Any:
     return src  # any other buffer-protocol object; the extension reports a TypeError otherwise
 
 
-def read_header(src: Source, *, max_pixels: int | None = DEFAULT_MAX_PIXELS, name: str | None = None) -> JpegHeader:
+def read_header(src: Source, *, max_pixels: int | None = DEFAULT_MAX_PIXELS, max_bytes: int | None = DEFAULT_MAX_BYTES,
+                name: str | None = None) -> JpegHeader:
     """Read only the header of a JPEG.
 
     Args:
         src: a path, bytes-like data (read in place), or a binary file object.
         max_pixels: refuse images with more pixels (``None``: no limit).
+        max_bytes: refuse images whose planes would need more bytes (``None``: no limit).
         name: how error messages name a non-path source.
 
     Raises:
-        JpegError: the data is not a readable 8-bit lossy JPEG, or exceeds ``max_pixels``.
+        JpegError: the data is not a readable 8-bit lossy JPEG with 1–4 components, or exceeds
+            ``max_pixels`` / ``max_bytes``.
+        ValueError: a negative limit.
         OSError: the path cannot be read.
     """
-    return JpegHeader(_jpeg.read(_prepare(src), None, False, max_pixels or 0, True, name))
+    return JpegHeader(_jpeg.read(_prepare(src), None, False, _limit("max_pixels", max_pixels),
+                                 _limit("max_bytes", max_bytes), True, name))
 
 
 def read_coefficients(src: Source, *, strict: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                      out: Any = None, name: str | None = None) -> JpegCoefficients:
+                      max_bytes: int | None = DEFAULT_MAX_BYTES, out: Any = None,
+                      name: str | None = None) -> JpegCoefficients:
     """Read a JPEG's dequantized DCT coefficients.
 
     Args:
@@ -262,6 +306,8 @@ def read_coefficients(src: Source, *, strict: bool = False, max_pixels: int | No
         strict: raise :class:`JpegError` on the first libjpeg warning (corrupt or truncated data)
             instead of returning what libjpeg recovered with the warnings attached.
         max_pixels: refuse images with more pixels before allocating anything (``None``: no limit).
+        max_bytes: refuse images whose planes would need more bytes, before allocating anything
+            (``None``: no limit). A header alone can ask for gigabytes; this bounds it.
         out: optional writable, C-contiguous buffer (numpy array, bytearray, shared memory, a
             pinned tensor's ``.numpy()``) of at least ``read_header(src).nbytes`` bytes; the
             planes are written there and returned as views of it. ``None`` allocates.
@@ -271,15 +317,17 @@ def read_coefficients(src: Source, *, strict: bool = False, max_pixels: int | No
         :class:`JpegCoefficients` with one ``int16 (blocks_h, blocks_w, 64)`` plane per component.
 
     Raises:
-        JpegError: corrupt/unsupported data, a guard tripped, or a warning under ``strict``.
-        ValueError: ``out`` is too small or misaligned.
-        OSError: the path cannot be read.
+        JpegError: corrupt/unsupported data (incl. more than 4 components), a guard tripped, or a
+            warning under ``strict``.
+        ValueError: ``out`` is too small or misaligned; a negative limit.
+        OSError: the path cannot be read, or is not a regular file (a FIFO is refused, not waited on).
     """
-    return JpegCoefficients(_jpeg.read(_prepare(src), out, strict, max_pixels or 0, False, name))
+    return JpegCoefficients(_jpeg.read(_prepare(src), out, strict, _limit("max_pixels", max_pixels),
+                                       _limit("max_bytes", max_bytes), False, name))
 
 
 def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = None, strict: bool = False,
-                            max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                            max_pixels: int | None = DEFAULT_MAX_PIXELS, max_bytes: int | None = DEFAULT_MAX_BYTES,
                             errors: str = "raise") -> list[JpegCoefficients | JpegError | OSError]:
     """Read many JPEGs on ``threads`` threads (default: the CPUs this process may use).
 
@@ -291,7 +339,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
     Args:
         srcs: paths, bytes-like data or file objects.
         threads: worker threads; 1 reads in the calling thread.
-        strict, max_pixels: as for :func:`read_coefficients`.
+        strict, max_pixels, max_bytes: as for :func:`read_coefficients`.
         errors: ``"raise"`` re-raises the first failure (after all workers stop);
             ``"return"`` puts the exception (:class:`JpegError` or ``OSError``) in its slot.
     """
@@ -303,7 +351,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = max(1, min(int(threads), n))
     results: list[Any] = [None] * n
-    limit = max_pixels or 0
+    limit, byte_limit = _limit("max_pixels", max_pixels), _limit("max_bytes", max_bytes)
     chunk = max(1, min(16, n // (threads * 8)))
     counter = itertools.count(0, chunk)  # next() on itertools.count is atomic under the GIL
 
@@ -316,7 +364,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
                 if start >= n:
                     return
                 chunk_srcs = [_prepare(src) for src in items[start:start + chunk]]
-                for i, r in enumerate(_jpeg.read_many(chunk_srcs, strict, limit), start):
+                for i, r in enumerate(_jpeg.read_many(chunk_srcs, strict, limit, byte_limit), start):
                     results[i] = r if isinstance(r, BaseException) else JpegCoefficients(r)
         except BaseException as exc:  # a bad source type: surfaced in the calling thread
             failures.append(exc)

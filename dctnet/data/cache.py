@@ -30,6 +30,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import sys
@@ -43,7 +44,7 @@ import numpy as np
 import torch
 
 from dctnet import _jpeg
-from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, open_regular_file
 from dctnet.data import sparse as S
 from dctnet.data.crop import draw_boxes, mcu_windows
 from dctnet.data.loader import _empty, collate
@@ -69,11 +70,15 @@ class CacheError(ValueError):
     """A cache that must not be used as it is: incomplete, stale, or built with other parameters."""
 
 
-def _file_hash(path: str) -> str:
+def _file_hash(path: str) -> str | None:
+    """blake2b of a regular file; ``None`` for anything else (never blocks on a FIFO)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
+    try:
+        with open_regular_file(path) as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return None
     return h.hexdigest()
 
 
@@ -375,39 +380,179 @@ class CachedCoefficients:
         return tuple(torch.from_numpy(p) for p in self.planes)
 
 
+_PART_NAME = re.compile(r"part-\d{5}-of-\d{5}\.bin")
+_MAX_SIDE = 65535  # JPEG's limit on either image dimension
+
+
+def _load_meta(path: Path) -> dict[str, Any]:
+    """``meta.json``, checked for the fields and types the reader relies on."""
+    f = path / "meta.json"
+    try:
+        meta = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CacheError(f"{f}: not readable as JSON ({exc})") from None
+
+    def bad(what: str) -> CacheError:
+        return CacheError(f"{f}: {what}")
+
+    if not isinstance(meta, dict):
+        raise bad("not a JSON object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CacheError(f"{path}: cache format version {meta.get('format_version')}, this dctnet reads {FORMAT_VERSION}")
+    if meta.get("format") not in ("dense", "sparse"):
+        raise bad(f"format {meta.get('format')!r} is not 'dense' or 'sparse'")
+    parts, sources, classes = meta.get("parts"), meta.get("sources"), meta.get("classes")
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, str) and _PART_NAME.fullmatch(p) for p in parts):
+        raise bad("'parts' must list part files named part-NNNNN-of-NNNNN.bin")  # never a path elsewhere
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise bad("'classes' must be a list of names")
+    n = meta.get("num_samples")
+    if not isinstance(n, int) or not isinstance(sources, list) or len(sources) != n:
+        raise bad("'num_samples' must be an int matching the length of 'sources'")
+    for i, src in enumerate(sources):
+        ok = isinstance(src, dict) and isinstance(src.get("path"), str) and type(src.get("label")) is int and \
+            -1 <= src["label"] < 2**31 and (("shard" not in src) or (isinstance(src["shard"], str) and all(
+                type(src.get(k)) is int and src[k] >= 0 for k in ("offset", "size"))))
+        if not ok:
+            raise bad(f"sources[{i}] is not a {{path, label[, shard, offset, size]}} record")
+    for key in ("root",):
+        if not isinstance(meta.get(key), str):
+            raise bad(f"{key!r} must be a string")
+    for key in ("shards",):
+        if meta.get(key) is not None and not (isinstance(meta[key], list) and all(
+                isinstance(s, dict) and isinstance(s.get("path"), str) for s in meta[key])):
+            raise bad(f"{key!r} must be null or a list of {{path, ...}} records")
+    return meta
+
+
+def _load_array(f: Path, dtype: np.dtype, shape_tail: tuple[int, ...], n: int) -> np.ndarray:
+    try:
+        arr = np.load(f, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - a damaged header fails in many ways inside numpy's parser
+        raise CacheError(f"{f}: not a readable .npy array ({type(exc).__name__}: {exc})") from None
+    if arr.dtype != dtype or arr.shape != (n, *shape_tail):
+        raise CacheError(f"{f}: expected {dtype} {(n, *shape_tail)}, found {arr.dtype} {arr.shape}")
+    return arr
+
+
+#: the colour spaces libjpeg reports for each component count the reader accepts
+_COLOR_OF_NCOMP = {1: ("gray",), 3: ("YCbCr", "RGB"), 4: ("CMYK", "YCCK")}
+
+
+def _color_fits(color: np.ndarray, ncomp: np.ndarray) -> np.ndarray:
+    fits = np.zeros(len(color), bool)
+    for n, names in _COLOR_OF_NCOMP.items():
+        fits |= (ncomp == n) & np.isin(color, [COLOR_SPACES.index(c) for c in names])
+    return fits
+
+
+def validate_index(index: np.ndarray, fmt: str, part_sizes: Sequence[int]) -> tuple[int, str] | None:
+    """The first record of ``index`` (a structured :data:`INDEX_DTYPE` array) that is not
+    consistent with the format and the part files, as ``(record, reason)``; ``None`` when all are.
+
+    Vectorised over the index (no data is read): status, layout fields in range, block counts
+    equal to what height/width/sampling imply, record sizes equal to what the format implies,
+    8-byte aligned offsets and ``offset <= size - nbytes`` in unsigned arithmetic (no wrap-around)."""
+    rec = np.asarray(index)
+    n = len(rec)
+    status = rec["status"]
+    ok = status == OK
+    ncomp = rec["ncomp"].astype(np.int64)
+    comp = np.arange(4)[None, :]
+    used = comp < ncomp[:, None]
+    samp = rec["sampling"].astype(np.int64)
+    blocks = rec["blocks"].astype(np.int64)
+    h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
+    hmax = np.where(used, samp[:, :, 0], 0).max(axis=1)
+    vmax = np.where(used, samp[:, :, 1], 0).max(axis=1)
+    mcu_r = -(-h // np.maximum(8 * vmax, 1))
+    mcu_c = -(-w // np.maximum(8 * hmax, 1))
+    want = np.stack([mcu_r[:, None] * samp[:, :, 1], mcu_c[:, None] * samp[:, :, 0]], axis=2)
+    nblocks = np.where(used, blocks[:, :, 0] * blocks[:, :, 1], 0).sum(axis=1)
+    nbytes, offset = rec["nbytes"].astype(np.uint64), rec["offset"].astype(np.uint64)
+    nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
+    sizes = np.asarray(list(part_sizes) + [0], np.uint64)
+    part = rec["part"].astype(np.int64)
+    in_part = part < len(part_sizes)
+    size = sizes[np.where(in_part, part, len(part_sizes))]
+    if fmt == "dense":
+        vbytes = np.zeros(n, np.int64)
+        size_ok = (nbytes == (128 * nblocks).astype(np.uint64)) & (nv == 0) & (ne == 0)
+    else:
+        vbytes = 8 * nblocks + nv
+        size_ok = (nv <= 64 * nblocks) & (ne <= nv) & (nbytes == (vbytes + vbytes % 2 + 2 * ne).astype(np.uint64))
+    checks = [
+        (np.isin(status, (OK, BAD)), "status is neither ok nor bad"),
+        (~ok | in_part, "part number beyond the part files"),
+        (~ok | np.isin(ncomp, (1, 3, 4)), "component count not 1, 3 or 4"),
+        (~ok | _color_fits(rec["color"], ncomp), "colour space does not fit the component count"),
+        (~ok | (rec["orient"] <= 8), "EXIF orientation beyond 8"),
+        (~ok | ((h >= 1) & (h <= _MAX_SIDE) & (w >= 1) & (w <= _MAX_SIDE)), "image size out of range"),
+        (~ok | np.all(np.where(used[:, :, None], (samp >= 1) & (samp <= 4), samp == 0), axis=(1, 2)),
+         "sampling factors out of range"),
+        (~ok | np.all(np.where(used[:, :, None], blocks == want, blocks == 0), axis=(1, 2)),
+         "block counts do not match height, width and sampling"),
+        (~ok | size_ok, f"record size does not match its {fmt} layout"),
+        (~ok | (offset % np.uint64(8) == 0), "offset not 8-byte aligned"),
+        (~ok | ((nbytes <= size) & (offset <= size - np.minimum(nbytes, size))), "record extends past its part file"),
+    ]
+    first: tuple[int, str] | None = None
+    for good, reason in checks:
+        badi = np.flatnonzero(~good)
+        if len(badi) and (first is None or badi[0] < first[0]):
+            first = (int(badi[0]), reason)
+    return first
+
+
 class Cache:
-    """An opened, validated cache (see :func:`open_cache`)."""
+    """An opened, validated cache (see :func:`open_cache`).
+
+    The part files are memory-mapped when the cache is opened (and again when it is unpickled in
+    another process), never lazily: a mapping created on first use could be created by two loader
+    threads at once, one replacing — and unmapping — the other's while its C gather reads it."""
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
         self.path, self.meta = path, meta
         self.format = meta["format"]
-        self.index = np.load(path / "index.npy", mmap_mode="r")
-        self.tables = np.load(path / "tables.npy", mmap_mode="r")
-        self._parts: list[np.memmap] | None = None  # opened lazily: per process (DataLoader workers)
-        self._extents: tuple[np.ndarray, np.ndarray] | None = None
+        n = meta["num_samples"]
+        self.index = _load_array(path / "index.npy", INDEX_DTYPE, (), n)
+        self.tables = _load_array(path / "tables.npy", np.dtype("<u2"), (4, 64), n)
+        self._map_parts()
+        found = validate_index(self.index, self.format, [len(p) for p in self._parts])
+        if found is not None:
+            i, reason = found
+            raise CacheError(f"{path / 'index.npy'}: record {i} ({self.meta['sources'][i]['path']}): {reason} "
+                             "(corrupt or tampered cache; rebuild it)")
+
+    def _map_parts(self) -> None:
+        parts = []
+        for name in self.meta["parts"]:
+            f = self.path / name
+            try:
+                size = f.stat().st_size
+                parts.append(np.memmap(f, np.uint8, mode="r") if size else np.zeros(0, np.uint8))
+            except (OSError, ValueError) as exc:
+                raise CacheError(f"{f}: cannot be mapped ({exc})") from None
+        self._parts: tuple[np.ndarray, ...] = tuple(parts)
 
     def __len__(self) -> int:
         return len(self.index)
 
-    def _data(self, part: int) -> np.memmap:
-        if self._parts is None:
-            self._parts = [np.memmap(self.path / p, np.uint8, mode="r") if (self.path / p).stat().st_size else
-                           np.zeros(0, np.uint8) for p in self.meta["parts"]]
+    def _data(self, part: int) -> np.ndarray:
         return self._parts[part]
-
-    def _part_extents(self) -> tuple[np.ndarray, np.ndarray]:
-        """Addresses and sizes of the mapped part files (this process's mappings)."""
-        if getattr(self, "_extents", None) is None:
-            parts = [self._data(p) for p in range(len(self.meta["parts"]))]
-            self._extents = (np.array([p.ctypes.data for p in parts], np.int64),
-                             np.array([p.shape[0] for p in parts], np.int64))
-        return self._extents
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_parts"] = None  # mappings and their addresses belong to one process
-        state["_extents"] = None
+        state["_parts"] = None  # mappings belong to one process: remapped by __setstate__
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._map_parts()
+
+    def _record_error(self, i: int, what: str) -> CacheError:
+        return CacheError(f"{self.path}: record {i} ({self.meta['sources'][i]['path']}): {what} (corrupt cache; "
+                          "rebuild it)")
 
     def _plan(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, grid: tuple[int, int] | None,
               exif: str = "ignore") -> dict[str, Any] | None:
@@ -450,32 +595,26 @@ class Cache:
         plan = self._plan(keys, crop, seed, grid, exif)
         if plan is None:
             return None
-        idx, rec, nb, hb, wb = plan["idx"], plan["rec"], plan["nb"], plan["hb"], plan["wb"]
-        nbytes = rec["nbytes"].astype(np.int64)
-        if self.format == "dense":
-            fits = nbytes == nb * 128
-        else:
-            vbytes = 8 * nb + rec["nvalues"].astype(np.int64)
-            fits = nbytes >= vbytes + vbytes % 2 + 2 * rec["nescapes"].astype(np.int64)
-        parts = rec["part"].astype(np.int64)
-        offsets = rec["offset"].astype(np.int64)
-        bases, sizes = self._part_extents()
-        bad = ~fits | (offsets + nbytes > sizes[parts])
-        if bad.any():
-            raise CacheError(f"{self.path}: record {int(idx[bad][0])} does not fit its part file (corrupt cache)")
-        items = np.zeros((len(idx), 16), np.int64)  # gather_item rows (csrc/sparse.h)
-        items[:, 0] = bases[parts] + offsets
-        items[:, 1] = 1 if self.format == "sparse" else 0
-        items[:, 2] = plan["ncomp"]
-        items[:, 3:6] = plan["blocks"][:, :, 0]
-        items[:, 6:9] = plan["blocks"][:, :, 1]
-        items[:, 9] = rec["nvalues"]
-        items[:, 10] = rec["nescapes"]
-        items[:, 11] = self.tables.ctypes.data + idx * (4 * 64 * 2)
-        items[:, 12:16] = plan["win"]
+        idx, rec, hb, wb = plan["idx"], plan["rec"], plan["hb"], plan["wb"]
+        items = np.zeros((len(idx), 17), np.int64)  # gather_item rows (csrc/sparse.h)
+        items[:, 0] = rec["part"]
+        items[:, 1] = rec["offset"].astype(np.int64)  # validated < 2^63 when the cache was opened
+        items[:, 2] = rec["nbytes"].astype(np.int64)
+        items[:, 3] = idx
+        items[:, 4] = plan["ncomp"]
+        items[:, 5:8] = plan["blocks"][:, :, 0]
+        items[:, 8:11] = plan["blocks"][:, :, 1]
+        items[:, 11] = rec["nvalues"]
+        items[:, 12] = rec["nescapes"]
+        items[:, 13:17] = plan["win"]
         y = _empty((len(idx), hb, wb, 64), pin_memory)
         c = _empty((len(idx), 2, hb // 2, wb // 2, 64), pin_memory)
-        _jpeg.gather_420(items, y.numpy(), c.numpy(), hb, wb)
+        try:  # the C side checks every item against the part files and tables it is handed
+            _jpeg.gather_420(self._parts, self.tables, items, 1 if self.format == "sparse" else 0, y.numpy(), c.numpy(),
+                             hb, wb)
+        except ValueError as exc:  # args: (message, batch item) for a bad record
+            j = exc.args[1] if len(exc.args) > 1 else 0
+            raise self._record_error(int(idx[j]), "its data does not match the index") from None
         meta = torch.from_numpy(np.concatenate([plan["valid"], plan["rel"], np.asarray(targets, np.int64)[idx][:, None],
                                                 idx[:, None]], axis=1))
         if pin_memory:
@@ -496,8 +635,12 @@ class Cache:
             start = int(rec["offset"][j])
             raw = self._data(int(rec["part"][j]))[start: start + int(rec["nbytes"][j])]
             vb = 8 * int(nb[j]) + int(nv[j])
-            masks.append(raw[: 8 * int(nb[j])])
-            values.append(raw[8 * int(nb[j]): vb])
+            m, v = raw[: 8 * int(nb[j])], raw[8 * int(nb[j]): vb].view(np.int8)
+            # the device expansion trusts these counts: check them here, where a mismatch is cheap to name
+            if int(np.unpackbits(m).sum()) != int(nv[j]) or int((v == -128).sum()) != int(ne[j]):
+                raise self._record_error(int(idx[j]), "its sparse streams do not match its masks")
+            masks.append(m)
+            values.append(v.view(np.uint8))
             escapes.append(raw[vb + vb % 2: vb + vb % 2 + 2 * int(ne[j])])
         counts = blocks[:, :, 0] * blocks[:, :, 1]
         first = np.concatenate([[0], np.cumsum(nb)[:-1]])
@@ -533,7 +676,10 @@ class Cache:
             start = 8 * nb + nv + (8 * nb + nv) % 2
             escapes = raw[start: start + 2 * ne].view(np.int16)
             rec = S.SparseRecord(masks, values, escapes, np.ascontiguousarray(self.tables[i, :nc]))
-            flat = S.expand(rec, counts)
+            try:
+                flat = S.expand(rec, counts)
+            except ValueError:
+                raise self._record_error(i, "its sparse streams do not match its masks") from None
         planes, start = [], 0
         for (h, w), n in zip(blocks, counts):
             planes.append(flat[start:start + n].reshape(h, w, 64))
@@ -571,9 +717,7 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
         hint = " (an unfinished build: rerun it with resume=True / --resume)" if path.name.endswith(".partial") or \
             path.with_name(path.name + ".partial").exists() else ""
         raise CacheError(f"{path} is not a finished dctnet cache: no meta.json{hint}")
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CacheError(f"{path}: cache format version {meta.get('format_version')}, this dctnet reads {FORMAT_VERSION}")
+    meta = _load_meta(path)
     if format is not None and meta["format"] != format:
         raise CacheError(f"{path}: built as {meta['format']!r}, {format!r} requested")
     root = Path(source) if source is not None else Path(meta["root"])

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dctnet.codec import read_coefficients_batch
+from dctnet.codec import read_coefficients_batch, read_regular_file
 from dctnet.data.dataset import ImageFolderDataset
 
 __all__ = ["format_report", "verify_dataset"]
@@ -41,10 +41,13 @@ def verify_dataset(root: str | os.PathLike, *, threads: int | None = None, chunk
         unreadable, warned, hashes = [], [], {}
         for start in range(0, len(ds.samples), chunk):
             part = ds.samples[start:start + chunk]
-            blobs = []
+            blobs: list[bytes | str] = []
             for path, _ in part:
-                with open(path, "rb") as f:
-                    data = f.read()
+                try:
+                    data = read_regular_file(path)
+                except OSError:
+                    blobs.append(path)  # the reader reports why (e.g. not a regular file)
+                    continue
                 blobs.append(data)
                 digest = hashlib.blake2b(data, digest_size=16).hexdigest()
                 hashes[path] = digest
