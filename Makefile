@@ -39,7 +39,7 @@ evidence: setup
 	$(VPY) benchmarks/train_imagenette.py --readme
 
 fuzz: setup
-	PY=$(VPY) tests/fuzz_asan.sh 200000
+	PY=$(VPY) tests/fuzz_asan.sh 200000 100000
 
 clean:
 	rm -rf build *.egg-info dctnet/*.so $(VENV)

@@ -192,7 +192,7 @@ def test_torchrun_build_crash_resume_and_rank_split_read(tmp_path):
             np.testing.assert_array_equal(a, b)
     assert len(cache.meta["parts"]) == 2
     record = tmp_path / "seen.json"
-    torchrun("read", str(src), str(out), "--record", str(record))
+    torchrun("read", str(src), str(out), "--record", str(record), "--epochs", "3")
     result = json.loads(record.read_text())
     seen = result["seen"]
     assert len(seen) == 2 and seen[0] and seen[1]
