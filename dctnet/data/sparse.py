@@ -79,9 +79,17 @@ def expand_torch(masks: Tensor, values: Tensor, escapes: Tensor, block_tables: T
         values: ``int8 (NV,)``, escapes: ``int16 (NE,)`` — concatenated in the same record order.
         block_tables: ``(NB, 64)`` table of each block.
 
-    Returns ``int16 (NB, 64)``, identical to :func:`expand`."""
+    Returns ``int16 (NB, 64)``, identical to :func:`expand`.
+
+    Raises:
+        ValueError: the masks' set bits do not match the number of values, or the escapes do not
+            match the number of escaped values (a corrupt record; checked before any scatter)."""
     k = torch.arange(64, device=masks.device)
     bits = ((masks[:, None] >> k) & 1).bool()
+    # boolean-mask scatters below synchronise with the host anyway: checking their sizes is free
+    if int(bits.sum()) != values.numel() or int((values == -128).sum()) != escapes.numel():
+        raise ValueError(f"corrupt sparse records: {int(bits.sum())} coefficients marked, {values.numel()} values, "
+                         f"{int((values == -128).sum())} escapes marked, {escapes.numel()} escapes")
     v = values.to(torch.int32)
     v[values == -128] = escapes.to(torch.int32)
     out = torch.zeros(masks.shape[0], 64, dtype=torch.int32, device=masks.device)
