@@ -611,9 +611,12 @@ int dctj_raw_read(const uint8_t *data, size_t len, char *err) {
   jpeg_read_header(&ctx.cinfo, TRUE);
   {
     /* The same bounds as dctj_begin's defaults: libjpeg would allocate whole-image arrays. */
-    uint64_t blocks = 0;
-    for (int ci = 0; ci < ctx.cinfo.num_components; ci++)
-      blocks += (uint64_t)ctx.cinfo.comp_info[ci].height_in_blocks * ctx.cinfo.comp_info[ci].width_in_blocks;
+    uint64_t blocks = 0, hmax = (uint64_t)ctx.cinfo.max_h_samp_factor, vmax = (uint64_t)ctx.cinfo.max_v_samp_factor;
+    uint64_t mcu_rows = (ctx.cinfo.image_height + 8 * vmax - 1) / (8 * vmax);
+    uint64_t mcu_cols = (ctx.cinfo.image_width + 8 * hmax - 1) / (8 * hmax);
+    for (int ci = 0; ci < ctx.cinfo.num_components; ci++) /* libjpeg pads its arrays to whole MCUs */
+      blocks += mcu_rows * (uint64_t)ctx.cinfo.comp_info[ci].v_samp_factor * mcu_cols *
+                (uint64_t)ctx.cinfo.comp_info[ci].h_samp_factor;
     if (!DCTJ_READABLE_COMPONENTS(ctx.cinfo.num_components) || blocks * 128 > DCTJ_RAW_MAX_BYTES) {
       snprintf(err, DCTJ_MSG_LEN, "refused: %d components, %llu bytes of coefficients", ctx.cinfo.num_components,
                (unsigned long long)(blocks * 128));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <stdio.h>
+#include <string.h>
 #include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
 
 #include "dctjpeg.h"
@@ -626,11 +627,11 @@ static PyObject *py_read_many(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OpOO", &seq, &strict, &max_pixels_obj, &max_bytes_obj)) return NULL;
   if (parse_limit(max_pixels_obj, "max_pixels", &max_pixels) || parse_limit(max_bytes_obj, "max_bytes", &max_bytes))
     return NULL;
-  /* A list is returned as itself: other threads may change it while the GIL is released, so
-   * every job takes its own reference to its source (job_init). */
-  fast = PySequence_Fast(seq, "read_many() needs a sequence of sources");
+  /* A private tuple: a list could change under us (another thread while the GIL is released, or
+   * Python code run by a __buffer__ method), and every job takes its own reference (job_init). */
+  fast = PySequence_Tuple(seq);
   if (!fast) return NULL;
-  n = PySequence_Fast_GET_SIZE(fast);
+  n = PyTuple_GET_SIZE(fast);
   ts = get_thread_state();
   if ((size_t)n <= PY_SSIZE_T_MAX / sizeof(job_t))
     jobs = (job_t *)PyMem_RawMalloc(sizeof(job_t) * (size_t)(n ? n : 1));
@@ -639,7 +640,7 @@ static PyObject *py_read_many(PyObject *self, PyObject *args) {
     goto done;
   }
   for (; ready < n; ready++)
-    if (job_init(&jobs[ready], PySequence_Fast_GET_ITEM(fast, ready)) != 0) goto done;
+    if (job_init(&jobs[ready], PyTuple_GET_ITEM(fast, ready)) != 0) goto done;
   Py_BEGIN_ALLOW_THREADS
   for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, max_pixels, max_bytes, 0, NULL);
   Py_END_ALLOW_THREADS
@@ -742,6 +743,12 @@ static PyObject *time_common(PyObject *args, int raw) {
 static PyObject *py_time_raw(PyObject *self, PyObject *args) { (void)self; return time_common(args, 1); }
 static PyObject *py_time_read(PyObject *self, PyObject *args) { (void)self; return time_common(args, 0); }
 
+/* Whether two byte ranges share memory. */
+static int overlaps(const void *a, Py_ssize_t alen, const void *b, Py_ssize_t blen) {
+  uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+  return alen > 0 && blen > 0 && a0 < b0 + (uintptr_t)blen && b0 < a0 + (uintptr_t)alen;
+}
+
 PyDoc_STRVAR(expand_doc,
              "sparse_expand(masks, values, escapes, tables, table_of_block, out) -> None\n\n"
              "Expand one sparse record (see csrc/sparse.h) into out (writable, nblocks*64 int16).\n"
@@ -757,20 +764,23 @@ static PyObject *py_sparse_expand(PyObject *self, PyObject *args) {
     size_t nblocks = (size_t)m.len / 8, ntables = (size_t)t.len / 128;
     if ((size_t)o.len < nblocks * 128 || (size_t)tb.len < nblocks || ntables == 0) {
       PyErr_SetString(PyExc_ValueError, "sparse_expand: buffer sizes do not match the record");
+    } else if (((uintptr_t)t.buf & 1) || ((uintptr_t)o.buf & 1)) {
+      PyErr_SetString(PyExc_ValueError, "sparse_expand: tables and out must be 2-byte aligned");
+    } else if (overlaps(o.buf, o.len, m.buf, m.len) || overlaps(o.buf, o.len, v.buf, v.len) ||
+               overlaps(o.buf, o.len, e.buf, e.len) || overlaps(o.buf, o.len, t.buf, t.len) ||
+               overlaps(o.buf, o.len, tb.buf, tb.len)) {
+      PyErr_SetString(PyExc_ValueError, "sparse_expand: out shares memory with an input");
     } else {
-      const uint8_t *tob = (const uint8_t *)tb.buf;
-      int bad = 0;
-      for (size_t b = 0; b < nblocks; b++) bad |= tob[b] >= ntables;
-      if (bad) {
-        PyErr_SetString(PyExc_ValueError, "sparse_expand: table index out of range");
-      } else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = sparse_expand((const uint64_t *)m.buf, nblocks, (const int8_t *)v.buf, (size_t)v.len,
-                           (const int16_t *)e.buf, (size_t)e.len / 2, (const uint16_t *)t.buf, tob, (int16_t *)o.buf);
-        Py_END_ALLOW_THREADS
-        if (rc != 0) PyErr_SetString(PyExc_ValueError, "sparse_expand: corrupt record (value streams do not match the masks)");
-        else ok = 1;
-      }
+      /* table indices are checked where they are used (sparse_expand), not here: the caller's
+       * buffer could change between a check and the GIL-free use */
+      Py_BEGIN_ALLOW_THREADS
+      rc = sparse_expand((const uint64_t *)m.buf, nblocks, (const int8_t *)v.buf, (size_t)v.len, (const int16_t *)e.buf,
+                         (size_t)e.len / 2, (const uint16_t *)t.buf, ntables, (const uint8_t *)tb.buf, (int16_t *)o.buf);
+      Py_END_ALLOW_THREADS
+      if (rc != 0)
+        PyErr_SetString(PyExc_ValueError, "sparse_expand: corrupt record (value streams do not match the masks, or a "
+                                          "table index out of range)");
+      else ok = 1;
     }
   }
   PyBuffer_Release(&m);
@@ -784,36 +794,64 @@ static PyObject *py_sparse_expand(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(gather_doc,
-             "gather_420(parts, tables, items, fmt, out_y, out_c, hb, wb) -> None\n\n"
-             "Batch gather from a coefficient cache (csrc/sparse.h). parts: a sequence of buffers (the\n"
-             "part files' memory maps); tables: uint16 buffer of (ntables, 4, 64); items: int64 (n, 17)\n"
-             "gather_item rows naming each record by part, offset and size; fmt: 0 dense, 1 sparse;\n"
-             "out_y: int16 (n, hb, wb, 64), out_c: int16 (n, 2, hb/2, wb/2, 64), both writable.\n"
-             "Every item is checked against the buffers; the buffers are held for the whole call.\n"
-             "Raises ValueError naming the first batch item whose record is out of bounds or corrupt.");
+             "gather_planes(parts, tables, items, fmt, outs) -> None\n\n"
+             "Batch gather of one layout group from a coefficient cache (csrc/sparse.h). parts: a sequence\n"
+             "of buffers (the part files' memory maps); tables: uint16 buffer of (ntables, 4, 64); items:\n"
+             "int64 (n, 31) gather_item rows naming each record by part, offset and size; fmt: 0 dense,\n"
+             "1 sparse; outs: one writable int16 array (n, h_c, w_c, 64) per component (numpy or any\n"
+             "object with a C-contiguous writable buffer and a 'shape'). Every item is checked against\n"
+             "the buffers; the buffers are held for the whole call. Raises ValueError(message, item)\n"
+             "for the first batch item whose record is out of bounds or corrupt.");
 
-static PyObject *py_gather_420(PyObject *self, PyObject *args) {
-  PyObject *parts_obj, *tables_obj, *items_obj, *oy_obj, *oc_obj, *parts_fast = NULL;
-  Py_buffer tb = {0}, it = {0}, oy = {0}, oc = {0};
+static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
+  PyObject *parts_obj, *tables_obj, *items_obj, *outs_obj, *parts_fast = NULL, *outs_fast = NULL;
+  Py_buffer tb = {0}, it = {0}, ov[GATHER_MAX_COMPONENTS];
   Py_buffer *pv = NULL;
   gather_part *pp = NULL;
-  Py_ssize_t hb, wb, nparts = 0, held = 0;
-  int fmt, have_tb = 0, have_it = 0, have_oy = 0, have_oc = 0;
+  int16_t *outs[GATHER_MAX_COMPONENTS];
+  int64_t oh[GATHER_MAX_COMPONENTS], ow[GATHER_MAX_COMPONENTS];
+  Py_ssize_t nparts = 0, held = 0, nout = 0, held_out = 0;
+  int fmt, have_tb = 0, have_it = 0;
   int64_t n, bad = 0;
+  gather_item *items = NULL;
   (void)self;
-  if (!PyArg_ParseTuple(args, "OOOiOOnn", &parts_obj, &tables_obj, &items_obj, &fmt, &oy_obj, &oc_obj, &hb, &wb))
-    return NULL;
+  memset(ov, 0, sizeof ov);
+  if (!PyArg_ParseTuple(args, "OOOiO", &parts_obj, &tables_obj, &items_obj, &fmt, &outs_obj)) return NULL;
   if (PyObject_GetBuffer(tables_obj, &tb, PyBUF_SIMPLE) != 0) goto done;
   have_tb = 1;
   if (PyObject_GetBuffer(items_obj, &it, PyBUF_SIMPLE) != 0) goto done;
   have_it = 1;
-  if (PyObject_GetBuffer(oy_obj, &oy, PyBUF_WRITABLE) != 0) goto done;
-  have_oy = 1;
-  if (PyObject_GetBuffer(oc_obj, &oc, PyBUF_WRITABLE) != 0) goto done;
-  have_oc = 1;
-  parts_fast = PySequence_Fast(parts_obj, "gather_420: parts must be a sequence of buffers");
+  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
+  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0 || ((uintptr_t)it.buf & 7) != 0 || ((uintptr_t)tb.buf & 1) != 0) {
+    PyErr_SetString(PyExc_ValueError, "gather_planes: items must be int64 (n, 31), tables uint16");
+    goto done;
+  }
+  outs_fast = PySequence_Tuple(outs_obj); /* private copies: Python code cannot change them under us */
+  if (!outs_fast) goto done;
+  nout = PyTuple_GET_SIZE(outs_fast);
+  if (nout < 1 || nout > GATHER_MAX_COMPONENTS) {
+    PyErr_SetString(PyExc_ValueError, "gather_planes: 1 to 4 output planes");
+    goto done;
+  }
+  /* Each output: a C-contiguous writable int16 buffer whose ND shape is (n, h, w, 64). */
+  for (; held_out < nout; held_out++) {
+    Py_buffer *b = &ov[held_out];
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs_fast, held_out), b,
+                           PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+      goto done;
+    if (b->ndim != 4 || b->itemsize != 2 || !b->format || (strcmp(b->format, "h") != 0 && strcmp(b->format, "<h") != 0 &&
+        strcmp(b->format, "=h") != 0) || b->shape[0] != n || b->shape[3] != 64 || ((uintptr_t)b->buf & 1) != 0) {
+      held_out++;
+      PyErr_SetString(PyExc_ValueError, "gather_planes: each output must be int16 (n, h, w, 64), C-contiguous");
+      goto done;
+    }
+    outs[held_out] = (int16_t *)b->buf;
+    oh[held_out] = (int64_t)b->shape[1];
+    ow[held_out] = (int64_t)b->shape[2];
+  }
+  parts_fast = PySequence_Tuple(parts_obj);
   if (!parts_fast) goto done;
-  nparts = PySequence_Fast_GET_SIZE(parts_fast);
+  nparts = PyTuple_GET_SIZE(parts_fast);
   pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
   pp = (gather_part *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(gather_part));
   if (!pv || !pp) {
@@ -822,26 +860,36 @@ static PyObject *py_gather_420(PyObject *self, PyObject *args) {
   }
   /* Holding an export of every part keeps its mapping alive (and unresizable) until we return. */
   for (; held < nparts; held++) {
-    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
     pp[held].data = (const uint8_t *)pv[held].buf;
     pp[held].len = (int64_t)pv[held].len;
   }
-  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
-  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0 || ((uintptr_t)it.buf & 7) != 0 || ((uintptr_t)tb.buf & 1) != 0 ||
-      ((uintptr_t)oy.buf & 1) != 0 || ((uintptr_t)oc.buf & 1) != 0 || hb < 0 || wb < 0 || hb % 2 || wb % 2 ||
-      hb > 2 * GATHER_MAX_BLOCKS_SIDE || wb > 2 * GATHER_MAX_BLOCKS_SIDE ||
-      (uint64_t)oy.len / 128 / (uint64_t)(hb * wb ? hb * wb : 1) < (uint64_t)n ||
-      (uint64_t)oc.len / 256 / (uint64_t)((hb / 2) * (wb / 2) ? (hb / 2) * (wb / 2) : 1) < (uint64_t)n) {
-    PyErr_SetString(PyExc_ValueError, "gather_420: inconsistent buffer sizes or alignment");
+  /* Outputs are written while parts and tables are read: they must not share memory (a write
+   * could otherwise change what is read next, or memcpy would copy between overlapping ranges). */
+  for (Py_ssize_t o = 0; o < nout; o++) {
+    int clash = overlaps(ov[o].buf, ov[o].len, tb.buf, tb.len) || overlaps(ov[o].buf, ov[o].len, it.buf, it.len);
+    for (Py_ssize_t q = 0; q < nout; q++) clash |= q != o && overlaps(ov[o].buf, ov[o].len, ov[q].buf, ov[q].len);
+    for (Py_ssize_t p = 0; p < nparts; p++) clash |= overlaps(ov[o].buf, ov[o].len, pv[p].buf, pv[p].len);
+    if (clash) {
+      PyErr_SetString(PyExc_ValueError, "gather_planes: an output shares memory with an input or another output");
+      goto done;
+    }
+  }
+  /* A private copy of the items: what was checked is what is used (another thread could rewrite
+   * the caller's array while the GIL is released). */
+  items = (gather_item *)PyMem_Malloc(it.len ? (size_t)it.len : 1);
+  if (!items) {
+    PyErr_NoMemory();
     goto done;
   }
+  memcpy(items, it.buf, (size_t)it.len);
   Py_BEGIN_ALLOW_THREADS
-  bad = gather_420((const gather_item *)it.buf, n, pp, nparts, (const uint16_t *)tb.buf,
-                   (int64_t)(tb.len / (4 * 64 * 2)), fmt, (int16_t *)oy.buf, (int16_t *)oc.buf, hb, wb);
+  bad = gather_planes(items, n, pp, nparts, (const uint16_t *)tb.buf,
+                      (int64_t)(tb.len / (4 * 64 * 2)), fmt, (int64_t)nout, outs, oh, ow);
   Py_END_ALLOW_THREADS
-  if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_420: bad format or grid");
+  if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_planes: bad format or output grid");
   else if (bad) { /* ValueError(message, item) so that the caller can name the record */
-    PyObject *e = Py_BuildValue("(sL)", "gather_420: corrupt or out-of-bounds record for a batch item",
+    PyObject *e = Py_BuildValue("(sL)", "gather_planes: corrupt or out-of-bounds record for a batch item",
                                 (long long)(bad - 1));
     if (e) {
       PyErr_SetObject(PyExc_ValueError, e);
@@ -850,13 +898,15 @@ static PyObject *py_gather_420(PyObject *self, PyObject *args) {
   }
 done:
   for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
+  for (Py_ssize_t i = 0; i < held_out; i++)
+    if (ov[i].obj) PyBuffer_Release(&ov[i]);
   PyMem_Free(pv);
   PyMem_Free(pp);
+  PyMem_Free(items);
   Py_XDECREF(parts_fast);
+  Py_XDECREF(outs_fast);
   if (have_tb) PyBuffer_Release(&tb);
   if (have_it) PyBuffer_Release(&it);
-  if (have_oy) PyBuffer_Release(&oy);
-  if (have_oc) PyBuffer_Release(&oc);
   if (PyErr_Occurred()) return NULL;
   Py_RETURN_NONE;
 }
@@ -902,7 +952,7 @@ static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
     {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
-    {"gather_420", py_gather_420, METH_VARARGS, gather_doc},
+    {"gather_planes", py_gather_planes, METH_VARARGS, gather_doc},
     {"rrc_boxes", py_rrc_boxes, METH_VARARGS, rrc_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},

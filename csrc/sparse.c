@@ -16,12 +16,16 @@ static inline int16_t load_i16(const int16_t *p) {
 }
 
 int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, size_t nvalues, const int16_t *escapes,
-                  size_t nescapes, const uint16_t *tables, const uint8_t *table_of_block, int16_t *out) {
+                  size_t nescapes, const uint16_t *tables, size_t ntables, const uint8_t *table_of_block,
+                  int16_t *out) {
   size_t vi = 0, ei = 0;
   memset(out, 0, nblocks * 64 * sizeof(int16_t));
   for (size_t b = 0; b < nblocks; b++, out += 64) {
     uint64_t m = load_u64(masks + b);
-    const uint16_t *q = tables + 64 * (size_t)table_of_block[b];
+    size_t t = table_of_block[b]; /* loaded once, checked where used */
+    const uint16_t *q;
+    if (t >= ntables) return -1;
+    q = tables + 64 * t;
     while (m) {
       int k = __builtin_ctzll(m);
       int32_t v;
@@ -121,23 +125,23 @@ static int plane_window(int fmt, stream *s, const int16_t *dense, size_t base, i
   return 0;
 }
 
-/* Every field of one item against the part extents, the tables and the grid. Sets *nblocks. */
+/* Every field of one item against the part extents, the tables and the grids. Sets *nblocks. */
 static int check_item(const gather_item *it, const gather_part *parts, int64_t nparts, int64_t ntables, int fmt,
-                      int64_t Hb, int64_t Wb, uint64_t *nblocks) {
+                      int64_t ncomp, const int64_t *out_h, const int64_t *out_w, uint64_t *nblocks) {
   uint64_t nb = 0;
   if (it->part < 0 || it->part >= nparts || it->offset < 0 || it->nbytes < 0) return -1;
   if (it->offset > parts[it->part].len || it->nbytes > parts[it->part].len - it->offset) return -1;
   if (it->offset % 8 != 0) return -1; /* records are 8-byte aligned by the builder */
-  if (it->ncomp != 1 && it->ncomp != 3) return -1;
-  for (int64_t c = 0; c < it->ncomp; c++) {
+  if (it->ncomp != ncomp) return -1;
+  for (int64_t c = 0; c < ncomp; c++) {
     if (it->bh[c] < 0 || it->bw[c] < 0 || it->bh[c] > GATHER_MAX_BLOCKS_SIDE || it->bw[c] > GATHER_MAX_BLOCKS_SIDE)
       return -1;
-    nb += (uint64_t)it->bh[c] * (uint64_t)it->bw[c]; /* < 3 * 2^32: no overflow */
+    nb += (uint64_t)it->bh[c] * (uint64_t)it->bw[c]; /* < 4 * 2^32: no overflow */
+    if (it->r0[c] < 0 || it->r1[c] < it->r0[c] || it->c0[c] < 0 || it->c1[c] < it->c0[c] ||
+        it->r1[c] > GATHER_MAX_BLOCKS_SIDE || it->c1[c] > GATHER_MAX_BLOCKS_SIDE)
+      return -1;
+    if (it->r1[c] - it->r0[c] > out_h[c] || it->c1[c] - it->c0[c] > out_w[c]) return -1;
   }
-  if (it->r0 < 0 || it->r1 < it->r0 || it->c0 < 0 || it->c1 < it->c0 || it->r1 > GATHER_MAX_BLOCKS_SIDE ||
-      it->c1 > GATHER_MAX_BLOCKS_SIDE)
-    return -1;
-  if (2 * (it->r1 - it->r0) > Hb || 2 * (it->c1 - it->c0) > Wb) return -1;
   if (fmt == 0) {
     if ((uint64_t)it->nbytes != nb * 128 || it->nvalues != 0 || it->nescapes != 0) return -1;
   } else {
@@ -151,29 +155,27 @@ static int check_item(const gather_item *it, const gather_part *parts, int64_t n
   return 0;
 }
 
-int64_t gather_420(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
-                   const uint16_t *tables, int64_t ntables, int fmt, int16_t *out_y, int16_t *out_c, int64_t Hb,
-                   int64_t Wb) {
-  size_t ysz, csz;
-  if ((fmt != 0 && fmt != 1) || n < 0 || Hb < 0 || Wb < 0 || Hb % 2 || Wb % 2 || Hb > 2 * GATHER_MAX_BLOCKS_SIDE ||
-      Wb > 2 * GATHER_MAX_BLOCKS_SIDE || nparts < 0 || ntables < 0)
+int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                      const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *const *outs,
+                      const int64_t *out_h, const int64_t *out_w) {
+  size_t osz[GATHER_MAX_COMPONENTS];
+  if ((fmt != 0 && fmt != 1) || n < 0 || nparts < 0 || ntables < 0 || ncomp < 1 || ncomp > GATHER_MAX_COMPONENTS)
     return -1;
-  ysz = (size_t)Hb * (size_t)Wb * 64;
-  csz = (size_t)(Hb / 2) * (size_t)(Wb / 2) * 64;
+  for (int64_t c = 0; c < ncomp; c++) {
+    if (out_h[c] < 0 || out_w[c] < 0 || out_h[c] > GATHER_MAX_BLOCKS_SIDE || out_w[c] > GATHER_MAX_BLOCKS_SIDE)
+      return -1;
+    osz[c] = (size_t)out_h[c] * (size_t)out_w[c] * 64;
+  }
   for (int64_t i = 0; i < n; i++) {
-    const gather_item *it = &items[i];
+    const gather_item *it = &items[i]; /* the binding's private copy: stable while we read it */
     uint64_t nblocks = 0;
-    size_t base[3] = {0, 0, 0};
-    const int16_t *dense[3] = {NULL, NULL, NULL};
+    size_t base = 0;
     const uint8_t *data;
     const uint16_t *q = NULL;
     stream s = {0};
-    if (check_item(it, parts, nparts, ntables, fmt, Hb, Wb, &nblocks) != 0) return i + 1;
+    if (check_item(it, parts, nparts, ntables, fmt, ncomp, out_h, out_w, &nblocks) != 0) return i + 1;
     data = parts[it->part].data + it->offset;
-    for (int64_t c = 1; c < it->ncomp; c++) base[c] = base[c - 1] + (size_t)(it->bh[c - 1] * it->bw[c - 1]);
-    if (fmt == 0) {
-      for (int64_t c = 0; c < it->ncomp; c++) dense[c] = (const int16_t *)(const void *)data + base[c] * 64;
-    } else {
+    if (fmt == 1) {
       size_t vbytes = (size_t)nblocks * 8 + (size_t)it->nvalues;
       s.masks = (const uint64_t *)(const void *)data;
       s.values = (const int8_t *)(data + (size_t)nblocks * 8);
@@ -182,18 +184,13 @@ int64_t gather_420(const gather_item *items, int64_t n, const gather_part *parts
       s.nescapes = (size_t)it->nescapes;
       q = tables + (size_t)it->table * 4 * 64;
     }
-    if (plane_window(fmt, &s, dense[0], base[0], it->bh[0], it->bw[0], q, 2 * it->r0, 2 * it->r1, 2 * it->c0,
-                     2 * it->c1, out_y + (size_t)i * ysz, Hb, Wb) != 0)
-      return i + 1;
-    for (int64_t c = 1; c <= 2; c++) {
-      int16_t *dst = out_c + (size_t)(2 * i + c - 1) * csz;
-      if (it->ncomp == 1) {
-        memset(dst, 0, csz * sizeof(int16_t));
-        continue;
-      }
-      if (plane_window(fmt, &s, dense[c], base[c], it->bh[c], it->bw[c], q ? q + 64 * c : NULL, it->r0, it->r1,
-                       it->c0, it->c1, dst, Hb / 2, Wb / 2) != 0)
+    /* planes follow each other in the record: component c starts base blocks in */
+    for (int64_t c = 0; c < ncomp; c++) {
+      const int16_t *dense = fmt == 0 ? (const int16_t *)(const void *)data + base * 64 : NULL;
+      if (plane_window(fmt, &s, dense, base, it->bh[c], it->bw[c], q ? q + 64 * c : NULL, it->r0[c], it->r1[c],
+                       it->c0[c], it->c1[c], outs[c] + (size_t)i * osz[c], out_h[c], out_w[c]) != 0)
         return i + 1;
+      base += (size_t)(it->bh[c] * it->bw[c]);
     }
     if (fmt == 1 && (s.vi != s.nvalues || s.ei != s.nescapes)) return i + 1;
   }

@@ -13,22 +13,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Returns 0, or -1 when the streams are inconsistent (more values/escapes consumed than given). */
+/* Returns 0, or -1 when the streams are inconsistent (more values/escapes consumed than given) or a
+ * block's table index is not below ntables. */
 int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, size_t nvalues, const int16_t *escapes,
-                  size_t nescapes, const uint16_t *tables, const uint8_t *table_of_block, int16_t *out);
+                  size_t nescapes, const uint16_t *tables, size_t ntables, const uint8_t *table_of_block,
+                  int16_t *out);
 
 #endif
 
 /*
- * Batch gather from a coefficient cache: for each sample, the blocks of its MCU window are copied
- * (dense records) or expanded (sparse records) straight into a zero-padded 4:2:0 batch.
- * out_y is (n, Hb, Wb, 64), out_c is (n, 2, Hb/2, Wb/2, 64), int16. A record is either gray
- * (ncomp 1: luma only, chroma left zero) or 4:2:0 YCbCr (ncomp 3).
+ * Batch gather from a coefficient cache, for one layout group of a batch: for each sample, the
+ * blocks of each component's window are copied (dense records) or expanded (sparse records)
+ * straight into that component's zero-padded output, (n, out_h[c], out_w[c], 64) int16. Every
+ * sample of a call has the same number of components (1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK) and any
+ * sampling factors: the caller gives each plane's size and window in blocks.
  *
  * Nothing here trusts the caller or the cache files: each item names its record by part file,
- * offset and size, and gather_420 checks every field against the part's extent, the table count
- * and the output grid (with overflow-free arithmetic) before it reads or writes a byte.
+ * offset and size, and gather_planes checks every field against the part's extent, the table
+ * count and the output grids (with overflow-free arithmetic) before it reads or writes a byte.
  */
+#define GATHER_MAX_COMPONENTS 4
+
 typedef struct {
   const uint8_t *data; /* a part file's bytes (a memory map) */
   int64_t len;
@@ -38,17 +43,19 @@ typedef struct {
   int64_t part;            /* index into the parts */
   int64_t offset, nbytes;  /* the record: part bytes [offset, offset + nbytes) */
   int64_t table;           /* row of the (ntables, 4, 64) uint16 table array (sparse) */
-  int64_t ncomp;           /* 1 or 3 */
-  int64_t bh[3], bw[3];    /* plane sizes in blocks */
+  int64_t ncomp;           /* 1..4, equal to the call's number of outputs */
+  int64_t bh[GATHER_MAX_COMPONENTS], bw[GATHER_MAX_COMPONENTS];  /* plane sizes in blocks */
   int64_t nvalues, nescapes;
-  int64_t r0, r1, c0, c1;  /* window in MCUs (16x16 luma pixels) */
+  int64_t r0[GATHER_MAX_COMPONENTS], r1[GATHER_MAX_COMPONENTS];  /* each plane's window, in blocks */
+  int64_t c0[GATHER_MAX_COMPONENTS], c1[GATHER_MAX_COMPONENTS];
 } gather_item;
 
-#define GATHER_ITEM_FIELDS 17
+#define GATHER_ITEM_FIELDS 31
 #define GATHER_MAX_BLOCKS_SIDE ((int64_t)1 << 16) /* a plane side in blocks: JPEG sizes are < 2^16 px */
 
-/* fmt: 0 dense, 1 sparse. Returns 0, -1 when the arguments themselves are inconsistent (grid,
- * format), or 1 + the index of the first sample whose record is out of bounds or inconsistent. */
-int64_t gather_420(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
-                   const uint16_t *tables, int64_t ntables, int fmt, int16_t *out_y, int16_t *out_c, int64_t Hb,
-                   int64_t Wb);
+/* fmt: 0 dense, 1 sparse. outs[c] has room for n * out_h[c] * out_w[c] blocks (checked by the
+ * binding). Returns 0, -1 when the arguments themselves are inconsistent (format, grids), or
+ * 1 + the index of the first sample whose record is out of bounds or inconsistent. */
+int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                      const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *const *outs,
+                      const int64_t *out_h, const int64_t *out_w);

@@ -165,6 +165,40 @@ def upsample_nearest_dct(plane: Tensor, fh: int, fv: int) -> Tensor:
     return out.reshape(*lead, hb * fv, wb * fh, 64)
 
 
+def box_downsample_matrix(fh: int, fv: int, *, dtype: torch.dtype = torch.float32,
+                          device: torch.device | str | None = None) -> Tensor:
+    """``(fv·fh·64, 64)`` operator of ``fv × fh`` box-average downsampling in the DCT domain.
+
+    The coefficients of ``fv × fh`` neighbouring blocks (row-major, each in natural order),
+    concatenated, times this matrix give the block of their box-averaged pixels. Built by pushing
+    the basis through the pixel-domain operation (IDCT → mean over ``fv × fh`` → DCT): exact."""
+
+    def make() -> Tensor:
+        n = fv * fh * 64
+        eye = torch.eye(n, dtype=torch.float64).reshape(n, fv, fh, 64)           # n one-coefficient regions
+        pix = block_idct(eye)                                                     # (n, 8fv, 8fh)
+        down = pix.reshape(n, 8, fv, 8, fh).mean(dim=(2, 4))                      # (n, 8, 8)
+        return block_dct(down).reshape(n, 64).to(dtype=dtype, device=device)
+
+    return _cached(("boxdown", fh, fv, dtype, str(device)), make)
+
+
+def box_downsample_dct(plane: Tensor, fh: int, fv: int) -> Tensor:
+    """Box-average downsampling by integer factors, on coefficients:
+    ``(..., Hb, Wb, 64) -> (..., Hb/fv, Wb/fh, 64)``. Equals DCT(box_mean(IDCT(plane))) — e.g. a
+    JPEG encoder's 4:2:0 chroma (before its rounding) from full-resolution chroma, with ``(2, 2)``."""
+    if fh == 1 and fv == 1:
+        return plane
+    if not plane.is_floating_point():
+        plane = plane.float()
+    *lead, hb, wb, _ = plane.shape
+    if hb % fv or wb % fh:
+        raise ValueError(f"a {hb}x{wb} block grid does not divide into {fv}x{fh} neighbourhoods")
+    m = box_downsample_matrix(fh, fv, dtype=plane.dtype, device=plane.device)
+    x = plane.reshape(*lead, hb // fv, fv, wb // fh, fh, 64).transpose(-4, -3)   # (..., Hb/fv, Wb/fh, fv, fh, 64)
+    return x.reshape(*lead, hb // fv, wb // fh, fv * fh * 64) @ m
+
+
 def _as_sizes(size: Size, batch: int, device: torch.device) -> Tensor:
     """``int64 (B, 2)`` of (height, width) per sample."""
     if isinstance(size, Tensor):

@@ -275,15 +275,21 @@ def test_compose_is_seeded_and_randaugment_runs(x0):
 
 def test_no_per_sample_loop_in_device_transforms():
     """Operator count of the device path does not grow with the batch size (a per-sample loop
-    would multiply it 12×; a handful of host-side parameter ops may differ)."""
+    would multiply it 12×; a handful of host-side parameter ops may differ), on a batch mixing
+    three layouts (4:2:0, 4:4:4, gray): one decode per layout group, whatever the group sizes."""
     from torch.profiler import ProfilerActivity, profile
 
     def count(n: int) -> int:
         g = torch.Generator().manual_seed(0)
-        batch = T.JpegBatch(y=torch.randint(-50, 50, (n, 8, 8, 64), dtype=torch.int16, generator=g),
-                            c=torch.randint(-50, 50, (n, 2, 4, 4, 64), dtype=torch.int16, generator=g),
-                            valid=torch.tensor([[64, 64]] * n), boxes=torch.tensor([[3, 5, 40, 50]] * n),
-                            labels=torch.zeros(n, dtype=torch.long), index=torch.arange(n))
+        rows = torch.arange(3 * n).reshape(n, 3).T  # interleaved: sample i has layout i % 3
+        layouts = (("YCbCr", T.SAMPLING_420, [(8, 8), (4, 4), (4, 4)]),
+                   ("YCbCr", ((1, 1), (1, 1), (1, 1)), [(8, 8)] * 3), ("gray", ((1, 1),), [(8, 8)]))
+        groups = tuple(T.PlaneGroup(cs, sampling, tuple(torch.randint(-50, 50, (n, h, w, 64), dtype=torch.int16,
+                                                                      generator=g) for h, w in shapes), r.contiguous())
+                       for (cs, sampling, shapes), r in zip(layouts, rows))
+        b = 3 * n
+        batch = T.JpegBatch(groups=groups, valid=torch.tensor([[64, 64]] * b), boxes=torch.tensor([[3, 5, 40, 50]] * b),
+                            labels=torch.zeros(b, dtype=torch.long), index=torch.arange(b))
         aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.1), T.RandomGrayscale(),
                          T.RandomRequantize(), T.RandomErasing(), T.FrequencyDropout(), T.RandAugment()], seed=0)
         with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -187,31 +187,85 @@ def test_hostile_meta_json_is_refused(cache420):
         D.open_cache(cache, verify="none")
 
 
+def gather_args(cache, i: int = 0):
+    """One honest gather_planes call for sample ``i``: (items (1, 31), outputs)."""
+    index = np.asarray(cache.index)
+    nc = int(index["ncomp"][i])
+    item = np.zeros((1, 31), np.int64)
+    item[0, :5] = index["part"][i], index["offset"][i], index["nbytes"][i], i, nc
+    item[0, 5:9], item[0, 9:13] = index["blocks"][i, :, 0], index["blocks"][i, :, 1]
+    item[0, 13:15] = index["nvalues"][i], index["nescapes"][i]
+    samp = index["sampling"][i]
+    item[0, 15:19], item[0, 19:23] = 0, samp[:, 1]  # a window of one MCU: rows [0, v_c), cols [0, h_c)
+    item[0, 23:27], item[0, 27:31] = 0, samp[:, 0]
+    outs = [np.zeros((1, int(v), int(h), 64), np.int16) for h, v in samp[:nc]]
+    return item, outs
+
+
 @pytest.mark.parametrize("fmt", ["dense", "sparse"])
 def test_the_c_gather_checks_its_own_preconditions(cache420, fmt):
     """The C side never trusts the caller: items pointing outside a part, at a missing table row,
-    into a window wider than the output, or at a negative window are refused with ValueError."""
+    into a window wider than the output, or at a negative window are refused with ValueError, and
+    so are outputs that share memory with the items, the tables or a part (a write into them
+    would change what is read next: the reviewer's out-of-bounds read through aliasing)."""
     cache = D.open_cache(cache420[fmt], verify="none")
-    index = np.asarray(cache.index)
-    good = np.zeros((1, 17), np.int64)
-    good[0, :5] = index["part"][0], index["offset"][0], index["nbytes"][0], 0, index["ncomp"][0]
-    good[0, 5:8], good[0, 8:11] = index["blocks"][0, :3, 0], index["blocks"][0, :3, 1]
-    good[0, 11:13] = index["nvalues"][0], index["nescapes"][0]
-    good[0, 13:17] = 0, 1, 0, 1
-    fmt_code = int(fmt == "sparse")
-    y, c = np.zeros((1, 2, 2, 64), np.int16), np.zeros((1, 2, 1, 1, 64), np.int16)
-    _jpeg.gather_420(cache._parts, cache.tables, good, fmt_code, y, c, 2, 2)  # the honest item works
+    i = int(np.flatnonzero(np.asarray(cache.index)["ncomp"] == 3)[0])
+    good, outs = gather_args(cache, i)
+    code = int(fmt == "sparse")
+    _jpeg.gather_planes(cache._parts, cache.tables, good, code, outs)  # the honest item works
+    want = cache.coefficients(i).planes
+    assert all(np.array_equal(o[0], p[: o.shape[1], : o.shape[2]]) for o, p in zip(outs, want))
     size = len(cache._parts[0])
-    for col, value in ((0, 1), (0, -1), (1, size), (1, -8), (2, size + 1), (3, 10**6), (3, -1), (4, 2), (5, -2),
-                       (5, 1 << 40), (14, 5), (13, -1), (16, 3), (11, -1), (12, 10**9)):
+    for col, value in ((0, 1), (0, -1), (1, size), (1, -8), (1, 4), (2, size + 1), (3, 10**6), (3, -1), (4, 2), (4, 1),
+                       (5, -2), (5, 1 << 40), (15, -1), (19, 5), (27, 3), (16, 2), (13, -1), (14, 10**9)):
         bad = good.copy()
         bad[0, col] = value
         if col == 3 and fmt == "dense":
             continue  # dense records use no table
-        with pytest.raises(ValueError, match="gather_420"):
-            _jpeg.gather_420(cache._parts, cache.tables, bad, fmt_code, y, c, 2, 2)
-    with pytest.raises(ValueError, match="gather_420"):
-        _jpeg.gather_420(cache._parts, cache.tables, good, fmt_code, y, c, 4, 4)  # output too small
+        with pytest.raises(ValueError, match="gather_planes"):
+            _jpeg.gather_planes(cache._parts, cache.tables, bad, code, outs)
+    small = [np.zeros((1, 1, 1, 64), np.int16)] * 3
+    with pytest.raises(ValueError, match="gather_planes"):
+        _jpeg.gather_planes(cache._parts, cache.tables, good, code, small)  # outputs smaller than the window
+    with pytest.raises(ValueError, match="gather_planes"):
+        _jpeg.gather_planes(cache._parts, cache.tables, good, code, [o.astype(np.int32) for o in outs])
+    # aliasing: an output that is the items' own memory, the tables, a part, or another output
+    buf = np.zeros(4096, np.int16)
+    alias_items = buf[: 31 * 4].view(np.int64).reshape(1, 31)
+    alias_items[:] = good
+    aliased = [buf[: 64 * 2 * 2].reshape(1, 2, 2, 64), outs[1], outs[2]]
+    for args in ((cache._parts, cache.tables, alias_items, code, aliased),
+                 (cache._parts, np.ascontiguousarray(cache.tables), good, code, [outs[0], outs[1], outs[1]])):
+        with pytest.raises(ValueError, match="shares memory"):
+            _jpeg.gather_planes(*args)
+    tables = np.array(cache.tables)
+    with pytest.raises(ValueError, match="shares memory"):
+        _jpeg.gather_planes(cache._parts, tables, good, code, [tables[:1, :1, :64].view(np.int16).reshape(1, 1, 1, 64)] + outs[1:])
+    part = np.array(cache._parts[0])
+    with pytest.raises(ValueError, match="shares memory"):
+        _jpeg.gather_planes([part], cache.tables, good, code, [part[:128].view(np.int16).reshape(1, 1, 1, 64)] + outs[1:])
+
+
+def test_sparse_expand_checks_table_indices_alignment_and_aliasing():
+    """sparse_expand checked its table indices before releasing the GIL and read them again after
+    (an output aliasing them could change them in between), and took misaligned tables/outputs."""
+    masks = np.array([1, 1], np.uint64)
+    values, escapes = np.array([5, 7], np.int8), np.zeros(0, np.int16)
+    tables = np.ones((1, 64), np.uint16)
+    out = np.zeros((2, 64), np.int16)
+    _jpeg.sparse_expand(masks, values, escapes, tables, np.zeros(2, np.uint8), out)
+    assert out[:, 0].tolist() == [5, 7]
+    with pytest.raises(ValueError, match="table index"):
+        _jpeg.sparse_expand(masks, values, escapes, tables, np.array([0, 1], np.uint8), out)
+    shared = np.zeros(2 * 64 + 1, np.int16)
+    with pytest.raises(ValueError, match="shares memory"):  # the indices live in the output
+        _jpeg.sparse_expand(masks, values, escapes, tables, shared[127:128].view(np.uint8), shared[:128])
+    raw = np.zeros(2 * 128 + 1, np.uint8)
+    with pytest.raises(ValueError, match="aligned"):
+        _jpeg.sparse_expand(masks, values, escapes, tables, np.zeros(2, np.uint8), memoryview(raw)[1:])
+    raw_t = np.zeros(129, np.uint8)
+    with pytest.raises(ValueError, match="aligned"):
+        _jpeg.sparse_expand(masks, values, escapes, memoryview(raw_t)[1:], np.zeros(2, np.uint8), out)
 
 
 def test_cache_verify_reports_a_tampered_cache(cache420, capsys):

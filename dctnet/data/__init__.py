@@ -11,7 +11,6 @@ from dctnet.data.dataset import (
     ImageFolderDataset,
     apply_orientation,
     sample_from_coefficients,
-    to_canonical,
 )
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, collate, make_dataloader
@@ -48,6 +47,5 @@ __all__ = [
     "make_dataloader",
     "mcu_window",
     "sample_from_coefficients",
-    "to_canonical",
     "wds_decode",
 ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -112,17 +113,21 @@ def draw_boxes(crop, heights, widths, seed: int, epoch: int, index) -> np.ndarra
     return crop.boxes(np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape), seed, epoch, index)
 
 
-def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int = 16,
+def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int | tuple[Any, Any] = 16,
                 margin: int = 2) -> np.ndarray:
     """MCU rows/cols ``(B, 4)`` = (r0, r1, c0, c1) covering each box plus ``margin`` pixels, inside the image.
 
-    Two pixels are what 2× fancy chroma upsampling reaches: one chroma sample each side."""
+    ``mcu`` is the MCU size in pixels: one int for square MCUs (16: 4:2:0), or ``(mcu_h, mcu_w)``,
+    each an int or a per-sample array (``8·v_max``, ``8·h_max`` of each image's layout). Two
+    pixels are what 2× fancy chroma upsampling reaches: one chroma sample each side."""
+    mh, mw = (mcu, mcu) if isinstance(mcu, int) else mcu
+    mh, mw = np.asarray(mh, np.int64), np.asarray(mw, np.int64)
     top, left, h, w = boxes.T
-    rows, cols = -(-np.asarray(heights) // mcu), -(-np.asarray(widths) // mcu)
-    r0 = np.maximum(0, (top - margin) // mcu)
-    c0 = np.maximum(0, (left - margin) // mcu)
-    r1 = np.minimum(rows, -(-(top + h + margin) // mcu))
-    c1 = np.minimum(cols, -(-(left + w + margin) // mcu))
+    rows, cols = -(-np.asarray(heights) // mh), -(-np.asarray(widths) // mw)
+    r0 = np.maximum(0, (top - margin) // mh)
+    c0 = np.maximum(0, (left - margin) // mw)
+    r1 = np.minimum(rows, -(-(top + h + margin) // mh))
+    c1 = np.minimum(cols, -(-(left + w + margin) // mw))
     return np.stack([r0, r1, c0, c1], axis=1).astype(np.int64)
 
 

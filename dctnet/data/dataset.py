@@ -1,10 +1,11 @@
 """Datasets that yield cropped coefficient samples: image folders and WebDataset tar shards.
 
-A sample is the coefficient planes of one image, converted to the loader's canonical layout
-(4:2:0 YCbCr; see :func:`to_canonical`), sliced to an MCU-aligned window around its crop box
-(:mod:`dctnet.data.crop`), plus its label. Randomness is a pure function of
-``(seed, epoch, index)`` (counter-based draws), so batches are the same whatever the number of
-workers or threads, and a sample can be re-drawn on its own.
+A sample is the coefficient planes of one image **in the file's own layout** (any sampling
+factors; gray, YCbCr, RGB, CMYK or YCCK), sliced to an MCU-aligned window around its crop box
+(:mod:`dctnet.data.crop`), plus its label. The host never decodes pixels: the loaders' collate
+groups samples by layout and the device decodes each group (:func:`dctnet.transforms.crops_to_rgb`).
+Randomness is a pure function of ``(seed, epoch, index)`` (counter-based draws), so batches are
+the same whatever the number of workers or threads, and a sample can be re-drawn on its own.
 
 Bad samples follow ``on_error``: ``"raise"`` (a :class:`dctnet.JpegError` naming the file) or
 ``"skip"`` (the sample becomes ``None``; collate drops it and records ``(index, name, reason)``
@@ -26,59 +27,54 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dctnet.codec import DEFAULT_MAX_PIXELS, JpegCoefficients, JpegError, read_coefficients, read_coefficients_batch
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
 
 __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
-           "samples_from_coefficients", "to_canonical"]
+           "samples_from_coefficients"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
+
+Sampling = tuple[tuple[int, int], ...]
 
 
 @dataclass
 class CoefficientSample:
-    """One cropped sample (host, numpy).
+    """One cropped sample (host, numpy), in its file's own layout.
 
     Attributes:
-        y: ``int16 (hb, wb, 64)`` luma window (hb, wb even).
-        c: ``(cb, cr)``, each ``int16 (hb/2, wb/2, 64)`` (views into the decoded planes).
+        planes: per component an ``int16 (R·v_c, C·h_c, 64)`` window of the component's plane
+            (views into the decoded planes) for a window of ``R × C`` MCUs.
+        sampling: per component ``(h_c, v_c)`` sampling factors.
+        color_space: ``"gray"``, ``"YCbCr"``, ``"RGB"``, ``"CMYK"`` or ``"YCCK"``.
         valid: (height, width) in pixels of image content in the window.
         box: (top, left, height, width) crop box in pixels relative to the window.
         label, index: class index and dataset index.
     """
 
-    y: np.ndarray
-    c: tuple[np.ndarray, np.ndarray]
+    planes: tuple[np.ndarray, ...]
+    sampling: Sampling
+    color_space: str
     valid: tuple[int, int]
     box: Box
     label: int
     index: int
 
+    @property
+    def layout(self) -> tuple[str, Sampling]:
+        """What samples must share to be decoded together: ``(color_space, sampling)``."""
+        return self.color_space, self.sampling
 
-def to_canonical(c: JpegCoefficients) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], int, int]:
-    """``(y, (cb, cr), height, width)`` in the loader's layout: 4:2:0 YCbCr int16 planes.
+    @property
+    def mcu(self) -> tuple[int, int]:
+        """Window size in MCUs ``(R, C)``."""
+        h, v = self.sampling[0]
+        return self.planes[0].shape[0] // v, self.planes[0].shape[1] // h
 
-    4:2:0 YCbCr files pass through untouched (views). Grayscale gets zero chroma (exact:
-    Cb = Cr = 128 decodes to R = G = B = Y) and its luma grid padded to whole MCUs. Anything else
-    (4:4:4, 4:2:2, other sampling, RGB/CMYK/YCCK colour) is converted through pixels on the host
-    — decode, RGB → YCbCr, 2×2 chroma box average, forward DCT, rounding to int16 — which is lossy
-    for the chroma and costs a few ms; such files are rare in photo datasets."""
-    h, w = c.height, c.width
-    if c.color_space == "YCbCr" and c.sampling == ((2, 2), (1, 1), (1, 1)):
-        return c.planes[0], (c.planes[1], c.planes[2]), h, w
-    rows, cols = -(-h // 16), -(-w // 16)
-    if c.color_space == "gray" and c.num_components == 1:
-        y = np.zeros((2 * rows, 2 * cols, 64), np.int16)
-        p = c.planes[0]
-        y[: min(p.shape[0], 2 * rows), : min(p.shape[1], 2 * cols)] = p[: 2 * rows, : 2 * cols]
-        zero = np.zeros((rows, cols, 64), np.int16)
-        return y, (zero, zero), h, w
-    from dctnet import functional as F
 
-    rgb = F.coefficients_to_rgb(c)
-    planes = F.from_rgb(rgb, ((2, 2), (1, 1), (1, 1)))
-    out = [p[0].round().clamp(-32768, 32767).to(torch.int16).numpy() for p in planes]
-    return out[0], (out[1], out[2]), h, w
+def mcu_size(sampling: Sampling) -> tuple[int, int]:
+    """MCU size in pixels ``(8·v_max, 8·h_max)``."""
+    return 8 * max(v for _, v in sampling), 8 * max(h for h, _ in sampling)
 
 
 # EXIF orientation → (transpose, then hflip, then vflip) on the image, applied in that order.
@@ -100,54 +96,56 @@ def _transpose_blocks(p: np.ndarray) -> np.ndarray:
     return p.transpose(1, 0, 2).reshape(wb, hb, 8, 8).transpose(0, 1, 3, 2).reshape(wb, hb, 64)
 
 
-def apply_orientation(y: np.ndarray, cbcr: tuple[np.ndarray, np.ndarray], height: int, width: int,
-                      orientation: int | None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], int, int]:
-    """Rotate/flip 4:2:0 planes as EXIF ``orientation`` (1..8) asks, in the DCT domain.
+def apply_orientation(planes: Sequence[np.ndarray], sampling: Sampling, height: int, width: int,
+                      orientation: int | None) -> tuple[tuple[np.ndarray, ...], Sampling, int, int]:
+    """Rotate/flip the planes of any layout as EXIF ``orientation`` (1..8) asks, in the DCT domain.
 
-    Exact for images whose size is a multiple of 16 (whole MCUs); otherwise the padding blocks
-    move to the top/left edge and the image is shifted by less than one MCU, as with
-    ``jpegtran -trim`` off. Returns the new planes and the displayed (height, width)."""
+    A transpose also swaps each component's sampling factors. Exact for images whose size is a
+    multiple of the MCU; otherwise the padding blocks move to the top/left edge and the image is
+    shifted by less than one MCU, as with ``jpegtran -trim`` off. Returns the new planes, sampling
+    and the displayed (height, width)."""
     t, hf, vf = _ORIENTATION.get(orientation or 1, (False, False, False))
-    planes = [y, *cbcr]
+    out = list(planes)
     if t:
-        planes = [_transpose_blocks(p) for p in planes]
+        out = [_transpose_blocks(p) for p in out]
+        sampling = tuple((v, h) for h, v in sampling)
         height, width = width, height
     if hf:
-        planes = [_flip_blocks(p, -2) for p in planes]
+        out = [_flip_blocks(p, -2) for p in out]
     if vf:
-        planes = [_flip_blocks(p, -3) for p in planes]
-    y, cb, cr = (np.ascontiguousarray(p) for p in planes)
-    return y, (cb, cr), height, width
+        out = [_flip_blocks(p, -3) for p in out]
+    return tuple(np.ascontiguousarray(p) for p in out), sampling, height, width
 
 
 def samples_from_coefficients(coeffs: Sequence[Any], crop: Any, labels: Sequence[int], indices: Sequence[int], *,
                               seed: int = 0, epochs: Sequence[int], exif: str = "ignore") -> list[CoefficientSample]:
-    """Canonical layout → (optional orientation) → crop boxes of ``(seed, epoch, index)``, drawn
-    for the whole list at once → MCU window slices."""
+    """(optional orientation) → crop boxes of ``(seed, epoch, index)``, drawn for the whole list at
+    once → MCU window slices of every component, in the file's own layout (no pixel work)."""
     planes = []
     for c in coeffs:
-        y, cbcr, h, w = to_canonical(c)
+        p, sampling, h, w = tuple(c.planes), tuple(c.sampling), c.height, c.width
         if exif == "apply" and c.exif_orientation not in (None, 1):
-            y, cbcr, h, w = apply_orientation(y, cbcr, h, w, c.exif_orientation)
-        planes.append((y, cbcr, h, w))
+            p, sampling, h, w = apply_orientation(p, sampling, h, w, c.exif_orientation)
+        planes.append((p, sampling, c.color_space, h, w))
     if not planes:
         return []
-    hs = np.array([p[2] for p in planes], np.int64)
-    ws = np.array([p[3] for p in planes], np.int64)
+    hs = np.array([p[3] for p in planes], np.int64)
+    ws = np.array([p[4] for p in planes], np.int64)
+    mcus = np.array([mcu_size(p[1]) for p in planes], np.int64)
     idx = np.asarray(indices, np.int64)
     ep = np.asarray(epochs, np.int64)
     boxes = np.empty((len(planes), 4), np.int64)
     for e in np.unique(ep):  # one vectorised draw per epoch present (normally one)
         m = ep == e
         boxes[m] = draw_boxes(crop, hs[m], ws[m], seed, int(e), idx[m])
-    win = mcu_windows(boxes, hs, ws)
+    win = mcu_windows(boxes, hs, ws, (mcus[:, 0], mcus[:, 1]))
     out = []
-    for (y, cbcr, h, w), box, (r0, r1, c0, c1), label, index in zip(planes, boxes.tolist(), win.tolist(), labels,
-                                                                   indices):
+    for (p, sampling, cs, h, w), (mh, mw), box, (r0, r1, c0, c1), label, index in zip(
+            planes, mcus.tolist(), boxes.tolist(), win.tolist(), labels, indices):
         out.append(CoefficientSample(
-            y=y[2 * r0:2 * r1, 2 * c0:2 * c1], c=(cbcr[0][r0:r1, c0:c1], cbcr[1][r0:r1, c0:c1]),
-            valid=(min(h - 16 * r0, 16 * (r1 - r0)), min(w - 16 * c0, 16 * (c1 - c0))),
-            box=(box[0] - 16 * r0, box[1] - 16 * c0, box[2], box[3]), label=label, index=index))
+            planes=tuple(pl[r0 * v:r1 * v, c0 * hh:c1 * hh] for pl, (hh, v) in zip(p, sampling)), sampling=sampling,
+            color_space=cs, valid=(min(h - mh * r0, mh * (r1 - r0)), min(w - mw * c0, mw * (c1 - c0))),
+            box=(box[0] - mh * r0, box[1] - mw * c0, box[2], box[3]), label=label, index=index))
     return out
 
 

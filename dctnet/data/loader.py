@@ -26,52 +26,81 @@ import numpy as np
 import torch
 
 from dctnet import _jpeg
-from dctnet.data.dataset import CoefficientSample, ImageFolderDataset
-from dctnet.transforms.batch import JpegBatch
+from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, Sampling
+from dctnet.transforms.batch import JpegBatch, PlaneGroup
 
-__all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "make_dataloader"]
+__all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "group_grids", "make_dataloader"]
+
+
+def group_grids(layouts: Sequence[tuple[str, Sampling]], windows: np.ndarray,
+                grid: tuple[int, int] | None) -> tuple[list[tuple[str, Sampling]], list[np.ndarray], list[tuple[int, int]]]:
+    """Group samples by layout: (layouts in order of first appearance, the batch rows of each,
+    each group's grid ``(R, C)`` in MCUs). ``windows (B, 2)`` are the samples' window sizes in MCUs.
+
+    ``grid=(Hb, Wb)`` fixes the full-resolution block grid (8-pixel blocks of the finest
+    component): a group's grid is then ``(Hb // v_max, Wb // h_max)`` MCUs, so that batch shapes
+    stay constant (for ``torch.compile``); a window that does not fit raises ``ValueError``."""
+    order: dict[tuple[str, Sampling], list[int]] = {}
+    for i, layout in enumerate(layouts):
+        order.setdefault(layout, []).append(i)
+    keys, rows = list(order), [np.asarray(v, np.int64) for v in order.values()]
+    return keys, rows, [layout_grid(sampling, windows[r], grid) for (_, sampling), r in zip(keys, rows)]
+
+
+def layout_grid(sampling: Sampling, windows: np.ndarray, grid: tuple[int, int] | None) -> tuple[int, int]:
+    """One group's grid ``(R, C)`` in MCUs for its windows ``(n, 2)`` (see :func:`group_grids`)."""
+    need = windows.max(axis=0) if len(windows) else np.zeros(2, np.int64)
+    if grid is None:
+        return int(max(need[0], 1)), int(max(need[1], 1))
+    vmax, hmax = max(v for _, v in sampling), max(h for h, _ in sampling)
+    fixed = (grid[0] // vmax, grid[1] // hmax)
+    if need[0] > fixed[0] or need[1] > fixed[1]:
+        raise ValueError(f"a window of {int(need[0]) * vmax}x{int(need[1]) * hmax} blocks does not fit the fixed "
+                         f"grid {grid}")
+    return fixed
 
 
 def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], *,
             grid: tuple[int, int] | None = None, pin_memory: bool | None = None) -> JpegBatch:
-    """Stack samples into a :class:`JpegBatch`, zero-padded to a common block grid.
+    """Stack samples into a :class:`JpegBatch`: grouped by layout, each group zero-padded to a
+    common MCU grid, metadata in sample order.
 
-    ``grid=(Hb, Wb)`` fixes the luma grid (even numbers) for constant batch shapes; by default it
-    is the largest window in the batch. Skipped samples (``(index, name, reason)`` tuples) are
-    left out and listed in ``batch.skipped``. ``pin_memory`` (default: when CUDA is available)
-    allocates the batch page-locked, ready for an asynchronous copy."""
+    ``grid=(Hb, Wb)`` fixes the full-resolution block grid for constant batch shapes (see
+    :func:`group_grids`); by default each group's grid is its largest window. Skipped samples
+    (``(index, name, reason)`` tuples) are left out and listed in ``batch.skipped``.
+    ``pin_memory`` (default: when CUDA is available) allocates the batch page-locked, ready for an
+    asynchronous copy."""
     if isinstance(samples, JpegBatch):  # a dataset's __getitems__ already collated the batch
         return samples
     ok = [s for s in samples if isinstance(s, CoefficientSample)]
     skipped = tuple(s for s in samples if isinstance(s, tuple))
-    hb = max([s.y.shape[0] for s in ok] + [2])
-    wb = max([s.y.shape[1] for s in ok] + [2])
-    if grid is not None:
-        if hb > grid[0] or wb > grid[1]:
-            raise ValueError(f"a window of {hb}x{wb} blocks does not fit the fixed grid {grid}")
-        hb, wb = grid
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
-    n = len(ok)
-    y = _empty((n, hb, wb, 64), pin_memory)
-    c = _empty((n, 2, hb // 2, wb // 2, 64), pin_memory)
-    yn, cn = y.numpy(), c.numpy()
-    meta = np.empty((n, 8), np.int64)
-    for i, s in enumerate(ok):
-        h, w = s.y.shape[:2]
-        yn[i, :h, :w] = s.y
-        yn[i, h:] = 0  # zero only the padding: writing the batch once is the cost that matters
-        yn[i, :h, w:] = 0
-        for k in (0, 1):
-            cn[i, k, : h // 2, : w // 2] = s.c[k]
-            cn[i, k, h // 2:] = 0
-            cn[i, k, : h // 2, w // 2:] = 0
-        meta[i] = (*s.valid, *s.box, s.label, s.index)
-    meta_t = torch.from_numpy(meta)
-    if pin_memory:
-        meta_t = meta_t.pin_memory()
-    return JpegBatch(y=y, c=c, valid=meta_t[:, 0:2], boxes=meta_t[:, 2:6], labels=meta_t[:, 6], index=meta_t[:, 7],
-                     skipped=skipped)
+    windows = np.array([s.mcu for s in ok], np.int64).reshape(-1, 2)
+    layouts, rows, grids = group_grids([s.layout for s in ok], windows, grid)
+    groups = []
+    for (color_space, sampling), r, (gr, gc) in zip(layouts, rows, grids):
+        planes = []
+        for c, (h, v) in enumerate(sampling):
+            plane = _empty((len(r), gr * v, gc * h, 64), pin_memory)
+            pn = plane.numpy()
+            for j, i in enumerate(r.tolist()):
+                src = ok[i].planes[c]
+                ph, pw = src.shape[:2]
+                pn[j, :ph, :pw] = src
+                pn[j, ph:] = 0  # zero only the padding: writing the batch once is the cost that matters
+                pn[j, :ph, pw:] = 0
+            planes.append(plane)
+        groups.append(PlaneGroup(color_space, sampling, tuple(planes), _tensor(r, pin_memory)))
+    meta = np.array([(*s.valid, *s.box, s.label, s.index) for s in ok], np.int64).reshape(-1, 8)
+    meta_t = _tensor(meta, pin_memory)
+    return JpegBatch(groups=tuple(groups), valid=meta_t[:, 0:2], boxes=meta_t[:, 2:6], labels=meta_t[:, 6],
+                     index=meta_t[:, 7], skipped=skipped)
+
+
+def _tensor(a: np.ndarray, pin_memory: bool) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    return t.pin_memory() if pin_memory else t
 
 
 def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:

@@ -28,6 +28,7 @@ from dctnet.transforms.augment import (
 from dctnet.transforms.batch import (
     SAMPLING_420,
     JpegBatch,
+    PlaneGroup,
     SparseJpegBatch,
     crops_to_coefficients,
     crops_to_rgb,
@@ -36,7 +37,7 @@ from dctnet.transforms.batch import (
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
-    "JpegBatch", "Mixup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
+    "JpegBatch", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
     "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",
     "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb", "expand_sparse",
 ]

@@ -1,15 +1,22 @@
-"""The batch the loaders hand to the device, and its first device step (crop + resize).
+"""The batch the loaders hand to the device, and its first device step (decode, crop, resize).
 
-``JpegBatch`` holds int16 coefficient planes exactly as read (4:2:0 layout; grayscale images
-carry zero chroma, which decodes to R = G = B = Y), each sample sliced on the host to an
-MCU-aligned window around its crop box and zero-padded to a common grid. The crop box itself is
-exact (torchvision's), given in pixels relative to the window, so no snapping bias enters the
-augmentation distribution; the device step cuts and resizes it with torchvision's antialiased
-bilinear weights.
+A ``JpegBatch`` holds int16 coefficient planes exactly as read, **in each file's own layout**:
+samples are grouped by layout (colour space and sampling factors — 4:2:0, 4:4:4, 4:2:2, gray,
+CMYK, …) into plane groups (:class:`PlaneGroup`), each with one plane tensor per component, every sample
+sliced on the host to an MCU-aligned window around its crop box and zero-padded to the group's
+grid. Per-sample metadata (valid size, box, label, index) is in batch order; a group's ``rows``
+say which batch positions its samples hold. The crop box is exact (torchvision's), in pixels
+relative to the window, so no snapping bias enters the augmentation distribution.
+
+The first device step (:func:`crops_to_rgb`) decodes each group batched — block IDCT, libjpeg's
+chroma upsampling, colour (CMYK/YCCK as Pillow does) — cuts and resizes every box with
+torchvision's antialiased bilinear weights, and merges the groups back into one tensor in batch
+order; everything after it sees one uniform tensor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -18,9 +25,13 @@ from torch import Tensor
 from dctnet import functional as F
 from dctnet.transforms import functional as TF
 
-__all__ = ["JpegBatch", "SAMPLING_420", "SparseJpegBatch", "crops_to_rgb", "crops_to_coefficients", "expand_sparse"]
+__all__ = ["JpegBatch", "PlaneGroup", "SAMPLING_420", "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb",
+           "expand_sparse"]
 
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
+SAMPLING_GRAY = ((1, 1),)
+
+Sampling = tuple[tuple[int, int], ...]
 
 
 class _TensorFields:
@@ -31,21 +42,54 @@ class _TensorFields:
     def tensors(self) -> list[Tensor]:
         return [getattr(self, n) for n in self._TENSORS]
 
+    def _map(self, fn: Callable[[Tensor], Tensor]):
+        return replace(self, **{n: fn(getattr(self, n)) for n in self._TENSORS})
+
     def pin_memory(self):
         """Page-locked copies (``DataLoader(pin_memory=True)`` calls this)."""
-        return replace(self, **{n: getattr(self, n).pin_memory() for n in self._TENSORS})
+        return self._map(lambda t: t.pin_memory())
 
     def to(self, device: torch.device | str, non_blocking: bool = False):
-        return replace(self, **{n: getattr(self, n).to(device, non_blocking=non_blocking) for n in self._TENSORS})
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+
+@dataclass
+class PlaneGroup(_TensorFields):
+    """The samples of one layout within a :class:`JpegBatch`.
+
+    Attributes:
+        color_space: ``"gray"``, ``"YCbCr"``, ``"RGB"``, ``"CMYK"`` or ``"YCCK"``.
+        sampling: per component ``(h, v)`` sampling factors.
+        planes: per component ``int16 (n, R·v_c, C·h_c, 64)``: windows of ``R × C`` MCUs
+            (the group's grid), zero-padded.
+        rows: ``int64 (n,)`` the batch positions of the group's samples.
+    """
+
+    color_space: str
+    sampling: Sampling
+    planes: tuple[Tensor, ...]
+    rows: Tensor
+
+    def tensors(self) -> list[Tensor]:
+        return [*self.planes, self.rows]
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> PlaneGroup:
+        return replace(self, planes=tuple(fn(p) for p in self.planes), rows=fn(self.rows))
+
+    @property
+    def layout(self) -> tuple[str, Sampling]:
+        return self.color_space, self.sampling
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
 
 
 @dataclass
 class JpegBatch(_TensorFields):
-    """A collated batch of cropped coefficient planes (host or device).
+    """A collated batch of cropped coefficient planes (host or device), grouped by layout.
 
     Attributes:
-        y: ``int16 (B, Hb, Wb, 64)`` luma planes (dequantized), zero-padded.
-        c: ``int16 (B, 2, Hb/2, Wb/2, 64)`` Cb, Cr planes.
+        groups: one :class:`PlaneGroup` per layout present, in order of first appearance.
         valid: ``int64 (B, 2)`` (height, width) in pixels of real image content in each window
             (the image edge, where decoders replicate samples); the rest is padding.
         boxes: ``int64 (B, 4)`` crop box (top, left, height, width) in pixels within the window.
@@ -54,52 +98,99 @@ class JpegBatch(_TensorFields):
         skipped: ``(index, name, reason)`` of samples the loader dropped under ``on_error="skip"``.
     """
 
-    y: Tensor
-    c: Tensor
+    groups: tuple[PlaneGroup, ...]
     valid: Tensor
     boxes: Tensor
     labels: Tensor
     index: Tensor
     skipped: tuple = field(default=())
 
-    _TENSORS = ("y", "c", "valid", "boxes", "labels", "index")
+    _TENSORS = ("valid", "boxes", "labels", "index")
+
+    def tensors(self) -> list[Tensor]:
+        return [t for g in self.groups for t in g.tensors()] + super().tensors()
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> JpegBatch:
+        return replace(super()._map(fn), groups=tuple(g._map(fn) for g in self.groups))
 
     def __len__(self) -> int:
-        return self.y.shape[0]
+        return self.labels.shape[0]
+
+    def group(self, color_space: str, sampling: Sampling) -> PlaneGroup | None:
+        """The group of one layout, or None."""
+        for g in self.groups:
+            if g.layout == (color_space, tuple(tuple(f) for f in sampling)):
+                return g
+        return None
+
+
+def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor], Tensor], shape: tuple[int, ...]) -> Tensor:
+    """Run ``per_group(group, valid, boxes)`` on each layout group and merge the outputs
+    ``(n, *shape)`` into one ``(B, *shape)`` tensor in batch order (no copy for one group)."""
+    if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
+        g = batch.groups[0]
+        return per_group(g, batch.valid, batch.boxes)
+    outs = [per_group(g, batch.valid[g.rows], batch.boxes[g.rows]) for g in batch.groups]
+    if not outs:
+        return torch.zeros((0, *shape), device=batch.valid.device)
+    out = outs[0].new_empty((len(batch), *shape))
+    for g, o in zip(batch.groups, outs):
+        out.index_copy_(0, g.rows, o)
+    return out
 
 
 def crops_to_rgb(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy", exact: bool = False) -> Tensor:
-    """Decode the windows on the device (block IDCT, libjpeg's chroma upsampling, colour) and
-    resize every crop box to ``size``: float RGB ``(B, 3, *size)`` in [0, 1] — what torchvision's
+    """Decode the windows on the device, one batched decode per layout group (block IDCT,
+    libjpeg's chroma upsampling, colour; CMYK/YCCK as Pillow does) and resize every crop box to
+    ``size``: float RGB ``(B, 3, *size)`` in [0, 1], in batch order — what torchvision's
     ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image. ``exact``:
     decode in libjpeg's integer arithmetic (:func:`dctnet.functional.to_rgb`), so the crops are
     those of Pillow's very pixels."""
-    rgb = F.to_rgb([batch.y, batch.c[:, 0], batch.c[:, 1]], SAMPLING_420, batch.valid, upsampling=upsampling,
-                   exact=exact)
-    return F.resized_crop(rgb, batch.boxes, size).clamp(0.0, 1.0)
+    def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor) -> Tensor:
+        rgb = F.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
+                       exact=exact)
+        return F.resized_crop(rgb, boxes, size)
+
+    return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
 
 
 def crops_to_coefficients(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
-                          exact: bool = False) -> Tensor:
-    """:func:`crops_to_rgb`, back in the DCT domain: the coefficient image ``(B, 3, h/8, w/8, 64)``
-    (Y, Cb, Cr on the luma grid, i.e. chroma upsampled) that the DCT-domain transforms take."""
+                          exact: bool = False, chroma: str = "upsampled") -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`crops_to_rgb`, back in the DCT domain, for DCT-domain transforms and stems.
+
+    ``chroma="upsampled"``: the coefficient image ``(B, 3, h/8, w/8, 64)`` (Y, Cb, Cr on the luma
+    grid). ``chroma="native"``: ``(y, c)`` with ``y (B, h/8, w/8, 64)`` and 4:2:0 chroma
+    ``c (B, 2, h/16, w/16, 64)``, the input of ``chroma="native"`` stems; the chroma is the 2×2 box
+    average of the upsampled chroma, computed exactly in the DCT domain
+    (:func:`dctnet.functional.box_downsample_dct`) — a JPEG encoder's 4:2:0 downsampling."""
     if size[0] % 8 or size[1] % 8:
         raise ValueError(f"size must be a multiple of 8 for the DCT domain, got {size}")
-    return TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
+    if chroma not in ("upsampled", "native"):
+        raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
+    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
+    if chroma == "upsampled":
+        return x
+    if size[0] % 16 or size[1] % 16:
+        raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
+    return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
 
 
 @dataclass
 class SparseJpegBatch(_TensorFields):
     """A batch still in the cache's sparse form (see :mod:`dctnet.data.sparse`): the host only
     concatenates compressed records; :func:`expand_sparse` builds the :class:`JpegBatch` on the
-    device. Records are whole images (4:2:0 YCbCr, or gray with ``blocks[:, 1:] = 0``).
+    device. Records are whole images of any layout (up to 4 components).
 
     Attributes:
         masks ``int64 (NB,)``, values ``int8 (NV,)``, escapes ``int16 (NE,)``: concatenated records.
-        tables: ``int32 (B, 3, 64)`` per-sample component tables.
-        blocks: ``int64 (B, 3, 2)`` plane sizes; offsets: ``int64 (B, 3)`` first block of each plane.
-        windows: ``int64 (B, 4)`` MCU window (r0, r1, c0, c1); grid: ``int64 (2,)`` luma grid (Hb, Wb).
+        tables: ``int32 (B, 4, 64)`` per-sample component tables.
+        blocks: ``int64 (B, 4, 2)`` plane sizes (zero for absent components); offsets:
+            ``int64 (B, 4)`` first block of each plane.
+        windows: ``int64 (B, 4, 4)`` each plane's window in blocks: rows ``[0]..[1]``, columns
+            ``[2]..[3]``, per component.
         valid, boxes, labels, index: as :class:`JpegBatch`.
+        layouts: per group ``(color_space, sampling, (R, C))``: layout and grid in MCUs.
+        group_rows: per group ``int64 (n,)`` batch positions.
     """
 
     masks: Tensor
@@ -109,14 +200,21 @@ class SparseJpegBatch(_TensorFields):
     blocks: Tensor
     offsets: Tensor
     windows: Tensor
-    grid: Tensor
     valid: Tensor
     boxes: Tensor
     labels: Tensor
     index: Tensor
+    layouts: tuple = ()
+    group_rows: tuple = ()
 
-    _TENSORS = ("masks", "values", "escapes", "tables", "blocks", "offsets", "windows", "grid", "valid", "boxes",
-                "labels", "index")
+    _TENSORS = ("masks", "values", "escapes", "tables", "blocks", "offsets", "windows", "valid", "boxes", "labels",
+                "index")
+
+    def tensors(self) -> list[Tensor]:
+        return super().tensors() + list(self.group_rows)
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> SparseJpegBatch:
+        return replace(super()._map(fn), group_rows=tuple(fn(r) for r in self.group_rows))
 
     def __len__(self) -> int:
         return self.labels.shape[0]
@@ -139,19 +237,21 @@ def _window_blocks(dense: Tensor, offset: Tensor, bh: Tensor, bw: Tensor, r0: Te
 
 def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
     """Expand a :class:`SparseJpegBatch` on its device into the :class:`JpegBatch` the host path
-    would have built (bit-identical): batched torch, no per-sample loop."""
+    would have built (bit-identical): batched torch, one gather per plane of each layout group,
+    no per-sample loop."""
     from dctnet.data.sparse import expand_torch
 
     nb = batch.masks.shape[0]
     b = len(batch)
-    counts = (batch.blocks[:, :, 0] * batch.blocks[:, :, 1])                      # (B, 3)
-    owner = torch.repeat_interleave(torch.arange(b * 3, device=batch.masks.device), counts.reshape(-1), output_size=nb)
-    dense = expand_torch(batch.masks, batch.values, batch.escapes, batch.tables.reshape(b * 3, 64)[owner])
-    hb, wb = int(batch.grid[0]), int(batch.grid[1])
-    r0, r1, c0, c1 = batch.windows.unbind(1)
-    y = _window_blocks(dense, batch.offsets[:, 0], batch.blocks[:, 0, 0], batch.blocks[:, 0, 1], 2 * r0,
-                       2 * (r1 - r0), 2 * c0, 2 * (c1 - c0), hb, wb)
-    cs = [_window_blocks(dense, batch.offsets[:, k], batch.blocks[:, k, 0], batch.blocks[:, k, 1], r0, r1 - r0, c0,
-                         c1 - c0, hb // 2, wb // 2) for k in (1, 2)]
-    return JpegBatch(y=y, c=torch.stack(cs, 1), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
+    counts = (batch.blocks[:, :, 0] * batch.blocks[:, :, 1])                      # (B, 4)
+    owner = torch.repeat_interleave(torch.arange(b * 4, device=batch.masks.device), counts.reshape(-1), output_size=nb)
+    dense = expand_torch(batch.masks, batch.values, batch.escapes, batch.tables.reshape(b * 4, 64)[owner])
+    groups = []
+    for (color_space, sampling, (gr, gc)), rows in zip(batch.layouts, batch.group_rows):
+        win, blocks, offsets = batch.windows[rows], batch.blocks[rows], batch.offsets[rows]
+        planes = tuple(_window_blocks(dense, offsets[:, c], blocks[:, c, 0], blocks[:, c, 1], win[:, 0, c],
+                                      win[:, 1, c] - win[:, 0, c], win[:, 2, c], win[:, 3, c] - win[:, 2, c], gr * v,
+                                      gc * h) for c, (h, v) in enumerate(sampling))
+        groups.append(PlaneGroup(color_space, tuple(sampling), planes, rows))
+    return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
                      index=batch.index)

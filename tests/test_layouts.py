@@ -1,0 +1,184 @@
+"""Every JPEG layout on the fast path: the host slices native planes, the device decodes each
+layout group. Oracle: Pillow's decode of the same file followed by torchvision's
+``resized_crop`` of the same box (the exact decode must give Pillow's very pixels)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TVF
+from PIL import Image
+
+import dctnet
+from dctnet import data as D
+from dctnet import transforms as T
+from dctnet.synthetic import synthetic_image
+
+from conftest import CORPUS, corpus_rows, imagenette_files
+
+# (name, Pillow save arguments, how to convert the RGB photo first)
+LAYOUTS = [
+    ("4:2:0", {"subsampling": "4:2:0"}, "RGB"),
+    ("4:4:4", {"subsampling": "4:4:4"}, "RGB"),
+    ("4:2:2", {"subsampling": "4:2:2"}, "RGB"),
+    ("gray", {}, "L"),
+    ("progressive", {"subsampling": "4:2:0", "progressive": True}, "RGB"),
+    ("cmyk", {}, "CMYK"),
+    ("4:4:4-q100", {"subsampling": "4:4:4", "quality": 100}, "RGB"),
+]
+
+
+def source_photos(n: int) -> list[np.ndarray]:
+    """Real photos (Imagenette val) when at hand, else generated ones; odd sizes included."""
+    files = imagenette_files("val", every=300)[:n]
+    if files:
+        out = []
+        for k, f in enumerate(files):
+            with Image.open(f) as im:
+                rgb = np.asarray(im.convert("RGB"))
+            out.append(rgb[: rgb.shape[0] - 7 * (k % 3), : rgb.shape[1] - 5 * (k % 2)])  # sizes off the MCU grid
+        return out
+    rng = np.random.default_rng(0)
+    return [synthetic_image(rng, 150 + 13 * k, 170 - 9 * k) for k in range(n)]
+
+
+def encode(rgb: np.ndarray, kwargs: dict, mode: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgb).convert(mode).save(buf, "JPEG", **{"quality": 92, **kwargs})
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def layout_folder(tmp_path_factory):
+    """Each photo re-encoded in every layout with Pillow, interleaved in one class folder."""
+    root = tmp_path_factory.mktemp("layouts")
+    (root / "all").mkdir()
+    for k, rgb in enumerate(source_photos(4)):
+        for name, kwargs, mode in LAYOUTS:
+            (root / "all" / f"{k}-{name}.jpg").write_bytes(encode(rgb, kwargs, mode))
+    return root
+
+
+def pillow_crops(paths: list[str], boxes: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
+    out = []
+    for path, box in zip(paths, boxes.tolist()):
+        with Image.open(path) as im:
+            ref = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1).double() / 255
+        out.append(TVF.resized_crop(ref, *box, list(size), antialias=True).clamp(0, 1))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("source", ["folder", "dense", "sparse", "sparse-device"])
+def test_mixed_layout_batches_equal_pillow_then_resized_crop(layout_folder, tmp_path, exact, source):
+    """One batch holds every layout (a group each); after the device decode the crops are in
+    sample order and equal Pillow + torchvision's resized_crop: bit-exact decode (float rounding
+    of the resize only) with ``exact``, within a few grey levels with the float decode."""
+    crop = D.RandomResizedCrop()
+    folder_ds = D.ImageFolderDataset(layout_folder, crop=crop, seed=5)
+    if source == "folder":
+        ds = folder_ds
+    else:
+        cache = D.build_cache(layout_folder, tmp_path / "c", format="dense" if source == "dense" else "sparse",
+                              progress=False)
+        ds = D.CacheDataset(cache, crop=crop, seed=5)
+    keys = [(0, i) for i in range(len(ds))]
+    if source == "sparse-device":
+        batch = T.expand_sparse(ds.cache.gather_compressed(keys, crop, 5, ds.targets))
+    elif source == "folder":
+        batch = D.collate(ds.load_batch(keys), pin_memory=False)
+    else:
+        batch = ds.load_collated(keys)
+    assert len(batch.groups) == len({(g.color_space, g.sampling) for g in batch.groups}) >= 5
+    assert batch.index.tolist() == list(range(len(ds)))
+    ours = T.crops_to_rgb(batch, (96, 112), exact=exact).double()
+    paths = [p for p, _ in folder_ds.samples]
+    heights = np.array([dctnet.read_header(p).height for p in paths])
+    widths = np.array([dctnet.read_header(p).width for p in paths])
+    boxes = D.draw_boxes(crop, heights, widths, 5, 0, np.arange(len(paths)))
+    want = pillow_crops(paths, boxes, (96, 112))
+    err = (ours - want).abs().amax(dim=(1, 2, 3)) * 255
+    mean = (ours - want).abs().mean(dim=(1, 2, 3)) * 255
+    if exact:
+        assert err.max() < 0.01, {paths[i]: float(err[i]) for i in torch.argsort(err, descending=True)[:5]}
+    else:
+        assert err.max() <= 4 and mean.max() < 0.5, (err.max(), mean.max())
+
+
+def test_the_same_batch_from_folder_and_caches(layout_folder, tmp_path):
+    """The cache gathers (dense copy, sparse expansion in C, sparse expansion on the device) give
+    the folder loader's batch bit for bit, every layout group included."""
+    crop = D.RandomResizedCrop()
+    ds = D.ImageFolderDataset(layout_folder, crop=crop, seed=2)
+    keys = [(1, i) for i in range(len(ds))]
+    ref = D.collate(ds.load_batch(keys), pin_memory=False)
+    for fmt in ("dense", "sparse"):
+        cds = D.CacheDataset(D.build_cache(layout_folder, tmp_path / fmt, format=fmt, progress=False), crop=crop, seed=2)
+        got = [cds.load_collated(keys)]
+        if fmt == "sparse":
+            got.append(T.expand_sparse(cds.cache.gather_compressed(keys, crop, 2, cds.targets)))
+        for b in got:
+            assert [g.layout for g in b.groups] == [g.layout for g in ref.groups]
+            for x, y in zip(b.tensors(), ref.tensors()):
+                assert torch.equal(x, y)
+
+
+def test_dct_domain_outputs_for_every_layout(layout_folder):
+    """crops_to_coefficients: the upsampled coefficient image is the forward DCT of the RGB crops;
+    native (y, c) has 4:2:0 chroma equal to the 2×2 box mean of the upsampled chroma's pixels
+    (numpy float maths as the oracle)."""
+    ds = D.ImageFolderDataset(layout_folder, crop=D.RandomResizedCrop(), seed=1)
+    batch = D.collate(ds.load_batch([(0, i) for i in range(len(ds))]), pin_memory=False)
+    x = T.crops_to_coefficients(batch, (32, 48))
+    y, c = T.crops_to_coefficients(batch, (32, 48), chroma="native")
+    assert x.shape == (len(ds), 3, 4, 6, 64) and y.shape == (len(ds), 4, 6, 64) and c.shape == (len(ds), 2, 2, 3, 64)
+    assert torch.equal(y, x[:, 0])
+    dct = np.array([[np.sqrt((1 if u == 0 else 2) / 8) * np.cos((2 * i + 1) * u * np.pi / 16) for i in range(8)]
+                    for u in range(8)])
+    xc = x[:, 1:].double().numpy().reshape(len(ds), 2, 4, 6, 8, 8)
+    pix = np.einsum("vy,...vu,ux->...yx", dct, xc, dct)                        # per block pixels
+    pix = pix.transpose(0, 1, 2, 4, 3, 5).reshape(len(ds), 2, 32, 48)
+    box = pix.reshape(len(ds), 2, 16, 2, 24, 2).mean(axis=(3, 5))
+    blocks = box.reshape(len(ds), 2, 2, 8, 3, 8).transpose(0, 1, 2, 4, 3, 5)
+    want = np.einsum("vy,...yx,ux->...vu", dct, blocks, dct).reshape(len(ds), 2, 2, 3, 64)
+    np.testing.assert_allclose(c.double().numpy(), want, atol=1e-3)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        T.crops_to_coefficients(batch, (24, 48), chroma="native")
+
+
+def readable_corpus_rows() -> list[dict]:
+    rows = [r for r in corpus_rows() if r["libjpeg_coef"] == "ok" and r["pillow_decode"] == "ok"]
+    return [pytest.param(r, id=r["file"]) for r in rows] or [pytest.param(None, marks=pytest.mark.skip("no corpus"))]
+
+
+@pytest.mark.parametrize("row", readable_corpus_rows())
+def test_corpus_files_through_the_loader_equal_pillow(row):
+    """Every corpus file libjpeg and Pillow both read, through the folder loader's windows and the
+    device decode: the exact crops equal Pillow's (where libjpeg can decode the layout at all)."""
+    path = str(CORPUS / "files" / row["file"])
+    c = dctnet.read_coefficients(path)
+    hmax, vmax = c.max_sampling
+    if any(hmax % h or vmax % v for h, v in c.sampling):
+        pytest.skip("non-integer sampling ratio: libjpeg cannot decode it to pixels")
+    crop = D.RandomResizedCrop(scale=(0.3, 1.0))
+    samples = [D.sample_from_coefficients(c, crop, 0, i, seed=3, epoch=0) for i in range(3)]
+    batch = D.collate(samples, pin_memory=False)
+    size = (40, 48)
+    ours = T.crops_to_rgb(batch, size, exact=True).double()
+    boxes = D.draw_boxes(crop, np.full(3, c.height), np.full(3, c.width), 3, 0, np.arange(3))
+    want = pillow_crops([path] * 3, boxes, size)
+    err = float((ours - want).abs().max() * 255)
+    assert err < 0.01, (row["file"], c.subsampling, c.color_space, err)
+
+
+def test_gray_does_not_pay_for_chroma(layout_folder):
+    """A grayscale sample carries one plane, not zero chroma planes."""
+    ds = D.ImageFolderDataset(layout_folder)
+    batch = D.collate(ds.load_batch([(0, i) for i in range(len(ds))]), pin_memory=False)
+    gray = batch.group("gray", ((1, 1),))
+    assert gray is not None and len(gray.planes) == 1
+    cmyk = [g for g in batch.groups if g.color_space in ("CMYK", "YCCK")]
+    assert cmyk and all(len(g.planes) == 4 for g in cmyk)
