@@ -71,12 +71,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=2560)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--set", help="a set of benchmarks/layout_sets.py (e.g. 4:4:4, mix) instead of the photos as stored")
     args = ap.parse_args()
     torch.set_num_threads(1)
     train = DATA / "train"
     if not train.is_dir():
         sys.exit(f"Imagenette not found at {DATA} (set DCTNET_DATA)")
     src = WORK / f"src-{args.images}"
+    if args.set:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from layout_sets import build
+
+        src = build(args.set, args.images)
+        WORK.mkdir(parents=True, exist_ok=True)
     if not src.exists():
         full = D.ImageFolderDataset(train)
         step = max(1, len(full) // args.images)
@@ -86,7 +93,7 @@ def main() -> None:
             os.symlink(path, d / os.path.basename(path))
     caches = {}
     for fmt in ("dense", "sparse"):
-        out = WORK / f"{fmt}-{args.images}"
+        out = WORK / f"{fmt}-{args.set.replace(':', '') + '-' if args.set else ''}{args.images}"
         if out.exists():
             try:
                 D.open_cache(out, source=src, verify="hash")  # touched sources with unchanged content are fine
@@ -116,7 +123,8 @@ def main() -> None:
     rows, ratios = per_sample({jpeg_row: loop(folder), dense_row: loop(dense), sparse_row: loop(sparse),
                                "sparse cache, device expansion (host cost only)": compressed}, n)
     jpeg_bytes = dense.cache.meta["source_bytes"]
-    print(f"\n{n} Imagenette train images, batch {args.batch}, RandomResizedCrop windows, 1 loader thread\n")
+    print(f"\n{n} Imagenette train images ({args.set or 'as stored'}), batch {args.batch}, RandomResizedCrop windows, "
+          "1 loader thread\n")
     print("| delivered to a collated batch | CPU µs / sample (median) | cheaper than JPEG (median of per-round ratios) |")
     print("|---|---:|---:|")
     for name, us in rows.items():

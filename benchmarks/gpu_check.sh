@@ -1,19 +1,74 @@
 #!/usr/bin/env bash
-# The project's GPU checks, as one command for a machine with CUDA: the CUDA-marked tests and the
-# device-transform benchmark (images/s for a 256 x 224² batch) and two short training runs (AMP,
-# torch.compile). Without a GPU it says so and stops.
-set -euo pipefail
+# The project's GPU checks as one command, on a machine with CUDA — also a *bare* one (a stock
+# image with its own Python and torch, no libjpeg-dev, no network): the CUDA-marked tests, the
+# device-transform benchmark for 4:2:0 and for a realistic mix of layouts, and two short trainings
+# (bf16 AMP, then torch.compile). Writes a summary (and the full log) to $OUT, or runs/gpu-check/.
+#
+# On a bare machine the extension is built in place against Debian's libjpeg-turbo unpacked into
+# .gpu-bundle/ and the missing test dependencies are installed from its wheels: run
+# benchmarks/gpu_prepare.sh first on a networked machine and carry .gpu-bundle with the checkout.
+# Budget: about 8 minutes, so that it can run once and be rerun once in a 15-minute lease.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-[ -x "$PY" ] || PY=python3
+DEST=${OUT:-runs/gpu-check}
+mkdir -p "$DEST"
+LOG="$DEST/gpu_check.log"
+SUMMARY="$DEST/summary.txt"
+: >"$LOG"
+: >"$SUMMARY"
+export PYTHONUNBUFFERED=1
+say() { echo "$*" | tee -a "$SUMMARY"; }
+PY=${PY:-}
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  echo "gpu_check: no CUDA device visible; nothing to run"
+  say "gpu_check: no CUDA device visible; nothing to run"
   exit 0
 fi
-"$PY" -c "import torch; print('GPU:', torch.cuda.get_device_name(0), '| torch', torch.__version__)"
-"$PY" -m pytest -q -m cuda tests
-"$PY" benchmarks/device_transforms.py --device cuda --batch 256 --size 224
-# Training on the GPU: the quickstart recipe (bf16 autocast, then torch.compile), 2 epochs each.
-"$PY" -m dctnet train recipes/quickstart.yaml --set optim.epochs=2 --set train.progress=false --out runs/gpu-check-amp
-"$PY" -m dctnet train recipes/quickstart.yaml --set optim.epochs=2 --set train.progress=false --set train.compile=true \
-  --out runs/gpu-check-compile
+
+# 1. the extension and the test dependencies, where they are not installed
+t0=$(date +%s)
+if ! "$PY" -c "import dctnet._jpeg" 2>/dev/null; then
+  B="$PWD/.gpu-bundle"
+  if [ ! -d "$B/root/usr/include" ]; then
+    say "gpu_check: dctnet is not built here and .gpu-bundle/ is missing: run benchmarks/gpu_prepare.sh on a" \
+        "networked machine and carry .gpu-bundle"
+    exit 2
+  fi
+  LIB="$B/root/usr/lib/x86_64-linux-gnu"
+  INC="$B/root/usr/include"
+  CFLAGS="-I$INC -I$INC/x86_64-linux-gnu" LDFLAGS="-L$LIB -Wl,-rpath,$LIB" \
+    "$PY" setup.py -q build_ext --inplace >>"$LOG" 2>&1 || { say "gpu_check: building the extension failed"; tail -30 "$LOG"; exit 3; }
+  SITE=/tmp/dctnet-site
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$B"/wheels/*.whl >>"$LOG" 2>&1 || \
+    { say "gpu_check: installing the carried wheels failed"; tail -30 "$LOG"; exit 3; }
+  export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+fi
+say "$("$PY" -c "import torch, dctnet; print('GPU:', torch.cuda.get_device_name(0), '| torch', torch.__version__, '|', dctnet.libjpeg_version())")"
+say "setup: $(( $(date +%s) - t0 )) s"
+
+step() {  # step NAME TIMEOUT_S CMD...: run, keep its output in the log, its last lines in the summary
+  local name=$1 limit=$2
+  shift 2
+  local s=$(date +%s)
+  echo "=== $name" >>"$LOG"
+  timeout "$limit" "$@" >"$DEST/step.out" 2>&1
+  local rc=$?
+  cat "$DEST/step.out" >>"$LOG"
+  say "--- $name: exit $rc in $(( $(date +%s) - s )) s"
+  grep -E "passed|failed|error|images/s|costs|layouts:|epoch|top1|Error" "$DEST/step.out" | tail -14 | tee -a "$SUMMARY"
+  rm -f "$DEST/step.out"
+}
+
+step "CUDA tests" 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests
+step "device transforms, 4:2:0" 60 "$PY" benchmarks/device_transforms.py --device cuda --batch 256 --size 224
+step "device transforms, mixed layouts" 60 "$PY" benchmarks/device_transforms.py --device cuda --batch 256 --size 224 \
+  --layouts mix
+# Training on the GPU: the quickstart recipe (mixed layouts; bf16 autocast, then torch.compile), 2 epochs each.
+# Run directories stay out of $OUT (checkpoints are large; only the summary and the log travel back).
+step "train quickstart, AMP" 100 "$PY" -m dctnet train recipes/quickstart.yaml --set optim.epochs=2 \
+  --set train.progress=false --out runs/gpu-check-amp
+step "train quickstart, AMP + compile" 120 "$PY" -m dctnet train recipes/quickstart.yaml --set optim.epochs=2 \
+  --set train.progress=false --set train.compile=true --out runs/gpu-check-compile
+say "total: $(( $(date +%s) - t0 )) s"

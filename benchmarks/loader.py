@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""Loader benchmark: dctnet's training loader against torchvision's standard CPU pipeline.
+"""Loader benchmark: dctnet's training loader against torchvision's standard CPU pipeline, on
+every layout users meet.
 
-One run on Imagenette train (from $DCTNET_DATA or ../shared/data/imagenette):
+Sets (``benchmarks/layout_sets.py``; Imagenette train photos, re-encoded with Pillow at q92):
+as stored (4:2:0, 224²), 4:4:4, 4:2:2, gray, CMYK, progressive, a realistic mix (70% as stored,
+15% 4:4:4, 5% 4:2:2, 5% progressive, 5% gray) and 4:2:0 at 500×375 (ImageNet's typical size).
+Per set, in one run:
 
-- dctnet: read coefficients + RandomResizedCrop box + MCU-window slice + collate (everything
-  else happens on the device) — DataLoader with 1 and 2 workers, and the ThreadLoader;
+- floor: single-core whole-image ``jpeg_read_coefficients`` of the same files in plain C
+  (create, header, read, destroy; no dequantization, no Python) — the cost nobody can avoid;
+- dctnet: read coefficients + RandomResizedCrop box + MCU-window slice of the native planes +
+  collate by layout (everything else happens on the device) — ThreadLoader with 2 threads, and
+  DataLoader with 2 workers;
 - torchvision: ``decode_jpeg`` + v2 ``RandomResizedCrop(128)`` + ``RandomHorizontalFlip`` +
-  ``ToDtype(float32, scale=True)`` + ``Normalize`` — DataLoader with 1 and 2 workers.
+  ``ToDtype(float32, scale=True)`` + ``Normalize`` — DataLoader with 2 workers.
 
 Per configuration: images/s (wall clock over the same samples) and CPU µs per sample (this
-process and its worker processes, from getrusage). Then the device-transform cost per batch on
-the CPU (crop/resize to 128² coefficients, flip, colour jitter, normalize, to RGB).
+process and its worker processes). Ratios: dctnet's CPU against the floor (target ≤ 1.5×) and
+against torchvision's (≤ 0.25×), images/s against torchvision's (≥ 3.5×). Medians of
+``--repeats`` interleaved rounds.
 
-    python benchmarks/loader.py [--images 2560] [--batch 64]
+    python benchmarks/loader.py [--images 1024] [--batch 64] [--sets stored,4:4:4,...]
 """
 
 from __future__ import annotations
@@ -37,7 +45,6 @@ from dctnet import data as D  # noqa: E402
 from dctnet import transforms as T  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DCTNET_DATA", ROOT.parent / "shared" / "data" / "imagenette"))
 SIZE = 128
 
 
@@ -104,65 +111,84 @@ def measure(loader, n_images: int) -> tuple[float, float]:
     return count / wall, cpu / count * 1e6
 
 
+def floor_us(files: list[str], repeats: int = 3) -> float:
+    """Median over passes of the mean raw libjpeg coefficient read, µs per image (one core)."""
+    from dctnet import _jpeg
+
+    blobs = [Path(f).read_bytes() for f in files]
+    for b in blobs[:8]:
+        _jpeg.time_raw(b, 1)
+    passes = [sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3 for _ in range(repeats)]
+    return statistics.median(passes)
+
+
 def main() -> None:
+    from layout_sets import SETS, build
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", type=int, default=2560)
+    ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--device-transforms", action="store_true", help="also time the device transforms on this CPU")
     args = ap.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
-    train = DATA / "train"
-    if not train.is_dir():
-        sys.exit(f"Imagenette not found at {DATA} (set DCTNET_DATA)")
-    full = D.ImageFolderDataset(train, crop=D.RandomResizedCrop(), seed=0)
-    step = max(1, len(full) // args.images)
-    subset = full.samples[::step][: args.images]
-    full.samples = subset
-    full.targets = [t for _, t in subset]
-    n = len(subset)
-    tv = TorchvisionFolder(subset)
     print(f"dctnet {dctnet.__version__}, {dctnet.libjpeg_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
-          f"{n} Imagenette train images, batch {args.batch}, crop {SIZE}", flush=True)
+          f"{args.images} images per set, batch {args.batch}, crop {SIZE}, medians of {args.repeats} rounds", flush=True)
+    table = []
+    for name in args.sets.split(","):
+        folder = build(name, args.images)
+        ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=0)
+        n = len(ds)
+        tv = TorchvisionFolder(ds.samples)
+        floor = floor_us([p for p, _ in ds.samples])
+        configs = [
+            ("dctnet ThreadLoader 2 threads", lambda: D.ThreadLoader(ds, args.batch, threads=2, pin_memory=False)),
+            ("dctnet DataLoader 2 workers", lambda: D.make_dataloader(ds, args.batch, num_workers=2, pin_memory=False,
+                                                                      worker_init_fn=_one_thread,
+                                                                      persistent_workers=True)),
+            ("torchvision DataLoader 2 workers", lambda: torch.utils.data.DataLoader(
+                tv, batch_size=args.batch, shuffle=True, num_workers=2, worker_init_fn=_one_thread,
+                persistent_workers=True)),
+        ]
+        results: dict[str, list[tuple[float, float]]] = {c: [] for c, _ in configs}
+        for _ in range(args.repeats):  # interleaved, medians
+            for cname, make in configs:
+                loader = make()
+                results[cname].append(measure(loader, n))
+                it = getattr(loader, "_iterator", None)
+                if it is not None:  # stop persistent workers now, not whenever GC gets to them
+                    it._shutdown_workers()
+                del loader
+        med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in results.items()}
+        layouts = sorted({dctnet.read_header(p).subsampling for p, _ in ds.samples})
+        table.append((name, floor, med, layouts))
+        tl, dl, tvr = (med[c] for c, _ in configs)
+        print(f"{name}: floor {floor:.0f} µs; ThreadLoader {tl[1]:.0f} µs ({tl[1] / floor:.2f}× floor, "
+              f"{tl[1] / tvr[1]:.3f}× torchvision CPU, {tl[0] / tvr[0]:.2f}× its images/s); layouts {layouts}",
+              flush=True)
+    print("\n| set | floor µs | ThreadLoader CPU µs (× floor) | DataLoader 2w CPU µs | torchvision CPU µs | "
+          "CPU vs torchvision | ThreadLoader img/s | torchvision img/s | img/s vs torchvision |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, floor, med, _ in table:
+        tl, dl, tvr = med["dctnet ThreadLoader 2 threads"], med["dctnet DataLoader 2 workers"], \
+            med["torchvision DataLoader 2 workers"]
+        print(f"| {name} | {floor:.0f} | {tl[1]:.0f} ({tl[1] / floor:.2f}×) | {dl[1]:.0f} | {tvr[1]:.0f} | "
+              f"**{tl[1] / tvr[1]:.3f}×** | {tl[0]:.0f} | {tvr[0]:.0f} | **{tl[0] / tvr[0]:.2f}×** |")
+    worst = max(t[2]["dctnet ThreadLoader 2 threads"][1] / t[1] for t in table)
+    print(f"\nworst ThreadLoader CPU vs floor: {worst:.2f}× (target ≤ 1.5); worst CPU vs torchvision: "
+          f"{max(t[2]['dctnet ThreadLoader 2 threads'][1] / t[2]['torchvision DataLoader 2 workers'][1] for t in table):.3f}× "
+          f"(≤ 0.25); worst images/s vs torchvision: "
+          f"{min(t[2]['dctnet ThreadLoader 2 threads'][0] / t[2]['torchvision DataLoader 2 workers'][0] for t in table):.2f}× "
+          f"(≥ 3.5)")
+    if args.device_transforms:
+        device_transforms(ds, args.batch)
 
-    def dct_dataloader(workers):
-        return lambda: D.make_dataloader(full, args.batch, num_workers=workers, pin_memory=False,
-                                         worker_init_fn=_one_thread, persistent_workers=True)
 
-    def tv_dataloader(workers):
-        return lambda: torch.utils.data.DataLoader(tv, batch_size=args.batch, shuffle=True, num_workers=workers,
-                                                   worker_init_fn=_one_thread, persistent_workers=True)
-
-    configs = [
-        ("dctnet DataLoader, 1 worker", dct_dataloader(1)),
-        ("dctnet DataLoader, 2 workers", dct_dataloader(2)),
-        ("dctnet ThreadLoader, 2 threads", lambda: D.ThreadLoader(full, args.batch, threads=2, pin_memory=False)),
-        ("torchvision DataLoader, 1 worker", tv_dataloader(1)),
-        ("torchvision DataLoader, 2 workers", tv_dataloader(2)),
-    ]
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in configs}
-    for _ in range(args.repeats):  # interleaved, medians
-        for name, make in configs:
-            loader = make()
-            results[name].append(measure(loader, n))
-            it = getattr(loader, "_iterator", None)
-            if it is not None:  # stop persistent workers now, not whenever GC gets to them
-                it._shutdown_workers()
-            del loader
-    med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in results.items()}
-    print("\n| loader | images/s | CPU µs / sample |\n|---|---:|---:|")
-    for name, (ips, us) in med.items():
-        print(f"| {name} | {ips:.0f} | {us:.0f} |")
-    tv_us = min(med["torchvision DataLoader, 1 worker"][1], med["torchvision DataLoader, 2 workers"][1])
-    tv_ips = med["torchvision DataLoader, 2 workers"][0]
-    print("\nAgainst torchvision's pipeline (CPU: its cheaper configuration; images/s: its 2 workers):")
-    for name in ("dctnet ThreadLoader, 2 threads", "dctnet DataLoader, 2 workers", "dctnet DataLoader, 1 worker"):
-        ips, us = med[name]
-        print(f"- {name}: CPU per sample **{us / tv_us:.3f}×** (target ≤ 0.25), "
-              f"images/s **{ips / tv_ips:.2f}×** (target ≥ 3.5)")
-
-    # Device transforms on the CPU, one batch.
-    batch = next(iter(D.ThreadLoader(full, args.batch, threads=1, pin_memory=False)))
+def device_transforms(ds, batch_size: int) -> None:
+    """Device transforms on the CPU, one batch of the last set."""
+    batch = next(iter(D.ThreadLoader(ds, batch_size, threads=1, pin_memory=False)))
     aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4)], seed=0)
     norm = T.Normalize(torch.zeros(3, 64), torch.full((3, 64), 100.0))
     to_rgb = T.ToRGB()
@@ -186,4 +212,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

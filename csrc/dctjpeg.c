@@ -36,6 +36,7 @@ struct dctj_decoder {
     int16_t *base;
   } virt[DCTJ_MAX_COMPONENTS];
   int strict;
+  int stop_rows; /* > 0: stop a single-scan decode after this many iMCU rows (dctj_set_stop_rows) */
   int active; /* a libjpeg decompressor exists: between dctj_begin and dctj_read/dctj_abort */
   int num_warnings;
   int num_texts;
@@ -96,6 +97,12 @@ static void on_progress(j_common_ptr cinfo) {
     snprintf(dec->error, DCTJ_MSG_LEN, "more than %d scans: refusing a likely malicious file", DCTJ_MAX_SCANS);
     longjmp(dec->jump, 1);
   }
+  /* Called before each iMCU row is entropy-decoded: a single scan holding every component has
+   * then decoded input_iMCU_row full rows, all a crop ending above them needs. */
+  if (dec->stop_rows > 0 && dec->target_hdr && !dec->cinfo.progressive_mode &&
+      dec->cinfo.comps_in_scan == dec->cinfo.num_components && dec->cinfo.input_scan_number == 1 &&
+      dec->cinfo.input_iMCU_row >= (JDIMENSION)dec->stop_rows)
+    longjmp(dec->jump, 2);
 }
 
 /* In-memory source. At the end of the data it does what libjpeg's own sources do: warn
@@ -525,7 +532,27 @@ int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len,
   dec->target_hdr = hdr;
   dec->target = out;
   dec->num_virt = 0;
-  if (setjmp(dec->jump)) {
+  switch (setjmp(dec->jump)) {
+  case 0:
+    break;
+  case 2: { /* stopped early (dctj_set_stop_rows): rows past the stop are zero, the rest as decoded */
+    JDIMENSION rows = c->input_iMCU_row;
+    for (int ci = 0; ci < c->num_components; ci++) {
+      dctj_component *comp = &hdr->comp[ci];
+      size_t keep = (size_t)rows * comp->v_samp * comp->blocks_w;
+      size_t all = (size_t)comp->blocks_w * comp->blocks_h;
+      int16_t *plane = out + comp->offset;
+      if (keep > all) keep = all;
+      memset(plane + keep * 64, 0, (all - keep) * 64 * sizeof(int16_t));
+      if (c->comp_info[ci].quant_table) memcpy(hdr->quant[ci], c->comp_info[ci].quant_table->quantval,
+                                               sizeof(hdr->quant[ci]));
+      clipped |= dequantize(plane, plane, hdr->quant[ci], keep);
+    }
+    destroy_decompressor(dec);
+    *saturated = clipped;
+    return 0;
+  }
+  default:
     destroy_decompressor(dec);
     return -1;
   }
@@ -549,6 +576,8 @@ int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len,
   *saturated = clipped;
   return 0;
 }
+
+void dctj_set_stop_rows(dctj_decoder *dec, int rows) { dec->stop_rows = rows > 0 ? rows : 0; }
 
 void dctj_abort(dctj_decoder *dec) {
   if (dec->active) destroy_decompressor(dec);

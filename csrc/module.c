@@ -678,9 +678,10 @@ PyDoc_STRVAR(time_raw_doc,
              "jpeg_read_coefficients, destroy; no dequantization, no copy, no Python. Benchmarks only.");
 
 PyDoc_STRVAR(time_read_doc,
-             "time_read(data, repeat) -> list[int]\n\n"
+             "time_read(data, repeat, stop_rows=0) -> list[int]\n\n"
              "Nanoseconds per call of dctnet's C path (reused decoder, dequantize into a reused buffer),\n"
-             "without Python overhead. Benchmarks only.");
+             "without Python overhead. stop_rows > 0 stops a single-scan decode after that many MCU rows\n"
+             "(what a crop ending above them needs). Benchmarks only.");
 
 #define TIME_MAX_BYTES ((uint64_t)1 << 30)         /* the reader's default max_bytes */
 #define TIME_MAX_REPEAT ((Py_ssize_t)10000000) /* 80 MB of timings: far above any benchmark's need */
@@ -696,7 +697,8 @@ static PyObject *time_common(PyObject *args, int raw) {
   PyObject *res;
   thread_state *ts = get_thread_state();
   if (!ts) return PyErr_NoMemory();
-  if (!PyArg_ParseTuple(args, "y*n", &view, &repeat)) return NULL;
+  int stop_rows = 0;
+  if (!PyArg_ParseTuple(args, "y*n|i", &view, &repeat, &stop_rows)) return NULL;
   if (repeat < 1 || repeat > TIME_MAX_REPEAT) {
     PyBuffer_Release(&view);
     PyErr_Format(PyExc_ValueError, "repeat must be in 1..%lld", (long long)TIME_MAX_REPEAT);
@@ -707,6 +709,7 @@ static PyObject *time_common(PyObject *args, int raw) {
     PyBuffer_Release(&view);
     return PyErr_NoMemory();
   }
+  if (!raw) dctj_set_stop_rows(ts->dec, stop_rows);
   Py_BEGIN_ALLOW_THREADS
   for (Py_ssize_t i = 0; i < repeat && !failed; i++) {
     int64_t t0 = now_ns();
@@ -728,6 +731,7 @@ static PyObject *time_common(PyObject *args, int raw) {
     ns[i] = now_ns() - t0;
   }
   Py_END_ALLOW_THREADS
+  if (!raw) dctj_set_stop_rows(ts->dec, 0);
   free(buf);
   PyBuffer_Release(&view);
   if (failed) {

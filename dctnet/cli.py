@@ -330,15 +330,84 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not files:
         print(f"error: no JPEG files under {args.src}", file=sys.stderr)
         return 1
-    blobs = [Path(f).read_bytes() for f in files]
-    rows = _decode_timings(blobs, args.threads, args.repeat)
-    mp = sum(read_header(b).width * read_header(b).height for b in blobs) / len(blobs) / 1e6
-    print(f"{len(blobs)} files ({mp:.2f} Mpixel average) from {args.src or 'generated photos'}; "
-          f"median of {args.repeat} passes, µs per image, single thread unless noted")
-    base = rows["dctnet read_coefficients"]
+    rows, layouts = _loader_timings(files, args.threads, args.repeat, args.size)
+    mp = sum(read_header(f).width * read_header(f).height for f in files) / len(files) / 1e6
+    print(f"{len(files)} files ({mp:.2f} Mpixel average; {', '.join(f'{k} {v}' for k, v in layouts.items())}) from "
+          f"{args.src or 'generated photos'}; median of {args.repeat} passes, CPU µs per image, one thread unless noted")
+    print("What a training loader does per sample: dctnet reads coefficients, draws a RandomResizedCrop box, slices "
+          "the MCU window of the native planes and collates by layout (decode and resize happen on the device); "
+          f"torchvision and Pillow decode the whole image and crop + resize it to {args.size}x{args.size}.")
+    base = rows["dctnet loader: read + window + collate"]
     for name, us in rows.items():
-        print(f"  {name:<46} {us:9.1f}   {us / base:5.2f}x dctnet")
+        print(f"  {name:<58} {us:9.1f}   {us / base:5.2f}x dctnet")
     return 0
+
+
+def _loader_timings(files: list[str], threads: int, repeat: int, size: int) -> tuple[dict[str, float], dict[str, int]]:
+    """CPU µs per image of dctnet's loader and of Pillow/torchvision's decode + RandomResizedCrop."""
+    import collections
+
+    import torch
+    from torchvision.transforms import v2
+
+    from dctnet import _jpeg
+    from dctnet import data as D
+
+    layouts = collections.Counter(read_header(f).subsampling for f in files)
+
+    def timed(fn) -> float:
+        fn()
+        runs = []
+        for _ in range(repeat):
+            t = time.thread_time()
+            fn()
+            runs.append((time.thread_time() - t) / len(files) * 1e6)
+        return statistics.median(runs)
+
+    blobs = [Path(f).read_bytes() for f in files]
+    rows = {"raw libjpeg floor (jpeg_read_coefficients, no Python)":
+            timed(lambda: [_jpeg.time_raw(b, 1) for b in blobs])}
+    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), on_error="skip")
+
+    def loader_cpu(n_threads: int) -> float:
+        loader = D.ThreadLoader(ds, 32, threads=n_threads, pin_memory=False)
+        runs = []
+        for _ in range(repeat + 1):
+            before = loader.cpu_seconds
+            for _ in loader:
+                pass
+            runs.append((loader.cpu_seconds - before) / len(files) * 1e6)
+        return statistics.median(runs[1:])
+
+    rows["dctnet loader: read + window + collate"] = loader_cpu(1)
+    if threads > 1:
+        rows[f"dctnet loader, {threads} threads (CPU per image)"] = loader_cpu(threads)
+    torch.set_num_threads(1)
+    crop = v2.RandomResizedCrop(size, antialias=True)
+    try:
+        from PIL import Image
+
+        def pillow() -> None:
+            for f in files:
+                with Image.open(f) as im:
+                    crop(v2.functional.pil_to_tensor(im.convert("RGB")))
+
+        rows["Pillow decode + RandomResizedCrop (torchvision v2)"] = timed(pillow)
+    except ImportError:
+        pass
+    import torchvision.io
+
+    datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+
+    def tv() -> None:
+        for d in datas:
+            try:
+                crop(torchvision.io.decode_jpeg(d, mode=torchvision.io.ImageReadMode.RGB))
+            except RuntimeError:
+                pass
+
+    rows["torchvision decode_jpeg + RandomResizedCrop"] = timed(tv)
+    return rows, dict(layouts)
 
 
 def _bench_files(src: str | None, limit: int) -> list[str]:
@@ -353,44 +422,6 @@ def _bench_files(src: str | None, limit: int) -> list[str]:
     step = max(1, len(files) // limit)
     return files[::step][:limit]
 
-
-def _decode_timings(blobs: list[bytes], threads: int, repeat: int) -> dict[str, float]:
-    def timed(fn) -> float:
-        fn()
-        runs = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            runs.append((time.perf_counter() - t) / len(blobs) * 1e6)
-        return statistics.median(runs)
-
-    rows = {"dctnet read_coefficients": timed(lambda: [read_coefficients(b) for b in blobs]),
-            f"dctnet read_coefficients_batch ({threads} threads)": timed(lambda: read_coefficients_batch(blobs, threads=threads))}
-    try:
-        import io
-
-        from PIL import Image
-
-        rows["Pillow decode to RGB"] = timed(lambda: [Image.open(io.BytesIO(b)).convert("RGB").load() for b in blobs])
-    except ImportError:
-        pass
-    try:
-        import torch
-        import torchvision.io
-
-        datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
-
-        def tv() -> None:
-            for d in datas:
-                try:
-                    torchvision.io.decode_jpeg(d, mode=torchvision.io.ImageReadMode.RGB)
-                except RuntimeError:
-                    pass
-
-        rows["torchvision.io.decode_jpeg to RGB"] = timed(tv)
-    except ImportError:
-        pass
-    return rows
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
@@ -457,13 +488,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_stats)
-    p = sub.add_parser("bench", help="decode speed on your files: dctnet vs Pillow vs torchvision",
-                       description="Time dctnet's coefficient reader against full RGB decoders on the same files in "
-                                   "the same run (medians; ratios are what to compare). SRC: a JPEG file or folder "
+    p = sub.add_parser("bench", help="loader cost on your files: dctnet vs Pillow vs torchvision",
+                       description="Time what a training loader does per sample on the same files in the same run: "
+                                   "dctnet's read + crop window + collate (any layout, no pixel work) against Pillow's "
+                                   "and torchvision's decode + RandomResizedCrop, next to the raw libjpeg floor "
+                                   "(medians of CPU time; ratios are what to compare). SRC: a JPEG file or folder "
                                    "(default: generated photos). Full suites: `make bench` (benchmarks/).")
     p.add_argument("src", metavar="SRC", nargs="?")
     p.add_argument("--images", type=int, default=200, help="at most this many files (evenly spread)")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for the batch reader")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="also time the loader with this many threads")
+    p.add_argument("--size", type=int, default=224, help="output size of the torchvision/Pillow crops")
     p.add_argument("--repeat", type=int, default=5, help="timed passes")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model from a recipe (recipes/*.yaml)",

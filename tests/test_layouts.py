@@ -182,3 +182,61 @@ def test_gray_does_not_pay_for_chroma(layout_folder):
     assert gray is not None and len(gray.planes) == 1
     cmyk = [g for g in batch.groups if g.color_space in ("CMYK", "YCCK")]
     assert cmyk and all(len(g.planes) == 4 for g in cmyk)
+
+
+def test_folder_batches_collated_in_c_equal_the_per_sample_path(layout_folder, tmp_path):
+    """ImageFolderDataset.load_collated (one GIL-free read, one C window copy per layout group)
+    gives collate(load_batch(...)) bit for bit, for every layout, a fixed grid, and bad files
+    under both policies."""
+    import shutil
+
+    root = tmp_path / "with-bad"
+    shutil.copytree(layout_folder, root)
+    (root / "all" / "zz-bad.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    for on_error in ("skip", "raise"):
+        ds = D.ImageFolderDataset(root, crop=D.RandomResizedCrop(), seed=4, on_error=on_error)
+        keys = [(2, i) for i in range(len(ds))]
+        if on_error == "raise":
+            with pytest.raises(dctnet.JpegError, match="zz-bad"):
+                ds.load_collated(keys)
+            continue
+        for grid in (None, (40, 40)):
+            a = ds.load_collated(keys, grid=grid)
+            b = D.collate(ds.load_batch(keys), grid=grid, pin_memory=False)
+            assert [g.layout for g in a.groups] == [g.layout for g in b.groups]
+            assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+            assert [s[1] for s in a.skipped] == [s[1] for s in b.skipped] and len(a.skipped) == 1
+
+
+def test_stopping_the_entropy_decode_early_is_a_benchmark_knob_only():
+    """time_read's stop_rows (benchmarks/below_floor.py) times a decode cut after N MCU rows; it
+    must not leak into later calls on the same thread."""
+    from dctnet import _jpeg
+    from dctnet.synthetic import synthetic_jpeg
+
+    data = synthetic_jpeg(0, 256, 256)
+    before = dctnet.read_coefficients(data)
+    assert len(_jpeg.time_read(data, 2, 3)) == 2 and len(_jpeg.time_read(data, 1, 10**6)) == 1
+    after = dctnet.read_coefficients(data)
+    assert all(np.array_equal(a, b) for a, b in zip(before.planes, after.planes))
+    assert after.planes[0][-1].any()  # the last rows are decoded again
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_mixed_layout_device_decode_on_cuda(layout_folder):
+    """The mixed-layout batch through the prefetcher to CUDA: exact crops equal the CPU's (and so
+    Pillow's), under bf16 autocast too; native (y, c) agrees with the CPU to float rounding."""
+    ds = D.ImageFolderDataset(layout_folder, crop=D.RandomResizedCrop(), seed=6)
+    loader = D.ThreadLoader(ds, len(ds), threads=2)
+    cpu_batch = next(iter(D.ThreadLoader(ds, len(ds), threads=2, pin_memory=False)))
+    want = T.crops_to_rgb(cpu_batch, (64, 64), exact=True)
+    (gpu,) = list(D.DevicePrefetcher(loader, "cuda"))
+    assert all(t.is_cuda for t in gpu.tensors())
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = T.crops_to_rgb(gpu, (64, 64), exact=True)
+    assert (got.float().cpu() - want).abs().max() * 255 < 0.01
+    y, c = T.crops_to_coefficients(gpu, (64, 64), chroma="native")
+    y0, c0 = T.crops_to_coefficients(cpu_batch, (64, 64), chroma="native")
+    torch.testing.assert_close(y.cpu(), y0, atol=2e-2, rtol=1e-4)
+    torch.testing.assert_close(c.cpu(), c0, atol=2e-2, rtol=1e-4)

@@ -164,6 +164,32 @@ def test_other_models_and_inputs_run(shapes, tmp_path, arch, inp):
     assert (state["normalize"] is not None) == (inp == "dct" and "vit" in arch)
 
 
+def test_native_chroma_vit_trains_on_mixed_layouts(shapes, tmp_path):
+    """`model.chroma: native` end to end: the device step feeds (y, 4:2:0 c) to a chroma="native"
+    patch embedding (the shapes dataset mixes 4:2:0, 4:2:2, 4:4:4, gray and progressive files);
+    the input statistics are those of the native inputs (y in channel 0, c in 1-2)."""
+    path = tiny(shapes, tmp_path, model__arch="timm:vit_tiny_patch16_224", model__input="dct", model__stem="dct-patch",
+                model__chroma="native", train__max_steps=2, optim__optimizer="adamw", optim__lr=1e-3,
+                augment__mixup=0.2, model__stats_batches=2)
+    trainer = Trainer(load_recipe(path))
+    embed = trainer.model.patch_embed.proj
+    assert embed.chroma == "native" and embed.luma.in_features == 4 * 64 and embed.chroma_weight.shape[-1] == 2 * 64
+    record = trainer.fit()
+    assert record["val_images"] == 60 and record["train_loss"] > 0
+    from dctnet.train import pipeline as P
+
+    native = trainer.pipe.normalize
+    recipe = load_recipe(path)
+    recipe.model.chroma = "upsampled"
+    upsampled = P._coefficient_stats(recipe, trainer.pipe.train_loader.dataset, torch.device("cpu"))
+    # luma statistics are the same either way; chroma's are those of the box-downsampled chroma
+    assert torch.allclose(native.mean[0], upsampled.mean[0]) and torch.allclose(native.std[0], upsampled.std[0])
+    assert (native.std[1:, 0] < upsampled.std[1:, 0]).all()  # averaging 2x2 blocks lowers the DC spread
+    assert not torch.allclose(native.std[1:], upsampled.std[1:], rtol=1e-3)
+    with pytest.raises(RecipeError, match="chroma"):
+        load_recipe(tiny(shapes, tmp_path / "bad", model__chroma="native"))
+
+
 def test_resume_continues_exactly(shapes, tmp_path):
     a = tiny(shapes, tmp_path / "a", optim__epochs=2, train__max_steps=3)
     Trainer(load_recipe(a)).fit()
@@ -228,7 +254,9 @@ def test_train_cli_errors_and_stats_and_bench(shapes, tmp_path, capsys):
     torch.testing.assert_close(norm.mean, ref.mean)
     assert run_cli("bench", f"{shapes}/val", "--images", "8", "--repeat", "1", "--threads", "1") == 0
     text = capsys.readouterr().out
-    assert "dctnet read_coefficients" in text and "Pillow" in text
+    # what the loader does per sample (not the read alone), next to decode + crop and the raw floor
+    assert "dctnet loader: read + window + collate" in text and "Pillow decode + RandomResizedCrop" in text
+    assert "raw libjpeg floor" in text and "torchvision decode_jpeg + RandomResizedCrop" in text
 
 
 @pytest.mark.cuda

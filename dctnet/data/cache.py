@@ -46,17 +46,17 @@ import torch
 from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, open_regular_file
 from dctnet.data import sparse as S
-from dctnet.data.crop import draw_boxes, mcu_windows
-from dctnet.data.loader import _empty, collate, layout_grid
+from dctnet.data.crop import draw_boxes
+from dctnet.data.loader import collate
+from dctnet.data.plan import COLOR_SPACES, BatchPlan, gather_collated, plan_batch
 from dctnet.data.shards import IMAGE_EXTS, _key_of
-from dctnet.transforms.batch import JpegBatch, PlaneGroup, SparseJpegBatch
+from dctnet.transforms.batch import JpegBatch, SparseJpegBatch
 from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
 
 __all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache",
            "source_bytes"]
 
 FORMAT_VERSION = 1
-COLOR_SPACES = ("unknown", "gray", "RGB", "YCbCr", "CMYK", "YCCK")
 INDEX_DTYPE = np.dtype([
     ("part", "<u2"), ("status", "u1"), ("ncomp", "u1"), ("color", "u1"), ("orient", "u1"), ("_pad", "u2"),
     ("offset", "<u8"), ("nbytes", "<u8"), ("label", "<i4"), ("height", "<i4"), ("width", "<i4"),
@@ -555,10 +555,9 @@ class Cache:
                           "rebuild it)")
 
     def _plan(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, grid: tuple[int, int] | None,
-              exif: str = "ignore") -> dict[str, Any] | None:
-        """What both batch paths need, for any layout: records, boxes, MCU windows, layout groups
-        and their grids, valid sizes, relative boxes, each plane's window in blocks. ``None`` when a
-        sample is bad or needs an EXIF rotation (the per-sample path handles those)."""
+              exif: str = "ignore") -> tuple[np.ndarray, np.ndarray, BatchPlan] | None:
+        """``(idx, records, plan)`` for any layout (:func:`dctnet.data.plan.plan_batch`); ``None``
+        when a sample is bad or needs an EXIF rotation (the per-sample path handles those)."""
         if not keys:
             return None
         epochs = np.array([e for e, _ in keys], np.int64)
@@ -566,79 +565,38 @@ class Cache:
         rec = np.asarray(self.index[idx])  # a plain array: field access on a memmap view is slow
         if (rec["status"] != OK).any() or (exif == "apply" and (rec["orient"] > 1).any()):
             return None
-        ncomp = rec["ncomp"].astype(np.int64)
-        samp = rec["sampling"].astype(np.int64)                                   # (B, 4, 2): (h, v)
-        used = np.arange(4)[None, :] < ncomp[:, None]
-        mh = 8 * np.where(used, samp[:, :, 1], 0).max(axis=1)                     # MCU size in pixels
-        mw = 8 * np.where(used, samp[:, :, 0], 0).max(axis=1)
         h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
         boxes = np.empty((len(idx), 4), np.int64)
         for e in np.unique(epochs):  # one vectorised draw per epoch present (normally one)
             m = epochs == e
             boxes[m] = draw_boxes(crop, h[m], w[m], seed, int(e), idx[m])
-        win = mcu_windows(boxes, h, w, (mh, mw))
-        # one key per layout (colour space, component count, sampling): groups in order of first appearance
-        key = rec["color"].astype(np.int64) * 16 + ncomp
-        for c in range(4):
-            key = key * 64 + samp[:, c, 0] * 8 + samp[:, c, 1]
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        layouts = []
-        for g in order:
-            j = int(first[g])
-            layouts.append((COLOR_SPACES[int(rec["color"][j])], tuple((int(samp[j, c, 0]), int(samp[j, c, 1]))
-                                                                      for c in range(int(ncomp[j])))))
-        rows = [np.flatnonzero(inverse.reshape(-1) == g) for g in order]
-        windows = np.stack([win[:, 1] - win[:, 0], win[:, 3] - win[:, 2]], axis=1)
-        grids = [layout_grid(sampling, windows[r], grid) for (_, sampling), r in zip(layouts, rows)]
-        valid = np.stack([np.minimum(h - mh * win[:, 0], mh * (win[:, 1] - win[:, 0])),
-                          np.minimum(w - mw * win[:, 2], mw * (win[:, 3] - win[:, 2]))], axis=1)
-        rel = boxes - np.stack([mh * win[:, 0], mw * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
-        # each plane's window in blocks: MCU rows × v_c, MCU columns × h_c
-        pwin = np.stack([win[:, 0:1] * samp[:, :, 1], win[:, 1:2] * samp[:, :, 1], win[:, 2:3] * samp[:, :, 0],
-                         win[:, 3:4] * samp[:, :, 0]], axis=1)                    # (B, 4 bounds, 4 comps)
-        blocks = rec["blocks"].astype(np.int64)                                    # (B, 4, 2)
-        return {"idx": idx, "rec": rec, "ncomp": ncomp, "layouts": layouts, "rows": rows, "grids": grids,
-                "blocks": blocks, "nb": (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1), "pwin": pwin,
-                "valid": valid, "rel": rel}
+        return idx, rec, plan_batch(rec["color"], rec["ncomp"], rec["sampling"], h, w, boxes, grid)
 
     def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
                grid: tuple[int, int] | None = None, pin_memory: bool = False, exif: str = "ignore") -> JpegBatch | None:
         """Fast path of :meth:`CacheDataset.load_collated`, every layout: one C call per layout
         group copies (dense) or expands (sparse) each plane's window straight into the batch.
         ``None`` when the batch needs the per-sample path (bad samples, EXIF rotations)."""
-        plan = self._plan(keys, crop, seed, grid, exif)
-        if plan is None:
+        planned = self._plan(keys, crop, seed, grid, exif)
+        if planned is None:
             return None
-        idx, rec = plan["idx"], plan["rec"]
+        idx, rec, plan = planned
         items = np.zeros((len(idx), 31), np.int64)  # gather_item rows (csrc/sparse.h)
         items[:, 0] = rec["part"]
         items[:, 1] = rec["offset"].astype(np.int64)  # validated < 2^63 when the cache was opened
         items[:, 2] = rec["nbytes"].astype(np.int64)
         items[:, 3] = idx
-        items[:, 4] = plan["ncomp"]
-        items[:, 5:9] = plan["blocks"][:, :, 0]
-        items[:, 9:13] = plan["blocks"][:, :, 1]
+        items[:, 4] = rec["ncomp"]
+        items[:, 5:9] = rec["blocks"][:, :, 0]
+        items[:, 9:13] = rec["blocks"][:, :, 1]
         items[:, 13] = rec["nvalues"]
         items[:, 14] = rec["nescapes"]
-        items[:, 15:31] = plan["pwin"].reshape(len(idx), 16)
-        groups = []
-        for (color_space, sampling), r, (gr, gc) in zip(plan["layouts"], plan["rows"], plan["grids"]):
-            planes = tuple(_empty((len(r), gr * v, gc * hh, 64), pin_memory) for hh, v in sampling)
-            try:  # the C side checks every item against the part files, tables and outputs it is handed
-                _jpeg.gather_planes(self._parts, self.tables, np.ascontiguousarray(items[r]),
-                                    1 if self.format == "sparse" else 0, [p.numpy() for p in planes])
-            except ValueError as exc:  # args: (message, batch item) for a bad record
-                j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
-                raise self._record_error(int(idx[r[j]]), "its data does not match the index") from None
-            rows_t = torch.from_numpy(r)
-            groups.append(PlaneGroup(color_space, sampling, planes, rows_t.pin_memory() if pin_memory else rows_t))
-        meta = torch.from_numpy(np.concatenate([plan["valid"], plan["rel"], np.asarray(targets, np.int64)[idx][:, None],
-                                                idx[:, None]], axis=1))
-        if pin_memory:
-            meta = meta.pin_memory()
-        return JpegBatch(groups=tuple(groups), valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6],
-                         index=meta[:, 7])
+        try:  # the C side checks every item against the part files, tables and outputs it is handed
+            return gather_collated(plan, self._parts, self.tables, items, 1 if self.format == "sparse" else 0,
+                                   np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
+        except ValueError as exc:  # args: (message, batch position) for a bad record
+            j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+            raise self._record_error(int(idx[j]), "its data does not match the index") from None
 
     def gather_compressed(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
                           grid: tuple[int, int] | None = None) -> SparseJpegBatch | None:
@@ -646,10 +604,12 @@ class Cache:
         every layout: the host only concatenates records (their extents were checked when the
         cache was opened; their streams are checked by the expansion, which raises ``ValueError``
         on a mismatch). Sparse caches only; ``None`` when the batch needs the per-sample path."""
-        plan = self._plan(keys, crop, seed, grid) if self.format == "sparse" else None
-        if plan is None:
+        planned = self._plan(keys, crop, seed, grid) if self.format == "sparse" else None
+        if planned is None:
             return None
-        idx, rec, nb, blocks = plan["idx"], plan["rec"], plan["nb"], plan["blocks"]
+        idx, rec, plan = planned
+        blocks = rec["blocks"].astype(np.int64)                                    # (B, 4, 2)
+        nb = (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1)
         nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
         masks, values, escapes = [], [], []
         for j in range(len(idx)):
@@ -668,10 +628,10 @@ class Cache:
             masks=t(np.concatenate(masks).view(np.int64)), values=t(np.concatenate(values).view(np.int8)),
             escapes=t(np.concatenate(escapes).view(np.int16)),
             tables=t(np.asarray(self.tables[idx], dtype=np.int32)), blocks=t(blocks), offsets=t(offsets),
-            windows=t(np.ascontiguousarray(plan["pwin"])), valid=t(plan["valid"]), boxes=t(plan["rel"]),
+            windows=t(np.ascontiguousarray(plan.pwin)), valid=t(plan.valid), boxes=t(plan.rel),
             labels=t(np.asarray(targets, np.int64)[idx]), index=t(idx),
-            layouts=tuple((cs, sampling, grid_) for (cs, sampling), grid_ in zip(plan["layouts"], plan["grids"])),
-            group_rows=tuple(t(r) for r in plan["rows"]))
+            layouts=tuple((cs, sampling, grid_) for (cs, sampling), grid_ in zip(plan.layouts, plan.grids)),
+            group_rows=tuple(t(r) for r in plan.rows))
 
     def is_bad(self, i: int) -> bool:
         return int(self.index[i]["status"]) == BAD
@@ -782,6 +742,8 @@ class CacheDataset(CropDataset):
     :class:`ImageFolderDataset` over the source folder (``(seed, epoch, index)`` draws).
 
     Indexing takes ``index`` or ``(epoch, index)``; bad samples follow ``on_error``."""
+
+    cheap_batches = True  # a batch is one C gather (~1 ms): loaders keep one ahead per thread
 
     def __init__(self, path: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0, on_error: str = "raise",
                  exif: str = "ignore", verify: str = "stat", source: str | os.PathLike | None = None) -> None:

@@ -25,8 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
-from dctnet import _jpeg
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, Sampling
+from dctnet.data.plan import _empty, layout_grid
 from dctnet.transforms.batch import JpegBatch, PlaneGroup
 
 __all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "group_grids", "make_dataloader"]
@@ -45,19 +45,6 @@ def group_grids(layouts: Sequence[tuple[str, Sampling]], windows: np.ndarray,
         order.setdefault(layout, []).append(i)
     keys, rows = list(order), [np.asarray(v, np.int64) for v in order.values()]
     return keys, rows, [layout_grid(sampling, windows[r], grid) for (_, sampling), r in zip(keys, rows)]
-
-
-def layout_grid(sampling: Sampling, windows: np.ndarray, grid: tuple[int, int] | None) -> tuple[int, int]:
-    """One group's grid ``(R, C)`` in MCUs for its windows ``(n, 2)`` (see :func:`group_grids`)."""
-    need = windows.max(axis=0) if len(windows) else np.zeros(2, np.int64)
-    if grid is None:
-        return int(max(need[0], 1)), int(max(need[1], 1))
-    vmax, hmax = max(v for _, v in sampling), max(h for h, _ in sampling)
-    fixed = (grid[0] // vmax, grid[1] // hmax)
-    if need[0] > fixed[0] or need[1] > fixed[1]:
-        raise ValueError(f"a window of {int(need[0]) * vmax}x{int(need[1]) * hmax} blocks does not fit the fixed "
-                         f"grid {grid}")
-    return fixed
 
 
 def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], *,
@@ -101,22 +88,6 @@ def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], 
 def _tensor(a: np.ndarray, pin_memory: bool) -> torch.Tensor:
     t = torch.from_numpy(a)
     return t.pin_memory() if pin_memory else t
-
-
-def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
-    """int16 batch storage. Pinned: torch's caching host allocator. In a DataLoader worker:
-    shared memory directly, so sending the batch to the main process moves a handle instead of
-    copying the planes. Otherwise: the reader's pool of resident buffers, because a fresh
-    multi-megabyte allocation page-faults its way in on every batch."""
-    nbytes = 2 * math.prod(shape)
-    if pin_memory:
-        return torch.empty(shape, dtype=torch.int16, pin_memory=True)
-    if torch.utils.data.get_worker_info() is not None:
-        storage = torch.UntypedStorage._new_shared(nbytes)
-        return torch.empty(0, dtype=torch.int16).set_(storage, 0, shape)
-    if nbytes == 0:
-        return torch.empty(shape, dtype=torch.int16)
-    return torch.frombuffer(_jpeg.alloc(nbytes), dtype=torch.int16).view(shape)
 
 
 class EpochSampler(torch.utils.data.Sampler):
@@ -189,8 +160,9 @@ class _Collate:
 class ThreadLoader:
     """Batches from a dataset using threads in this process.
 
-    Each batch is one task: ``dataset.load_batch(keys)`` then collate (image folders: the GIL-free
-    reader, chunks of 16 per GIL release), or ``dataset.load_collated(keys)`` (caches: one C gather).
+    Each batch is one task: ``dataset.load_collated(keys)`` where the dataset has it (image
+    folders: one GIL-free read of the batch's files, then one C window copy per layout group;
+    caches: one C gather), else ``dataset.load_batch(keys)`` then collate.
     ``threads`` tasks run at once and ``prefetch`` batches are kept ready, in order. The same
     ``sampler`` gives the same batches as a DataLoader. ``cpu_seconds`` adds up the threads' CPU
     time spent on batches.
@@ -207,8 +179,7 @@ class ThreadLoader:
         # is enough, and fewer live multi-megabyte batches stay in the L3 cache (measured ~0.5 µs
         # a sample cheaper than two ahead). Decoded batches take ~10 ms: two ahead per thread
         # smooth out slow files.
-        collated = hasattr(dataset, "load_collated")
-        self.prefetch = prefetch or (threads if collated else 2 * threads)
+        self.prefetch = prefetch or (threads if getattr(dataset, "cheap_batches", False) else 2 * threads)
         #: CPU seconds the loader threads have spent building batches (for per-sample accounting)
         self.cpu_seconds = 0.0
         self._cpu_lock = threading.Lock()

@@ -18,9 +18,10 @@ def compute_stats(batches: Iterable, to_coefficients: Callable[[object], Tensor]
     """Mean and standard deviation of every (channel, frequency) over a dataset, in one pass.
 
     Args:
-        batches: an iterable of coefficient images ``(B, 3, Hb, Wb, 64)``, or of anything
-            ``to_coefficients`` turns into one (e.g. a loader's ``JpegBatch`` and
-            ``lambda b: crops_to_coefficients(b, (224, 224))``).
+        batches: an iterable of coefficient images ``(B, 3, Hb, Wb, 64)``, or of native-chroma
+            pairs ``(y (B, Hb, Wb, 64), c (B, 2, Hb', Wb', 64))`` (statistics of y in channel 0,
+            of c in channels 1–2), or of anything ``to_coefficients`` turns into one (e.g. a
+            loader's ``JpegBatch`` and ``lambda b: crops_to_coefficients(b, (224, 224))``).
         max_batches: stop after this many batches.
         save: also write the statistics to this file (``Normalize.load`` reads it).
 
@@ -32,10 +33,12 @@ def compute_stats(batches: Iterable, to_coefficients: Callable[[object], Tensor]
         if max_batches is not None and i >= max_batches:
             break
         x = to_coefficients(batch) if to_coefficients else batch
-        x = x.to(torch.float64)
-        s = x.sum(dim=(0, 2, 3))
-        s2 = (x * x).sum(dim=(0, 2, 3))
-        count = x.shape[0] * x.shape[2] * x.shape[3]
+        parts = (x[0].unsqueeze(1), x[1]) if isinstance(x, tuple) else (x,)
+        parts = [p.to(torch.float64) for p in parts]
+        s = torch.cat([p.sum(dim=(0, 2, 3)) for p in parts])
+        s2 = torch.cat([(p * p).sum(dim=(0, 2, 3)) for p in parts])
+        count = torch.cat([torch.full((p.shape[1], 1), float(p.shape[0] * p.shape[2] * p.shape[3]),
+                                      dtype=torch.float64, device=p.device) for p in parts])
         total = (s, s2, count) if total is None else (total[0] + s, total[1] + s2, total[2] + count)
     if total is None:
         raise ValueError("compute_stats got no batches")

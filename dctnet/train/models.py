@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from dctnet.nn import param_groups, stem_modules, swap_stem
@@ -27,10 +28,13 @@ def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
     if m.input != "dct":
         return model
     if "vit" in m.arch:
-        swap_stem(model, keep=m.keep)
+        swap_stem(model, keep=m.keep, chroma=m.chroma)
         if m.normalize == "stats":
             for embed in stem_modules(model):
                 embed.luma.reset_parameters()
+                if m.chroma == "native":  # the same default init, over the stem's whole fan-in
+                    fan_in = embed.luma.in_features + embed.chroma_weight.shape[-1]
+                    torch.nn.init.uniform_(embed.chroma_weight, -fan_in ** -0.5, fan_in ** -0.5)
         return model
     return swap_stem(model, stem=m.stem, keep=m.keep)
 

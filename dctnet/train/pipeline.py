@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from dctnet import data as D
+from dctnet import functional as F
 from dctnet import transforms as T
 from dctnet.nn.convert import input_mean_std
 from dctnet.transforms import functional as TF
@@ -107,15 +108,22 @@ class Pipeline:
             x = T.crops_to_coefficients(raw, size, exact=r.data.decode == "exact")
             if train:
                 x = self._augment_dct(x)
+            if r.model.chroma == "native":  # after the augmentation: flips and jitter commute with it
+                x = native_chroma(x)
             if self.normalize is not None:
-                x = TF.normalize(x, self.normalize.mean.to(x.device), self.normalize.std.to(x.device))
+                x = normalize_input(x, self.normalize.mean.to(labels.device), self.normalize.std.to(labels.device))
         target = labels.long()
         if train and a.mixup > 0:
-            lam = torch.distributions.Beta(a.mixup, a.mixup).sample((x.shape[0],)).to(x.device)
-            perm = torch.randperm(x.shape[0], generator=self.generator).to(x.device)
+            parts = x if isinstance(x, tuple) else (x,)
+            lam = torch.distributions.Beta(a.mixup, a.mixup).sample((parts[0].shape[0],)).to(labels.device)
+            perm = torch.randperm(parts[0].shape[0], generator=self.generator).to(labels.device)
             onehot = torch.nn.functional.one_hot(target, self.num_classes).float()
-            shape = (-1,) + (1,) * (x.dim() - 1)
-            x = lam.reshape(shape) * x + (1 - lam.reshape(shape)) * x[perm]
+
+            def mix(t: Tensor) -> Tensor:
+                shape = (-1,) + (1,) * (t.dim() - 1)
+                return lam.reshape(shape) * t + (1 - lam.reshape(shape)) * t[perm]
+
+            x = tuple(mix(p) for p in parts) if isinstance(x, tuple) else mix(x)
             target = lam[:, None] * onehot + (1 - lam[:, None]) * onehot[perm]
         return x, target
 
@@ -237,8 +245,26 @@ def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     sampler = D.SubsetSampler(_limited(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
     loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
     size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
-    return D.compute_stats((b.to(device) for b in loader), lambda b: T.crops_to_coefficients(b, size, exact=exact),
+    # over the inputs the model is fed: native (y, c) when the stem takes native chroma
+    return D.compute_stats((b.to(device) for b in loader),
+                           lambda b: T.crops_to_coefficients(b, size, exact=exact, chroma=r.model.chroma),
                            max_batches=r.model.stats_batches)
+
+
+def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Coefficient image ``(B, 3, Hb, Wb, 64)`` → ``(y, c)``: luma and 4:2:0 chroma, the 2×2 box
+    average computed exactly in the DCT domain (what ``crops_to_coefficients(chroma="native")``
+    gives)."""
+    return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
+
+
+def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+    """Per-(c,u,v) standardisation of a coefficient image, or of native ``(y, c)`` (channel 0's
+    statistics for y, channels 1–2's for c)."""
+    if isinstance(x, tuple):
+        y, c = x
+        return TF.normalize(y.unsqueeze(1), mean[:1], std[:1]).squeeze(1), TF.normalize(c, mean[1:], std[1:])
+    return TF.normalize(x, mean, std)
 
 
 def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):

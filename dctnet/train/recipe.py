@@ -59,6 +59,7 @@ class ModelConfig:
     # dct: dctnet reads coefficients; the model's first layer is replaced by a DCT stem
     stem: Literal["dct8", "dct-up", "dct-patch"] = "dct8"   # input dct: ResNet stems / ViT patch embedding
     keep: int | None = None           # frequencies kept per block (zigzag order); None: all 64
+    chroma: Literal["upsampled", "native"] = "upsampled"  # DCT ViTs: chroma on the luma grid, or native 4:2:0 (y, c)
     normalize: Literal["stats", "none"] = "stats"  # input dct + ViT: per-(c,u,v) standardisation from data
     stats_batches: int = 20           # batches used for those statistics
     num_classes: int = 0              # 0: from the data
@@ -260,5 +261,7 @@ def _check(r: Recipe, where: str) -> None:
             bad(f"model.stem: a ViT takes stem 'dct-patch', not {r.model.stem!r}")
         if not vit and r.model.stem == "dct-patch":
             bad("model.stem: 'dct-patch' is for ViTs; ResNets take 'dct8' or 'dct-up'")
+    if r.model.chroma == "native" and not (r.model.input == "dct" and vit):
+        bad("model.chroma: 'native' is for DCT ViTs (input: dct, stem: dct-patch)")
     if not 0 <= r.augment.hflip <= 1:
         bad("augment.hflip is a probability")

@@ -1,0 +1,138 @@
+"""Batch planning shared by the folder and cache datasets: from each sample's layout, size and
+crop box to its MCU window, its layout group and the group's grid, each plane's window in blocks,
+and the valid size and relative box the device step needs — vectorised over the batch.
+
+The batch gather that follows (:func:`gather_collated`) copies each plane's window straight into
+the collated group tensors in one C call per layout group (``dctnet._jpeg.gather_planes``), from
+a cache's memory-mapped records or from freshly decoded planes alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import math
+
+import numpy as np
+import torch
+
+from dctnet import _jpeg
+from dctnet.data.crop import mcu_windows
+from dctnet.transforms.batch import JpegBatch, PlaneGroup
+
+__all__ = ["COLOR_SPACES", "BatchPlan", "gather_collated", "layout_grid", "plan_batch"]
+
+#: colour-space codes (the cache index stores the position)
+COLOR_SPACES = ("unknown", "gray", "RGB", "YCbCr", "CMYK", "YCCK")
+
+
+@dataclass
+class BatchPlan:
+    """Where every sample's windows go.
+
+    Attributes:
+        layouts: per group ``(color_space, sampling)``, in order of first appearance.
+        rows: per group ``int64 (n,)`` batch positions.
+        grids: per group ``(R, C)`` in MCUs.
+        pwin: ``int64 (B, 4, 4)`` each plane's window in blocks: (r0, r1, c0, c1) × component.
+        valid: ``int64 (B, 2)`` image content in the window, pixels.
+        rel: ``int64 (B, 4)`` crop box relative to the window, pixels.
+    """
+
+    layouts: list[tuple[str, tuple[tuple[int, int], ...]]]
+    rows: list[np.ndarray]
+    grids: list[tuple[int, int]]
+    pwin: np.ndarray
+    valid: np.ndarray
+    rel: np.ndarray
+
+
+def layout_grid(sampling: tuple[tuple[int, int], ...], windows: np.ndarray, grid: tuple[int, int] | None) -> tuple[int, int]:
+    """One group's grid ``(R, C)`` in MCUs for its windows ``(n, 2)`` (see :func:`dctnet.data.loader.group_grids`)."""
+    need = windows.max(axis=0) if len(windows) else np.zeros(2, np.int64)
+    if grid is None:
+        return int(max(need[0], 1)), int(max(need[1], 1))
+    vmax, hmax = max(v for _, v in sampling), max(h for h, _ in sampling)
+    fixed = (grid[0] // vmax, grid[1] // hmax)
+    if need[0] > fixed[0] or need[1] > fixed[1]:
+        raise ValueError(f"a window of {int(need[0]) * vmax}x{int(need[1]) * hmax} blocks does not fit the fixed "
+                         f"grid {grid}")
+    return fixed
+
+
+def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
+    """int16 batch storage. Pinned: torch's caching host allocator. In a DataLoader worker:
+    shared memory directly, so sending the batch to the main process moves a handle instead of
+    copying the planes. Otherwise: the reader's pool of resident buffers, because a fresh
+    multi-megabyte allocation page-faults its way in on every batch."""
+    nbytes = 2 * math.prod(shape)
+    if pin_memory:
+        return torch.empty(shape, dtype=torch.int16, pin_memory=True)
+    if torch.utils.data.get_worker_info() is not None:
+        storage = torch.UntypedStorage._new_shared(nbytes)
+        return torch.empty(0, dtype=torch.int16).set_(storage, 0, shape)
+    if nbytes == 0:
+        return torch.empty(shape, dtype=torch.int16)
+    return torch.frombuffer(_jpeg.alloc(nbytes), dtype=torch.int16).view(shape)
+
+
+def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heights: np.ndarray, widths: np.ndarray,
+               boxes: np.ndarray, grid: tuple[int, int] | None = None) -> BatchPlan:
+    """Plan a batch. ``color (B,)`` codes of :data:`COLOR_SPACES`, ``ncomp (B,)``,
+    ``sampling (B, 4, 2)`` ``(h, v)`` per component (zero past ``ncomp``), true sizes ``(B,)``,
+    crop ``boxes (B, 4)`` (top, left, height, width) in pixels. ``grid``: see
+    :func:`dctnet.data.loader.group_grids`."""
+    color, ncomp = np.asarray(color, np.int64), np.asarray(ncomp, np.int64)
+    samp = np.asarray(sampling, np.int64)
+    h, w = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
+    used = np.arange(4)[None, :] < ncomp[:, None]
+    mh = 8 * np.where(used, samp[:, :, 1], 0).max(axis=1)                         # MCU size in pixels
+    mw = 8 * np.where(used, samp[:, :, 0], 0).max(axis=1)
+    win = mcu_windows(boxes, h, w, (mh, mw))
+    # one key per layout (colour space, component count, sampling): groups in order of first appearance
+    key = color * 16 + ncomp
+    for c in range(4):
+        key = key * 64 + samp[:, c, 0] * 8 + samp[:, c, 1]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    layouts = [(COLOR_SPACES[int(color[j])], tuple((int(samp[j, c, 0]), int(samp[j, c, 1])) for c in range(int(ncomp[j]))))
+               for j in first[order]]
+    inverse = inverse.reshape(-1)
+    rows = [np.flatnonzero(inverse == g) for g in order]
+    windows = np.stack([win[:, 1] - win[:, 0], win[:, 3] - win[:, 2]], axis=1)
+    grids = [layout_grid(s, windows[r], grid) for (_, s), r in zip(layouts, rows)]
+    valid = np.stack([np.minimum(h - mh * win[:, 0], mh * (win[:, 1] - win[:, 0])),
+                      np.minimum(w - mw * win[:, 2], mw * (win[:, 3] - win[:, 2]))], axis=1)
+    rel = boxes - np.stack([mh * win[:, 0], mw * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
+    # each plane's window in blocks: MCU rows × v_c, MCU columns × h_c
+    pwin = np.stack([win[:, 0:1] * samp[:, :, 1], win[:, 1:2] * samp[:, :, 1], win[:, 2:3] * samp[:, :, 0],
+                     win[:, 3:4] * samp[:, :, 0]], axis=1)
+    return BatchPlan(layouts, rows, grids, pwin, valid, rel)
+
+
+def gather_collated(plan: BatchPlan, parts: Sequence, tables: np.ndarray, items: np.ndarray, fmt: int,
+                    labels: np.ndarray, index: np.ndarray, *, pin_memory: bool = False,
+                    skipped: tuple = ()) -> JpegBatch:
+    """The collated :class:`JpegBatch` of a plan: one ``gather_planes`` call per layout group.
+
+    ``items`` are the ``int64 (B, 31)`` gather_item rows (csrc/sparse.h) with the plan's plane
+    windows filled in here; ``parts``/``tables``/``fmt`` as ``gather_planes`` takes them. A bad
+    record raises ``ValueError(message, batch position)``."""
+    items[:, 15:31] = plan.pwin.reshape(len(items), 16)
+    groups = []
+    for (color_space, sampling), r, (gr, gc) in zip(plan.layouts, plan.rows, plan.grids):
+        planes = tuple(_empty((len(r), gr * v, gc * hh, 64), pin_memory) for hh, v in sampling)
+        try:
+            _jpeg.gather_planes(parts, tables, np.ascontiguousarray(items[r]), fmt, [p.numpy() for p in planes])
+        except ValueError as exc:  # name the batch position, not the group's
+            j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+            raise ValueError(exc.args[0], int(r[j])) from None
+        rows_t = torch.from_numpy(r)
+        groups.append(PlaneGroup(color_space, sampling, planes, rows_t.pin_memory() if pin_memory else rows_t))
+    meta = torch.from_numpy(np.concatenate([plan.valid, plan.rel, np.asarray(labels, np.int64)[:, None],
+                                            np.asarray(index, np.int64)[:, None]], axis=1))
+    if pin_memory:
+        meta = meta.pin_memory()
+    return JpegBatch(groups=tuple(groups), valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7],
+                     skipped=skipped)
