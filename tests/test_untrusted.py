@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import yaml
 import dctnet
 from dctnet import _jpeg
 from dctnet import data as D
-from dctnet.data.cache import INDEX_DTYPE
 from dctnet.synthetic import encode_jpeg, labelled_image, synthetic_jpeg
 
 from conftest import ROOT

@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, open_regular_file
 from dctnet.data import sparse as S
 from dctnet.data.crop import draw_boxes

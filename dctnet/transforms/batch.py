@@ -29,7 +29,6 @@ __all__ = ["JpegBatch", "PlaneGroup", "SAMPLING_420", "SparseJpegBatch", "crops_
            "expand_sparse"]
 
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
-SAMPLING_GRAY = ((1, 1),)
 
 Sampling = tuple[tuple[int, int], ...]
 
