@@ -85,9 +85,9 @@ int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict,
  */
 int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len, int *saturated);
 
-/* Benchmarks only (see benchmarks/below_floor.py): make the following dctj_read calls on this
- * decoder stop a single-scan (baseline or sequential, all components interleaved) decode after
- * `rows` iMCU rows, leaving the rest of every plane zero; 0 decodes everything. Progressive and
+/* Make the following dctj_read calls on this decoder stop a single-scan (baseline or
+ * sequential, all components interleaved) decode after `rows` iMCU rows, leaving the rest of every
+ * plane zero — all a crop window ending above them needs; 0 decodes everything. Progressive and
  * multi-scan files always decode in full. */
 void dctj_set_stop_rows(dctj_decoder *dec, int rows);
 

@@ -57,6 +57,8 @@ typedef struct {
   uint8_t *file_buf;
   size_t file_cap;
   struct job_t *job; /* scratch for read(), while job_busy is 0 */
+  int16_t *planes;   /* decode_windows(): one image's planes, reused (cache-hot) */
+  size_t planes_cap; /* in int16 elements */
   int job_busy;      /* a read() on this thread is using job: a re-entrant call takes its own */
 } thread_state;
 
@@ -68,6 +70,7 @@ static void thread_state_free(void *p) {
   if (!ts) return;
   dctj_free(ts->dec);
   free(ts->file_buf);
+  free(ts->planes);
   free(ts->job);
   free(ts);
 }
@@ -915,6 +918,172 @@ done:
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(decode_windows_doc,
+             "decode_windows(srcs, items, stops, outs, max_pixels, max_bytes) -> None\n\n"
+             "Decode JPEGs and copy each plane's window straight into one layout group's outputs (the\n"
+             "folder loader's batch path). srcs: a sequence of bytes-like JPEGs; items: int64 (n, 31)\n"
+             "gather_item rows whose part is the index into srcs and whose plane sizes must equal the\n"
+             "file's; stops: int64 (n,) MCU rows to decode of single-scan files (0: all; the rows a crop\n"
+             "window needs, so the entropy decode ends early); outs as for gather_planes. Each image is\n"
+             "decoded into a reused per-thread buffer, then its windows are copied by gather_planes.\n"
+             "Raises ValueError(message, item) at the first image that fails or does not match its item.");
+
+static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
+  PyObject *srcs_obj, *items_obj, *stops_obj, *outs_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
+  Py_buffer it = {0}, st = {0}, ov[GATHER_MAX_COMPONENTS];
+  Py_buffer *sv = NULL;
+  int16_t *outs[GATHER_MAX_COMPONENTS];
+  int64_t oh[GATHER_MAX_COMPONENTS], ow[GATHER_MAX_COMPONENTS];
+  size_t osz[GATHER_MAX_COMPONENTS];
+  Py_ssize_t nsrc = 0, held = 0, nout = 0, held_out = 0;
+  int have_it = 0, have_st = 0;
+  int64_t n = 0, bad = 0;
+  uint64_t max_pixels, max_bytes;
+  gather_item *items = NULL;
+  int64_t *stops = NULL;
+  static const uint16_t no_tables[4 * 64];
+  thread_state *ts = get_thread_state();
+  (void)self;
+  memset(ov, 0, sizeof ov);
+  if (!ts) return PyErr_NoMemory();
+  if (!PyArg_ParseTuple(args, "OOOOOO", &srcs_obj, &items_obj, &stops_obj, &outs_obj, &mp_obj, &mb_obj)) return NULL;
+  if (parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
+  if (PyObject_GetBuffer(items_obj, &it, PyBUF_SIMPLE) != 0) goto done;
+  have_it = 1;
+  if (PyObject_GetBuffer(stops_obj, &st, PyBUF_SIMPLE) != 0) goto done;
+  have_st = 1;
+  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
+  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0 || st.len != n * (Py_ssize_t)sizeof(int64_t)) {
+    PyErr_SetString(PyExc_ValueError, "decode_windows: items must be int64 (n, 31) and stops int64 (n,)");
+    goto done;
+  }
+  outs_t = PySequence_Tuple(outs_obj);
+  if (!outs_t) goto done;
+  nout = PyTuple_GET_SIZE(outs_t);
+  if (nout < 1 || nout > GATHER_MAX_COMPONENTS) {
+    PyErr_SetString(PyExc_ValueError, "decode_windows: 1 to 4 output planes");
+    goto done;
+  }
+  for (; held_out < nout; held_out++) {
+    Py_buffer *b = &ov[held_out];
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs_t, held_out), b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+      goto done;
+    if (b->ndim != 4 || b->itemsize != 2 || !b->format || (strcmp(b->format, "h") != 0 && strcmp(b->format, "<h") != 0 &&
+        strcmp(b->format, "=h") != 0) || b->shape[0] != n || b->shape[3] != 64 || ((uintptr_t)b->buf & 1) != 0) {
+      held_out++;
+      PyErr_SetString(PyExc_ValueError, "decode_windows: each output must be int16 (n, h, w, 64), C-contiguous");
+      goto done;
+    }
+    outs[held_out] = (int16_t *)b->buf;
+    oh[held_out] = (int64_t)b->shape[1];
+    ow[held_out] = (int64_t)b->shape[2];
+    osz[held_out] = (size_t)b->shape[1] * (size_t)b->shape[2] * 64;
+  }
+  srcs = PySequence_Tuple(srcs_obj);
+  if (!srcs) goto done;
+  nsrc = PyTuple_GET_SIZE(srcs);
+  sv = (Py_buffer *)PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof(Py_buffer));
+  if (!sv) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (; held < nsrc; held++)
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(srcs, held), &sv[held], PyBUF_SIMPLE) != 0) goto done;
+  for (Py_ssize_t o = 0; o < nout; o++) {
+    int clash = 0;
+    for (Py_ssize_t q = 0; q < nout; q++) clash |= q != o && overlaps(ov[o].buf, ov[o].len, ov[q].buf, ov[q].len);
+    for (Py_ssize_t p = 0; p < nsrc; p++) clash |= overlaps(ov[o].buf, ov[o].len, sv[p].buf, sv[p].len);
+    if (clash) {
+      PyErr_SetString(PyExc_ValueError, "decode_windows: an output shares memory with an input or another output");
+      goto done;
+    }
+  }
+  /* private copies: what is checked is what is used */
+  items = (gather_item *)PyMem_Malloc(it.len ? (size_t)it.len : 1);
+  stops = (int64_t *)PyMem_Malloc(st.len ? (size_t)st.len : 1);
+  if (!items || !stops) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  memcpy(items, it.buf, (size_t)it.len);
+  memcpy(stops, st.buf, (size_t)st.len);
+  Py_BEGIN_ALLOW_THREADS
+  for (int64_t i = 0; i < n && !bad; i++) {
+    gather_item one = items[i];
+    dctj_header hdr;
+    int saturated, ok = 1;
+    int16_t *o[GATHER_MAX_COMPONENTS];
+    gather_part part;
+    if (one.part < 0 || one.part >= nsrc ||
+        dctj_begin(ts->dec, (const uint8_t *)sv[one.part].buf, (size_t)sv[one.part].len, 0, max_pixels, max_bytes,
+                   &hdr) != 0) {
+      bad = i + 1;
+      break;
+    }
+    /* the item was planned from this file's header: it must describe these very planes */
+    ok = hdr.num_components == one.ncomp && one.ncomp <= nout;
+    for (int c = 0; ok && c < hdr.num_components; c++)
+      ok = hdr.comp[c].blocks_h == one.bh[c] && hdr.comp[c].blocks_w == one.bw[c];
+    if (ok && hdr.total_coefs > ts->planes_cap) {
+      int16_t *grown = (int16_t *)realloc(ts->planes, hdr.total_coefs * sizeof(int16_t));
+      if (grown) {
+        ts->planes = grown;
+        ts->planes_cap = hdr.total_coefs;
+      } else {
+        ok = 0;
+      }
+    }
+    if (!ok) {
+      dctj_abort(ts->dec);
+      bad = i + 1;
+      break;
+    }
+    dctj_set_stop_rows(ts->dec, stops[i] > 0 && stops[i] < INT32_MAX ? (int)stops[i] : 0);
+    ok = dctj_read(ts->dec, &hdr, ts->planes, ts->planes_cap, &saturated) == 0;
+    dctj_set_stop_rows(ts->dec, 0);
+    if (!ok) {
+      bad = i + 1;
+      break;
+    }
+    one.part = 0;
+    one.offset = 0;
+    one.nbytes = (int64_t)(hdr.total_coefs * sizeof(int16_t));
+    one.table = 0;
+    one.nvalues = one.nescapes = 0;
+    part.data = (const uint8_t *)ts->planes;
+    part.len = one.nbytes;
+    for (Py_ssize_t c = 0; c < nout; c++) o[c] = outs[c] + (size_t)i * osz[c];
+    if (gather_planes(&one, 1, &part, 1, no_tables, 1, 0, (int64_t)nout, o, oh, ow) != 0) bad = i + 1;
+  }
+  Py_END_ALLOW_THREADS
+  if (ts->planes_cap > (KEEP_FILE_BUFFER / sizeof(int16_t))) { /* do not keep a huge image's buffer */
+    free(ts->planes);
+    ts->planes = NULL;
+    ts->planes_cap = 0;
+  }
+  if (bad) {
+    PyObject *e = Py_BuildValue("(sL)", "decode_windows: an image failed to decode or does not match its item",
+                                (long long)(bad - 1));
+    if (e) {
+      PyErr_SetObject(PyExc_ValueError, e);
+      Py_DECREF(e);
+    }
+  }
+done:
+  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&sv[i]);
+  for (Py_ssize_t i = 0; i < held_out; i++)
+    if (ov[i].obj) PyBuffer_Release(&ov[i]);
+  PyMem_Free(sv);
+  PyMem_Free(items);
+  PyMem_Free(stops);
+  Py_XDECREF(srcs);
+  Py_XDECREF(outs_t);
+  if (have_it) PyBuffer_Release(&it);
+  if (have_st) PyBuffer_Release(&st);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_error_type(PyObject *self, PyObject *cls) {
   (void)self;
   if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_ValueError)) {
@@ -957,6 +1126,7 @@ static PyMethodDef methods[] = {
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
     {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
     {"gather_planes", py_gather_planes, METH_VARARGS, gather_doc},
+    {"decode_windows", py_decode_windows, METH_VARARGS, decode_windows_doc},
     {"rrc_boxes", py_rrc_boxes, METH_VARARGS, rrc_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import dctnet
+from dctnet import _jpeg
 from dctnet.synthetic import synthetic_jpeg
 
 
@@ -66,6 +67,30 @@ def mutate(rng: np.random.Generator, data: bytes, seeds: list[bytes]) -> bytes:
     return bytes(buf)
 
 
+def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> None:
+    """``_jpeg.decode_windows`` on one file: an item planned from its header, a random window of
+    whole MCUs and a random early stop. A decode that fails raises ValueError (counted as an error)."""
+    h = dctnet.read_header(data, max_pixels=max_pixels)
+    if h.nbytes > 8 << 20:
+        return
+    rows, cols = h.mcu
+    r0, c0 = int(rng.integers(rows)), int(rng.integers(cols))
+    r1, c1 = int(rng.integers(r0, rows)) + 1, int(rng.integers(c0, cols)) + 1
+    item = np.zeros((1, 31), np.int64)
+    item[0, 4] = h.num_components
+    for c, ((hh, v), (bh, bw)) in enumerate(zip(h.sampling, h.blocks)):
+        item[0, 5 + c], item[0, 9 + c] = bh, bw
+        item[0, 15 + c], item[0, 19 + c], item[0, 23 + c], item[0, 27 + c] = r0 * v, r1 * v, c0 * hh, c1 * hh
+    outs = [np.zeros((1, (r1 - r0) * v, (c1 - c0) * hh, 64), np.int16) for hh, v in h.sampling]
+    stop = np.array([int(rng.integers(0, rows + 2))], np.int64)
+    try:
+        _jpeg.decode_windows([data], item, stop, outs, max_pixels, 0)
+    except ValueError as exc:
+        if "decode_windows" not in str(exc.args[0]):
+            raise
+        raise dctnet.JpegError(str(exc.args[0])) from None
+
+
 def run(cases: int, seed: int, corpus: str | None, max_pixels: int) -> dict[str, int]:
     rng = np.random.default_rng(seed)
     seeds = seed_files(corpus)
@@ -73,10 +98,14 @@ def run(cases: int, seed: int, corpus: str | None, max_pixels: int) -> dict[str,
     out = np.empty(8 << 20, np.uint8)
     for i in range(cases):
         data = mutate(rng, seeds[int(rng.integers(len(seeds)))], seeds)
-        mode = i % 4
+        mode = i % 5
         try:
             if mode == 0:
                 dctnet.read_header(data, max_pixels=max_pixels)
+                counts["ok"] += 1
+                continue
+            if mode == 4:  # the folder loader's path: header, then decode (maybe stopped early) + window copy
+                decode_windows(rng, data, max_pixels)
                 counts["ok"] += 1
                 continue
             if mode == 1:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, open_regular_file
 from dctnet.data import sparse as S
 from dctnet.data.crop import draw_boxes
@@ -591,8 +592,9 @@ class Cache:
         items[:, 13] = rec["nvalues"]
         items[:, 14] = rec["nescapes"]
         try:  # the C side checks every item against the part files, tables and outputs it is handed
-            return gather_collated(plan, self._parts, self.tables, items, 1 if self.format == "sparse" else 0,
-                                   np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
+            fmt = 1 if self.format == "sparse" else 0
+            return gather_collated(plan, lambda _, it, outs: _jpeg.gather_planes(self._parts, self.tables, it, fmt, outs),
+                                   items, np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
         except ValueError as exc:  # args: (message, batch position) for a bad record
             j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
             raise self._record_error(int(idx[j]), "its data does not match the index") from None

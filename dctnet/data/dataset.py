@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, read_coefficients_batch
+from dctnet import _jpeg
+from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
 
 __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
@@ -36,7 +37,6 @@ __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orie
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
 Sampling = tuple[tuple[int, int], ...]
-_NO_TABLES = np.zeros((1, 4, 64), np.uint16)  # dense records carry dequantized planes: no tables needed
 
 
 @dataclass
@@ -279,47 +279,59 @@ class ImageFolderDataset(CropDataset):
 
     def load_collated(self, keys: Sequence[tuple[int, int]], *, grid: tuple[int, int] | None = None,
                       pin_memory: bool = False) -> Any:
-        """The collated batch for ``keys`` — the same batch as ``collate(load_batch(keys))`` — with
-        the window copies done in C: the files are read in one GIL-free pass, the batch is planned
-        vectorised (:func:`dctnet.data.plan.plan_batch`) and each layout group's windows are copied
-        from the decoded planes straight into the batch by one call (no per-sample Python).
-        Batches with EXIF rotations to apply take :meth:`load_batch` + collate."""
+        """The collated batch for ``keys`` — the same batch as ``collate(load_batch(keys))`` —
+        built without per-sample Python: the headers are read first, the batch is planned
+        vectorised (:func:`dctnet.data.plan.plan_batch`), then one GIL-free C call per layout group
+        decodes each file into a reused buffer and copies its windows straight into the batch.
+        Single-scan (baseline) files stop entropy decoding after the last MCU row their window
+        needs. Batches with EXIF rotations to apply, and files that fail only in the full decode,
+        take :meth:`load_batch` + collate (which reports them under ``on_error``)."""
+        from dctnet.codec import JpegHeader, read_regular_file
         from dctnet.data.loader import collate
         from dctnet.data.plan import COLOR_SPACES, gather_collated, plan_batch
 
-        paths = [self.samples[i][0] for _, i in keys]
-        results = read_coefficients_batch(paths, threads=1, max_pixels=self.max_pixels, errors="return")
-        good = [k for k, r in enumerate(results) if not isinstance(r, BaseException)]
-        if len(good) < len(keys) and self.on_error == "raise":
-            raise next(r for r in results if isinstance(r, BaseException))
-        ok = set(good)
-        skipped = tuple((keys[k][1], paths[k], str(results[k])) for k in range(len(keys)) if k not in ok)
-        coeffs = [results[k] for k in good]
-        if self.exif == "apply" and any(c.exif_orientation not in (None, 1) for c in coeffs):
-            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
-        n = len(coeffs)
+        limits = (_limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
+        srcs, heads, good, skipped = [], [], [], []
+        for k, (_, i) in enumerate(keys):
+            path = self.samples[i][0]
+            try:
+                data = read_regular_file(path)
+                head = JpegHeader(_jpeg.read(data, None, False, *limits, True, path))
+            except (JpegError, OSError) as exc:
+                if self.on_error == "raise":
+                    raise
+                skipped.append((i, path, str(exc)))
+                continue
+            if self.exif == "apply" and head.exif_orientation not in (None, 1):
+                return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
+            srcs.append(data)
+            heads.append(head)
+            good.append(k)
+        n = len(heads)
         idx = np.array([keys[k][1] for k in good], np.int64)
         epochs = np.array([keys[k][0] for k in good], np.int64)
-        ncomp = np.array([c.num_components for c in coeffs], np.int64)
+        ncomp = np.array([c.num_components for c in heads], np.int64)
         sampling = np.zeros((n, 4, 2), np.int64)
         blocks = np.zeros((n, 4, 2), np.int64)
-        for j, c in enumerate(coeffs):
+        for j, c in enumerate(heads):
             sampling[j, : len(c.sampling)] = c.sampling
             blocks[j, : len(c.blocks)] = c.blocks
-        h = np.array([c.height for c in coeffs], np.int64)
-        w = np.array([c.width for c in coeffs], np.int64)
+        h = np.array([c.height for c in heads], np.int64)
+        w = np.array([c.width for c in heads], np.int64)
         boxes = np.empty((n, 4), np.int64)
         for e in np.unique(epochs):
             m = epochs == e
             boxes[m] = draw_boxes(self.crop, h[m], w[m], self.seed, int(e), idx[m])
-        color = np.array([COLOR_SPACES.index(c.color_space) for c in coeffs], np.int64)
+        color = np.array([COLOR_SPACES.index(c.color_space) for c in heads], np.int64)
         plan = plan_batch(color, ncomp, sampling, h, w, boxes, grid)
-        # each decoded image is a dense record at offset 0 of its own buffer
         items = np.zeros((n, 31), np.int64)
-        items[:, 0] = np.arange(n)
-        items[:, 2] = [c.nbytes for c in coeffs]
+        items[:, 0] = np.arange(n)  # the source each item decodes
         items[:, 4] = ncomp
         items[:, 5:9], items[:, 9:13] = blocks[:, :, 0], blocks[:, :, 1]
+        stops = np.ascontiguousarray(plan.win[:, 1])  # MCU rows the windows need
         labels = np.array([self.samples[i][1] for i in idx], np.int64)
-        return gather_collated(plan, [c.data for c in coeffs], _NO_TABLES, items, 0, labels, idx,
-                               pin_memory=pin_memory, skipped=skipped)
+        try:
+            return gather_collated(plan, lambda r, it, outs: _jpeg.decode_windows(srcs, it, stops[r], outs, *limits),
+                                   items, labels, idx, pin_memory=pin_memory, skipped=tuple(skipped))
+        except ValueError:  # a file that fails in its full decode: the per-sample path names it
+            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)

@@ -9,7 +9,7 @@ a cache's memory-mapped records or from freshly decoded planes alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import math
@@ -38,6 +38,7 @@ class BatchPlan:
         pwin: ``int64 (B, 4, 4)`` each plane's window in blocks: (r0, r1, c0, c1) × component.
         valid: ``int64 (B, 2)`` image content in the window, pixels.
         rel: ``int64 (B, 4)`` crop box relative to the window, pixels.
+        win: ``int64 (B, 4)`` the MCU window (r0, r1, c0, c1).
     """
 
     layouts: list[tuple[str, tuple[tuple[int, int], ...]]]
@@ -46,6 +47,7 @@ class BatchPlan:
     pwin: np.ndarray
     valid: np.ndarray
     rel: np.ndarray
+    win: np.ndarray
 
 
 def layout_grid(sampling: tuple[tuple[int, int], ...], windows: np.ndarray, grid: tuple[int, int] | None) -> tuple[int, int]:
@@ -108,23 +110,24 @@ def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heigh
     # each plane's window in blocks: MCU rows × v_c, MCU columns × h_c
     pwin = np.stack([win[:, 0:1] * samp[:, :, 1], win[:, 1:2] * samp[:, :, 1], win[:, 2:3] * samp[:, :, 0],
                      win[:, 3:4] * samp[:, :, 0]], axis=1)
-    return BatchPlan(layouts, rows, grids, pwin, valid, rel)
+    return BatchPlan(layouts, rows, grids, pwin, valid, rel, win)
 
 
-def gather_collated(plan: BatchPlan, parts: Sequence, tables: np.ndarray, items: np.ndarray, fmt: int,
+def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, list], None], items: np.ndarray,
                     labels: np.ndarray, index: np.ndarray, *, pin_memory: bool = False,
                     skipped: tuple = ()) -> JpegBatch:
-    """The collated :class:`JpegBatch` of a plan: one ``gather_planes`` call per layout group.
+    """The collated :class:`JpegBatch` of a plan: one C call per layout group.
 
     ``items`` are the ``int64 (B, 31)`` gather_item rows (csrc/sparse.h) with the plan's plane
-    windows filled in here; ``parts``/``tables``/``fmt`` as ``gather_planes`` takes them. A bad
-    record raises ``ValueError(message, batch position)``."""
+    windows filled in here; ``copy(rows, items_of_rows, outputs)`` fills one group's outputs
+    (``gather_planes`` from a cache's records, ``decode_windows`` from JPEG bytes). A bad record
+    raises ``ValueError(message, batch position)``."""
     items[:, 15:31] = plan.pwin.reshape(len(items), 16)
     groups = []
     for (color_space, sampling), r, (gr, gc) in zip(plan.layouts, plan.rows, plan.grids):
         planes = tuple(_empty((len(r), gr * v, gc * hh, 64), pin_memory) for hh, v in sampling)
         try:
-            _jpeg.gather_planes(parts, tables, np.ascontiguousarray(items[r]), fmt, [p.numpy() for p in planes])
+            copy(r, np.ascontiguousarray(items[r]), [p.numpy() for p in planes])
         except ValueError as exc:  # name the batch position, not the group's
             j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
             raise ValueError(exc.args[0], int(r[j])) from None
