@@ -615,19 +615,20 @@ free_job:
 }
 
 PyDoc_STRVAR(read_many_doc,
-             "read_many(srcs, strict, max_pixels, max_bytes) -> list\n\n"
+             "read_many(srcs, strict, max_pixels, max_bytes, header_only=False) -> list\n\n"
              "read() for each source of a sequence, all decoded in one GIL-free stretch; each item is\n"
-             "the result tuple or the exception instance (JpegError, OSError) for that source.");
+             "the result tuple (the header alone with header_only) or the exception instance\n"
+             "(JpegError, OSError) for that source.");
 
 static PyObject *py_read_many(PyObject *self, PyObject *args) {
   PyObject *seq, *fast, *result = NULL, *max_pixels_obj, *max_bytes_obj;
-  int strict;
+  int strict, header_only = 0;
   uint64_t max_pixels, max_bytes;
   Py_ssize_t n, ready = 0;
   thread_state *ts;
   job_t *jobs = NULL;
   (void)self;
-  if (!PyArg_ParseTuple(args, "OpOO", &seq, &strict, &max_pixels_obj, &max_bytes_obj)) return NULL;
+  if (!PyArg_ParseTuple(args, "OpOO|p", &seq, &strict, &max_pixels_obj, &max_bytes_obj, &header_only)) return NULL;
   if (parse_limit(max_pixels_obj, "max_pixels", &max_pixels) || parse_limit(max_bytes_obj, "max_bytes", &max_bytes))
     return NULL;
   /* A private tuple: a list could change under us (another thread while the GIL is released, or
@@ -645,11 +646,12 @@ static PyObject *py_read_many(PyObject *self, PyObject *args) {
   for (; ready < n; ready++)
     if (job_init(&jobs[ready], PyTuple_GET_ITEM(fast, ready)) != 0) goto done;
   Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, max_pixels, max_bytes, 0, NULL);
+  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, max_pixels, max_bytes, header_only, NULL);
   Py_END_ALLOW_THREADS
   result = PyList_New(n);
   for (Py_ssize_t i = 0; result && i < n; i++) {
-    PyObject *item = jobs[i].status == ST_OK ? job_result(&jobs[i], 0, Py_None) : job_exception(&jobs[i], Py_None);
+    PyObject *item = jobs[i].status == ST_OK ? job_result(&jobs[i], header_only, Py_None)
+                                             : job_exception(&jobs[i], Py_None);
     if (!item) Py_CLEAR(result);
     else PyList_SET_ITEM(result, i, item);
   }
@@ -921,7 +923,8 @@ done:
 PyDoc_STRVAR(decode_windows_doc,
              "decode_windows(srcs, items, stops, outs, max_pixels, max_bytes) -> None\n\n"
              "Decode JPEGs and copy each plane's window straight into one layout group's outputs (the\n"
-             "folder loader's batch path). srcs: a sequence of bytes-like JPEGs; items: int64 (n, 31)\n"
+             "folder loader's batch path). srcs: a sequence of paths (str: read here, without the GIL)\n"
+             "or bytes-like JPEGs; items: int64 (n, 31)\n"
              "gather_item rows whose part is the index into srcs and whose plane sizes must equal the\n"
              "file's; stops: int64 (n,) MCU rows to decode of single-scan files (0: all; the rows a crop\n"
              "window needs, so the entropy decode ends early); outs as for gather_planes. Each image is\n"
@@ -932,6 +935,7 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   PyObject *srcs_obj, *items_obj, *stops_obj, *outs_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
   Py_buffer it = {0}, st = {0}, ov[GATHER_MAX_COMPONENTS];
   Py_buffer *sv = NULL;
+  PyObject **paths = NULL; /* fs-encoded bytes of str sources (owned), NULL for buffers */
   int16_t *outs[GATHER_MAX_COMPONENTS];
   int64_t oh[GATHER_MAX_COMPONENTS], ow[GATHER_MAX_COMPONENTS];
   size_t osz[GATHER_MAX_COMPONENTS];
@@ -983,12 +987,19 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   if (!srcs) goto done;
   nsrc = PyTuple_GET_SIZE(srcs);
   sv = (Py_buffer *)PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof(Py_buffer));
-  if (!sv) {
+  paths = (PyObject **)PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof(PyObject *));
+  if (!sv || !paths) {
     PyErr_NoMemory();
     goto done;
   }
-  for (; held < nsrc; held++)
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(srcs, held), &sv[held], PyBUF_SIMPLE) != 0) goto done;
+  for (; held < nsrc; held++) {
+    PyObject *src = PyTuple_GET_ITEM(srcs, held);
+    if (PyUnicode_Check(src)) {
+      if (!PyUnicode_FSConverter(src, &paths[held])) goto done;
+    } else if (PyObject_GetBuffer(src, &sv[held], PyBUF_SIMPLE) != 0) {
+      goto done;
+    }
+  }
   for (Py_ssize_t o = 0; o < nout; o++) {
     int clash = 0;
     for (Py_ssize_t q = 0; q < nout; q++) clash |= q != o && overlaps(ov[o].buf, ov[o].len, ov[q].buf, ov[q].len);
@@ -1014,9 +1025,23 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
     int saturated, ok = 1;
     int16_t *o[GATHER_MAX_COMPONENTS];
     gather_part part;
-    if (one.part < 0 || one.part >= nsrc ||
-        dctj_begin(ts->dec, (const uint8_t *)sv[one.part].buf, (size_t)sv[one.part].len, 0, max_pixels, max_bytes,
-                   &hdr) != 0) {
+    const uint8_t *data;
+    size_t len = 0;
+    if (one.part < 0 || one.part >= nsrc) {
+      bad = i + 1;
+      break;
+    }
+    if (paths[one.part]) {
+      if (read_file(ts, PyBytes_AS_STRING(paths[one.part]), &len) != 0) {
+        bad = i + 1;
+        break;
+      }
+      data = ts->file_buf;
+    } else {
+      data = (const uint8_t *)sv[one.part].buf;
+      len = (size_t)sv[one.part].len;
+    }
+    if (dctj_begin(ts->dec, data, len, 0, max_pixels, max_bytes, &hdr) != 0) {
       bad = i + 1;
       break;
     }
@@ -1070,10 +1095,15 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
     }
   }
 done:
-  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&sv[i]);
+  for (Py_ssize_t i = 0; i < held; i++) {
+    if (paths[i]) Py_DECREF(paths[i]);
+    else PyBuffer_Release(&sv[i]);
+  }
+  if (paths && held < nsrc) Py_XDECREF(paths[held]); /* a failed FSConverter leaves NULL */
   for (Py_ssize_t i = 0; i < held_out; i++)
     if (ov[i].obj) PyBuffer_Release(&ov[i]);
   PyMem_Free(sv);
+  PyMem_Free(paths);
   PyMem_Free(items);
   PyMem_Free(stops);
   Py_XDECREF(srcs);

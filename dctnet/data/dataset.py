@@ -280,31 +280,30 @@ class ImageFolderDataset(CropDataset):
     def load_collated(self, keys: Sequence[tuple[int, int]], *, grid: tuple[int, int] | None = None,
                       pin_memory: bool = False) -> Any:
         """The collated batch for ``keys`` — the same batch as ``collate(load_batch(keys))`` —
-        built without per-sample Python: the headers are read first, the batch is planned
+        built without per-sample Python: one GIL-free call reads the headers, the batch is planned
         vectorised (:func:`dctnet.data.plan.plan_batch`), then one GIL-free C call per layout group
-        decodes each file into a reused buffer and copies its windows straight into the batch.
+        reads and decodes each file into a reused buffer and copies its windows into the batch.
         Single-scan (baseline) files stop entropy decoding after the last MCU row their window
         needs. Batches with EXIF rotations to apply, and files that fail only in the full decode,
         take :meth:`load_batch` + collate (which reports them under ``on_error``)."""
-        from dctnet.codec import JpegHeader, read_regular_file
+        from dctnet.codec import JpegHeader
         from dctnet.data.loader import collate
         from dctnet.data.plan import COLOR_SPACES, gather_collated, plan_batch
 
         limits = (_limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
+        paths = [self.samples[i][0] for _, i in keys]
         srcs, heads, good, skipped = [], [], [], []
-        for k, (_, i) in enumerate(keys):
-            path = self.samples[i][0]
-            try:
-                data = read_regular_file(path)
-                head = JpegHeader(_jpeg.read(data, None, False, *limits, True, path))
-            except (JpegError, OSError) as exc:
+        # the headers of the whole batch in one GIL-free C call (files read there, FIFOs refused)
+        for k, (res, path) in enumerate(zip(_jpeg.read_many(paths, False, *limits, True), paths)):
+            if isinstance(res, BaseException):
                 if self.on_error == "raise":
-                    raise
-                skipped.append((i, path, str(exc)))
+                    raise res
+                skipped.append((keys[k][1], path, str(res)))
                 continue
+            head = JpegHeader(res)
             if self.exif == "apply" and head.exif_orientation not in (None, 1):
                 return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
-            srcs.append(data)
+            srcs.append(path)
             heads.append(head)
             good.append(k)
         n = len(heads)
