@@ -96,12 +96,15 @@ def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heigh
     key = color * 16 + ncomp
     for c in range(4):
         key = key * 64 + samp[:, c, 0] * 8 + samp[:, c, 1]
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(first)
+    if len(key) and (key == key[0]).all():  # the common case: one layout, rows in order
+        firsts, rows = [0], [np.arange(len(key), dtype=np.int64)]
+    else:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        inverse = inverse.reshape(-1)
+        firsts, rows = [int(j) for j in first[order]], [np.flatnonzero(inverse == g) for g in order]
     layouts = [(COLOR_SPACES[int(color[j])], tuple((int(samp[j, c, 0]), int(samp[j, c, 1])) for c in range(int(ncomp[j]))))
-               for j in first[order]]
-    inverse = inverse.reshape(-1)
-    rows = [np.flatnonzero(inverse == g) for g in order]
+               for j in firsts]
     windows = np.stack([win[:, 1] - win[:, 0], win[:, 3] - win[:, 2]], axis=1)
     grids = [layout_grid(s, windows[r], grid) for (_, s), r in zip(layouts, rows)]
     valid = np.stack([np.minimum(h - mh * win[:, 0], mh * (win[:, 1] - win[:, 0])),
