@@ -802,6 +802,64 @@ static PyObject *py_sparse_expand(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* ValueError(message, item): the caller names the record or file of batch item `item`. */
+static void raise_item_error(const char *message, int64_t item) {
+  PyObject *e = Py_BuildValue("(sL)", message, (long long)item);
+  if (e) {
+    PyErr_SetObject(PyExc_ValueError, e);
+    Py_DECREF(e);
+  }
+}
+
+/* Whether an output shares memory with another output, an input, or one of two extra buffers
+ * (either may be NULL). Outputs are written while inputs are read: a shared byte would change
+ * what is read next (or make a memcpy overlap). */
+static int outputs_clash(const Py_buffer *ov, Py_ssize_t nout, const Py_buffer *in, Py_ssize_t nin,
+                         const Py_buffer *extra1, const Py_buffer *extra2) {
+  for (Py_ssize_t o = 0; o < nout; o++) {
+    for (Py_ssize_t q = 0; q < nout; q++)
+      if (q != o && overlaps(ov[o].buf, ov[o].len, ov[q].buf, ov[q].len)) return 1;
+    for (Py_ssize_t p = 0; p < nin; p++)
+      if (overlaps(ov[o].buf, ov[o].len, in[p].buf, in[p].len)) return 1;
+    if ((extra1 && overlaps(ov[o].buf, ov[o].len, extra1->buf, extra1->len)) ||
+        (extra2 && overlaps(ov[o].buf, ov[o].len, extra2->buf, extra2->len)))
+      return 1;
+  }
+  return 0;
+}
+
+static void release_buffers(Py_buffer *views, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (views[i].obj) PyBuffer_Release(&views[i]);
+}
+
+/* The output planes of one layout group: each a C-contiguous writable int16 buffer whose ND
+ * shape is (n, h, w, 64). Fills ov/outs/oh/ow for every output and counts the buffers held in
+ * *held (release them even on failure). Returns 0, or -1 with an exception set. */
+static int get_group_outputs(PyObject *outs_t, int64_t n, const char *who, Py_buffer *ov, Py_ssize_t *held,
+                             int16_t **outs, int64_t *oh, int64_t *ow) {
+  Py_ssize_t nout = PyTuple_GET_SIZE(outs_t);
+  if (nout < 1 || nout > GATHER_MAX_COMPONENTS) {
+    PyErr_Format(PyExc_ValueError, "%s: 1 to 4 output planes", who);
+    return -1;
+  }
+  for (; *held < nout; (*held)++) {
+    Py_buffer *b = &ov[*held];
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs_t, *held), b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+      return -1;
+    if (b->ndim != 4 || b->itemsize != 2 || !b->format || (strcmp(b->format, "h") != 0 && strcmp(b->format, "<h") != 0 &&
+        strcmp(b->format, "=h") != 0) || b->shape[0] != n || b->shape[3] != 64 || ((uintptr_t)b->buf & 1) != 0) {
+      (*held)++;
+      PyErr_Format(PyExc_ValueError, "%s: each output must be int16 (n, h, w, 64), C-contiguous", who);
+      return -1;
+    }
+    outs[*held] = (int16_t *)b->buf;
+    oh[*held] = (int64_t)b->shape[1];
+    ow[*held] = (int64_t)b->shape[2];
+  }
+  return 0;
+}
+
 PyDoc_STRVAR(gather_doc,
              "gather_planes(parts, tables, items, fmt, outs) -> None\n\n"
              "Batch gather of one layout group from a coefficient cache (csrc/sparse.h). parts: a sequence\n"
@@ -836,28 +894,8 @@ static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
     goto done;
   }
   outs_fast = PySequence_Tuple(outs_obj); /* private copies: Python code cannot change them under us */
-  if (!outs_fast) goto done;
-  nout = PyTuple_GET_SIZE(outs_fast);
-  if (nout < 1 || nout > GATHER_MAX_COMPONENTS) {
-    PyErr_SetString(PyExc_ValueError, "gather_planes: 1 to 4 output planes");
-    goto done;
-  }
-  /* Each output: a C-contiguous writable int16 buffer whose ND shape is (n, h, w, 64). */
-  for (; held_out < nout; held_out++) {
-    Py_buffer *b = &ov[held_out];
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs_fast, held_out), b,
-                           PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
-      goto done;
-    if (b->ndim != 4 || b->itemsize != 2 || !b->format || (strcmp(b->format, "h") != 0 && strcmp(b->format, "<h") != 0 &&
-        strcmp(b->format, "=h") != 0) || b->shape[0] != n || b->shape[3] != 64 || ((uintptr_t)b->buf & 1) != 0) {
-      held_out++;
-      PyErr_SetString(PyExc_ValueError, "gather_planes: each output must be int16 (n, h, w, 64), C-contiguous");
-      goto done;
-    }
-    outs[held_out] = (int16_t *)b->buf;
-    oh[held_out] = (int64_t)b->shape[1];
-    ow[held_out] = (int64_t)b->shape[2];
-  }
+  if (!outs_fast || get_group_outputs(outs_fast, n, "gather_planes", ov, &held_out, outs, oh, ow) != 0) goto done;
+  nout = held_out;
   parts_fast = PySequence_Tuple(parts_obj);
   if (!parts_fast) goto done;
   nparts = PyTuple_GET_SIZE(parts_fast);
@@ -875,14 +913,9 @@ static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
   }
   /* Outputs are written while parts and tables are read: they must not share memory (a write
    * could otherwise change what is read next, or memcpy would copy between overlapping ranges). */
-  for (Py_ssize_t o = 0; o < nout; o++) {
-    int clash = overlaps(ov[o].buf, ov[o].len, tb.buf, tb.len) || overlaps(ov[o].buf, ov[o].len, it.buf, it.len);
-    for (Py_ssize_t q = 0; q < nout; q++) clash |= q != o && overlaps(ov[o].buf, ov[o].len, ov[q].buf, ov[q].len);
-    for (Py_ssize_t p = 0; p < nparts; p++) clash |= overlaps(ov[o].buf, ov[o].len, pv[p].buf, pv[p].len);
-    if (clash) {
-      PyErr_SetString(PyExc_ValueError, "gather_planes: an output shares memory with an input or another output");
-      goto done;
-    }
+  if (outputs_clash(ov, nout, pv, nparts, &tb, &it)) {
+    PyErr_SetString(PyExc_ValueError, "gather_planes: an output shares memory with an input or another output");
+    goto done;
   }
   /* A private copy of the items: what was checked is what is used (another thread could rewrite
    * the caller's array while the GIL is released). */
@@ -897,18 +930,10 @@ static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
                       (int64_t)(tb.len / (4 * 64 * 2)), fmt, (int64_t)nout, outs, oh, ow);
   Py_END_ALLOW_THREADS
   if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_planes: bad format or output grid");
-  else if (bad) { /* ValueError(message, item) so that the caller can name the record */
-    PyObject *e = Py_BuildValue("(sL)", "gather_planes: corrupt or out-of-bounds record for a batch item",
-                                (long long)(bad - 1));
-    if (e) {
-      PyErr_SetObject(PyExc_ValueError, e);
-      Py_DECREF(e);
-    }
-  }
+  else if (bad) raise_item_error("gather_planes: corrupt or out-of-bounds record for a batch item", bad - 1);
 done:
   for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
-  for (Py_ssize_t i = 0; i < held_out; i++)
-    if (ov[i].obj) PyBuffer_Release(&ov[i]);
+  release_buffers(ov, held_out);
   PyMem_Free(pv);
   PyMem_Free(pp);
   PyMem_Free(items);
@@ -962,27 +987,9 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
     goto done;
   }
   outs_t = PySequence_Tuple(outs_obj);
-  if (!outs_t) goto done;
-  nout = PyTuple_GET_SIZE(outs_t);
-  if (nout < 1 || nout > GATHER_MAX_COMPONENTS) {
-    PyErr_SetString(PyExc_ValueError, "decode_windows: 1 to 4 output planes");
-    goto done;
-  }
-  for (; held_out < nout; held_out++) {
-    Py_buffer *b = &ov[held_out];
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs_t, held_out), b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
-      goto done;
-    if (b->ndim != 4 || b->itemsize != 2 || !b->format || (strcmp(b->format, "h") != 0 && strcmp(b->format, "<h") != 0 &&
-        strcmp(b->format, "=h") != 0) || b->shape[0] != n || b->shape[3] != 64 || ((uintptr_t)b->buf & 1) != 0) {
-      held_out++;
-      PyErr_SetString(PyExc_ValueError, "decode_windows: each output must be int16 (n, h, w, 64), C-contiguous");
-      goto done;
-    }
-    outs[held_out] = (int16_t *)b->buf;
-    oh[held_out] = (int64_t)b->shape[1];
-    ow[held_out] = (int64_t)b->shape[2];
-    osz[held_out] = (size_t)b->shape[1] * (size_t)b->shape[2] * 64;
-  }
+  if (!outs_t || get_group_outputs(outs_t, n, "decode_windows", ov, &held_out, outs, oh, ow) != 0) goto done;
+  nout = held_out;
+  for (Py_ssize_t c = 0; c < nout; c++) osz[c] = (size_t)oh[c] * (size_t)ow[c] * 64;
   srcs = PySequence_Tuple(srcs_obj);
   if (!srcs) goto done;
   nsrc = PyTuple_GET_SIZE(srcs);
@@ -1000,14 +1007,9 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
       goto done;
     }
   }
-  for (Py_ssize_t o = 0; o < nout; o++) {
-    int clash = 0;
-    for (Py_ssize_t q = 0; q < nout; q++) clash |= q != o && overlaps(ov[o].buf, ov[o].len, ov[q].buf, ov[q].len);
-    for (Py_ssize_t p = 0; p < nsrc; p++) clash |= overlaps(ov[o].buf, ov[o].len, sv[p].buf, sv[p].len);
-    if (clash) {
-      PyErr_SetString(PyExc_ValueError, "decode_windows: an output shares memory with an input or another output");
-      goto done;
-    }
+  if (outputs_clash(ov, nout, sv, nsrc, NULL, NULL)) {
+    PyErr_SetString(PyExc_ValueError, "decode_windows: an output shares memory with an input or another output");
+    goto done;
   }
   /* private copies: what is checked is what is used */
   items = (gather_item *)PyMem_Malloc(it.len ? (size_t)it.len : 1);
@@ -1086,22 +1088,14 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
     ts->planes = NULL;
     ts->planes_cap = 0;
   }
-  if (bad) {
-    PyObject *e = Py_BuildValue("(sL)", "decode_windows: an image failed to decode or does not match its item",
-                                (long long)(bad - 1));
-    if (e) {
-      PyErr_SetObject(PyExc_ValueError, e);
-      Py_DECREF(e);
-    }
-  }
+  if (bad) raise_item_error("decode_windows: an image failed to decode or does not match its item", bad - 1);
 done:
   for (Py_ssize_t i = 0; i < held; i++) {
     if (paths[i]) Py_DECREF(paths[i]);
     else PyBuffer_Release(&sv[i]);
   }
   if (paths && held < nsrc) Py_XDECREF(paths[held]); /* a failed FSConverter leaves NULL */
-  for (Py_ssize_t i = 0; i < held_out; i++)
-    if (ov[i].obj) PyBuffer_Release(&ov[i]);
+  release_buffers(ov, held_out);
   PyMem_Free(sv);
   PyMem_Free(paths);
   PyMem_Free(items);
