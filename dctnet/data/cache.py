@@ -566,10 +566,7 @@ class Cache:
         if (rec["status"] != OK).any() or (exif == "apply" and (rec["orient"] > 1).any()):
             return None
         h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
-        boxes = np.empty((len(idx), 4), np.int64)
-        for e in np.unique(epochs):  # one vectorised draw per epoch present (normally one)
-            m = epochs == e
-            boxes[m] = draw_boxes(crop, h[m], w[m], seed, int(e), idx[m])
+        boxes = draw_boxes(crop, h, w, seed, epochs, idx)
         return idx, rec, plan_batch(rec["color"], rec["ncomp"], rec["sampling"], h, w, boxes, grid)
 
     def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,

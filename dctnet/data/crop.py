@@ -107,10 +107,19 @@ class FullImage:
         return 0, 0, height, width
 
 
-def draw_boxes(crop, heights, widths, seed: int, epoch: int, index) -> np.ndarray:
-    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop``."""
+def draw_boxes(crop, heights, widths, seed: int, epoch, index) -> np.ndarray:
+    """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop``. ``epoch``: one
+    epoch, or one per sample (a batch may straddle epochs): one vectorised draw per epoch present."""
     index = np.atleast_1d(index)
-    return crop.boxes(np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape), seed, epoch, index)
+    heights, widths = np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape)
+    if np.ndim(epoch) == 0:
+        return crop.boxes(heights, widths, seed, int(epoch), index)
+    epochs = np.asarray(epoch, np.int64)
+    boxes = np.empty((len(index), 4), np.int64)
+    for e in np.unique(epochs):  # normally one
+        m = epochs == e
+        boxes[m] = crop.boxes(heights[m], widths[m], seed, int(e), index[m])
+    return boxes
 
 
 def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int | tuple[Any, Any] = 16,

@@ -134,11 +134,7 @@ def samples_from_coefficients(coeffs: Sequence[Any], crop: Any, labels: Sequence
     ws = np.array([p[4] for p in planes], np.int64)
     mcus = np.array([mcu_size(p[1]) for p in planes], np.int64)
     idx = np.asarray(indices, np.int64)
-    ep = np.asarray(epochs, np.int64)
-    boxes = np.empty((len(planes), 4), np.int64)
-    for e in np.unique(ep):  # one vectorised draw per epoch present (normally one)
-        m = ep == e
-        boxes[m] = draw_boxes(crop, hs[m], ws[m], seed, int(e), idx[m])
+    boxes = draw_boxes(crop, hs, ws, seed, np.asarray(epochs, np.int64), idx)
     win = mcu_windows(boxes, hs, ws, (mcus[:, 0], mcus[:, 1]))
     out = []
     for (p, sampling, cs, h, w), (mh, mw), box, (r0, r1, c0, c1), label, index in zip(
@@ -317,10 +313,7 @@ class ImageFolderDataset(CropDataset):
             blocks[j, : len(c.blocks)] = c.blocks
         h = np.array([c.height for c in heads], np.int64)
         w = np.array([c.width for c in heads], np.int64)
-        boxes = np.empty((n, 4), np.int64)
-        for e in np.unique(epochs):
-            m = epochs == e
-            boxes[m] = draw_boxes(self.crop, h[m], w[m], self.seed, int(e), idx[m])
+        boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
         color = np.array([COLOR_SPACES.index(c.color_space) for c in heads], np.int64)
         plan = plan_batch(color, ncomp, sampling, h, w, boxes, grid)
         items = np.zeros((n, 31), np.int64)
