@@ -48,7 +48,7 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_co
 from dctnet.data import sparse as S
 from dctnet.data.crop import draw_boxes
 from dctnet.data.loader import collate
-from dctnet.data.plan import COLOR_SPACES, BatchPlan, gather_collated, plan_batch
+from dctnet.data.plan import COLOR_SPACES, BatchPlan, gather_collated, gather_items, plan_batch
 from dctnet.data.shards import IMAGE_EXTS, _key_of
 from dctnet.transforms.batch import JpegBatch, SparseJpegBatch
 from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
@@ -578,16 +578,10 @@ class Cache:
         if planned is None:
             return None
         idx, rec, plan = planned
-        items = np.zeros((len(idx), 31), np.int64)  # gather_item rows (csrc/sparse.h)
-        items[:, 0] = rec["part"]
-        items[:, 1] = rec["offset"].astype(np.int64)  # validated < 2^63 when the cache was opened
-        items[:, 2] = rec["nbytes"].astype(np.int64)
-        items[:, 3] = idx
-        items[:, 4] = rec["ncomp"]
-        items[:, 5:9] = rec["blocks"][:, :, 0]
-        items[:, 9:13] = rec["blocks"][:, :, 1]
-        items[:, 13] = rec["nvalues"]
-        items[:, 14] = rec["nescapes"]
+        items = gather_items(rec["part"], rec["ncomp"], rec["blocks"].astype(np.int64),
+                             offset=rec["offset"].astype(np.int64),  # validated < 2^63 when the cache was opened
+                             nbytes=rec["nbytes"].astype(np.int64), table=idx, nvalues=rec["nvalues"],
+                             nescapes=rec["nescapes"])
         try:  # the C side checks every item against the part files, tables and outputs it is handed
             fmt = 1 if self.format == "sparse" else 0
             return gather_collated(plan, lambda _, it, outs: _jpeg.gather_planes(self._parts, self.tables, it, fmt, outs),

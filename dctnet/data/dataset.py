@@ -284,7 +284,7 @@ class ImageFolderDataset(CropDataset):
         take :meth:`load_batch` + collate (which reports them under ``on_error``)."""
         from dctnet.codec import JpegHeader
         from dctnet.data.loader import collate
-        from dctnet.data.plan import COLOR_SPACES, gather_collated, plan_batch
+        from dctnet.data.plan import COLOR_SPACES, gather_collated, gather_items, plan_batch
 
         limits = (_limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
         paths = [self.samples[i][0] for _, i in keys]
@@ -316,10 +316,7 @@ class ImageFolderDataset(CropDataset):
         boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
         color = np.array([COLOR_SPACES.index(c.color_space) for c in heads], np.int64)
         plan = plan_batch(color, ncomp, sampling, h, w, boxes, grid)
-        items = np.zeros((n, 31), np.int64)
-        items[:, 0] = np.arange(n)  # the source each item decodes
-        items[:, 4] = ncomp
-        items[:, 5:9], items[:, 9:13] = blocks[:, :, 0], blocks[:, :, 1]
+        items = gather_items(np.arange(n), ncomp, blocks)  # part j: the j-th source to decode
         stops = np.ascontiguousarray(plan.win[:, 1])  # MCU rows the windows need
         labels = np.array([self.samples[i][1] for i in idx], np.int64)
         try:

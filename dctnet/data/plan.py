@@ -21,7 +21,7 @@ from dctnet import _jpeg
 from dctnet.data.crop import mcu_windows
 from dctnet.transforms.batch import JpegBatch, PlaneGroup
 
-__all__ = ["COLOR_SPACES", "BatchPlan", "gather_collated", "layout_grid", "plan_batch"]
+__all__ = ["COLOR_SPACES", "BatchPlan", "gather_collated", "gather_items", "layout_grid", "plan_batch"]
 
 #: colour-space codes (the cache index stores the position)
 COLOR_SPACES = ("unknown", "gray", "RGB", "YCbCr", "CMYK", "YCCK")
@@ -116,13 +116,24 @@ def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heigh
     return BatchPlan(layouts, rows, grids, pwin, valid, rel, win)
 
 
+def gather_items(part, ncomp, blocks, *, offset=0, nbytes=0, table=0, nvalues=0, nescapes=0) -> np.ndarray:
+    """``int64 (B, 31)`` rows of csrc/sparse.h's ``gather_item`` (the plane windows, columns
+    15–30, are filled by :func:`gather_collated`): record ``part``/``offset``/``nbytes``, table
+    row, component count, ``blocks (B, 4, 2)`` plane sizes, sparse value/escape counts."""
+    part = np.asarray(part, np.int64)
+    items = np.zeros((len(part), 31), np.int64)
+    items[:, 0], items[:, 1], items[:, 2], items[:, 3], items[:, 4] = part, offset, nbytes, table, ncomp
+    items[:, 5:9], items[:, 9:13] = blocks[:, :, 0], blocks[:, :, 1]
+    items[:, 13], items[:, 14] = nvalues, nescapes
+    return items
+
+
 def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, list], None], items: np.ndarray,
                     labels: np.ndarray, index: np.ndarray, *, pin_memory: bool = False,
                     skipped: tuple = ()) -> JpegBatch:
     """The collated :class:`JpegBatch` of a plan: one C call per layout group.
 
-    ``items`` are the ``int64 (B, 31)`` gather_item rows (csrc/sparse.h) with the plan's plane
-    windows filled in here; ``copy(rows, items_of_rows, outputs)`` fills one group's outputs
+    ``items`` are the rows of :func:`gather_items`, with the plan's plane windows filled in here; ``copy(rows, items_of_rows, outputs)`` fills one group's outputs
     (``gather_planes`` from a cache's records, ``decode_windows`` from JPEG bytes). A bad record
     raises ``ValueError(message, batch position)``."""
     items[:, 15:31] = plan.pwin.reshape(len(items), 16)
