@@ -30,13 +30,12 @@ import torch
 from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
+from dctnet.transforms.batch import Sampling
 
 __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
            "samples_from_coefficients"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
-
-Sampling = tuple[tuple[int, int], ...]
 
 
 @dataclass

@@ -9,7 +9,7 @@ a cache's memory-mapped records or from freshly decoded planes alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import math

@@ -25,7 +25,6 @@ import torch
 from torch import Tensor
 
 from dctnet import data as D
-from dctnet import functional as F
 from dctnet import transforms as T
 from dctnet.nn.convert import input_mean_std
 from dctnet.transforms import functional as TF
@@ -109,7 +108,7 @@ class Pipeline:
             if train:
                 x = self._augment_dct(x)
             if r.model.chroma == "native":  # after the augmentation: flips and jitter commute with it
-                x = native_chroma(x)
+                x = T.native_chroma(x)
             if self.normalize is not None:
                 x = normalize_input(x, self.normalize.mean.to(labels.device), self.normalize.std.to(labels.device))
         target = labels.long()
@@ -249,13 +248,6 @@ def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     return D.compute_stats((b.to(device) for b in loader),
                            lambda b: T.crops_to_coefficients(b, size, exact=exact, chroma=r.model.chroma),
                            max_batches=r.model.stats_batches)
-
-
-def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Coefficient image ``(B, 3, Hb, Wb, 64)`` → ``(y, c)``: luma and 4:2:0 chroma, the 2×2 box
-    average computed exactly in the DCT domain (what ``crops_to_coefficients(chroma="native")``
-    gives)."""
-    return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
 
 
 def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor) -> Tensor | tuple[Tensor, Tensor]:

@@ -33,11 +33,12 @@ from dctnet.transforms.batch import (
     crops_to_coefficients,
     crops_to_rgb,
     expand_sparse,
+    native_chroma,
 )
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
     "JpegBatch", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
     "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",
-    "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb", "expand_sparse",
+    "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb", "expand_sparse", "native_chroma",
 ]

@@ -26,7 +26,7 @@ from dctnet import functional as F
 from dctnet.transforms import functional as TF
 
 __all__ = ["JpegBatch", "PlaneGroup", "SAMPLING_420", "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb",
-           "expand_sparse"]
+           "expand_sparse", "native_chroma"]
 
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
 
@@ -166,11 +166,16 @@ def crops_to_coefficients(batch: JpegBatch, size: tuple[int, int], *, upsampling
         raise ValueError(f"size must be a multiple of 8 for the DCT domain, got {size}")
     if chroma not in ("upsampled", "native"):
         raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
-    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
-    if chroma == "upsampled":
-        return x
-    if size[0] % 16 or size[1] % 16:
+    if chroma == "native" and (size[0] % 16 or size[1] % 16):
         raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
+    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
+    return x if chroma == "upsampled" else native_chroma(x)
+
+
+def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Coefficient image ``(B, 3, Hb, Wb, 64)`` → ``(y, c)``: luma ``(B, Hb, Wb, 64)`` and 4:2:0
+    chroma ``(B, 2, Hb/2, Wb/2, 64)``, the 2×2 box average computed exactly in the DCT domain
+    (:func:`dctnet.functional.box_downsample_dct`)."""
     return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
 
 
