@@ -54,6 +54,8 @@ def _encode(src: str, mode: str, kwargs: dict, size: tuple[int, int] | None = No
 
 def build(name: str, n: int) -> Path:
     """The folder of set ``name`` with ``n`` images (written on first use)."""
+    if name not in SETS:
+        raise SystemExit(f"unknown set {name!r}; the sets are {', '.join(SETS)}")
     root = OUT / f"{name}-{n}"
     marker = root / ".complete"
     if marker.exists():

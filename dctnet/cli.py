@@ -423,6 +423,17 @@ def _bench_files(src: str | None, limit: int) -> list[str]:
     return files[::step][:limit]
 
 
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear usage error instead of a traceback later)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -495,10 +506,11 @@ def main(argv: list[str] | None = None) -> None:
                                    "(medians of CPU time; ratios are what to compare). SRC: a JPEG file or folder "
                                    "(default: generated photos). Full suites: `make bench` (benchmarks/).")
     p.add_argument("src", metavar="SRC", nargs="?")
-    p.add_argument("--images", type=int, default=200, help="at most this many files (evenly spread)")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="also time the loader with this many threads")
-    p.add_argument("--size", type=int, default=224, help="output size of the torchvision/Pillow crops")
-    p.add_argument("--repeat", type=int, default=5, help="timed passes")
+    p.add_argument("--images", type=_positive, default=200, help="at most this many files (evenly spread)")
+    p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
+                   help="also time the loader with this many threads")
+    p.add_argument("--size", type=_positive, default=224, help="output size of the torchvision/Pillow crops")
+    p.add_argument("--repeat", type=_positive, default=5, help="timed passes")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model from a recipe (recipes/*.yaml)",
                        description="Build dataset, loader, device transforms and model from RECIPE and train: "

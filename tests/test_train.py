@@ -254,6 +254,11 @@ def test_train_cli_errors_and_stats_and_bench(shapes, tmp_path, capsys):
     torch.testing.assert_close(norm.mean, ref.mean)
     assert run_cli("bench", f"{shapes}/val", "--images", "8", "--repeat", "1", "--threads", "1") == 0
     text = capsys.readouterr().out
+    for bad, why in ((["--size", "0"], "must be >= 1"), (["--images", "-3"], "must be >= 1"),
+                     (["--repeat", "x"], "expected a positive integer")):  # a usage error, not a traceback
+        with pytest.raises(SystemExit) as exit_:
+            cli_main(["bench", f"{shapes}/val", *bad])
+        assert exit_.value.code == 2 and why in capsys.readouterr().err
     # what the loader does per sample (not the read alone), next to decode + crop and the raw floor
     assert "dctnet loader: read + window + collate" in text and "Pillow decode + RandomResizedCrop" in text
     assert "raw libjpeg floor" in text and "torchvision decode_jpeg + RandomResizedCrop" in text
