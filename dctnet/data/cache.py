@@ -415,13 +415,12 @@ def _load_meta(path: Path) -> dict[str, Any]:
                 type(src.get(k)) is int and src[k] >= 0 for k in ("offset", "size"))))
         if not ok:
             raise bad(f"sources[{i}] is not a {{path, label[, shard, offset, size]}} record")
-    for key in ("root",):
-        if not isinstance(meta.get(key), str):
-            raise bad(f"{key!r} must be a string")
-    for key in ("shards",):
-        if meta.get(key) is not None and not (isinstance(meta[key], list) and all(
-                isinstance(s, dict) and isinstance(s.get("path"), str) for s in meta[key])):
-            raise bad(f"{key!r} must be null or a list of {{path, ...}} records")
+    if not isinstance(meta.get("root"), str):
+        raise bad("'root' must be a string")
+    shards = meta.get("shards")
+    if shards is not None and not (isinstance(shards, list) and all(
+            isinstance(s, dict) and isinstance(s.get("path"), str) for s in shards)):
+        raise bad("'shards' must be null or a list of {path, ...} records")
     return meta
 
 
