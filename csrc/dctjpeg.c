@@ -34,9 +34,22 @@ struct dctj_decoder {
     boolean pre_zero;
     JBLOCKROW *rows;
     int16_t *base;
+    /* streaming (dctj_read_window): one iMCU row of scratch, handed to libjpeg row by row */
+    int16_t *scratch;    /* v_samp rows of blocks_w blocks */
+    JBLOCKROW srow[4];   /* the scratch rows (sampling factors are 1..4) */
+    JDIMENSION cur_row;  /* first block row now in the scratch, when have_cur */
+    JDIMENSION next_row; /* the block row the next new access must start at */
+    int cur_n, have_cur;
+    int64_t done_rows; /* plane rows [0, done_rows) have gone to the window */
   } virt[DCTJ_MAX_COMPONENTS];
   int strict;
   int stop_rows; /* > 0: stop a single-scan decode after this many iMCU rows (dctj_set_stop_rows) */
+  /* dctj_read_window: the windows being written, and the iMCU rows they need (the stop) */
+  const dctj_window *windows;
+  int window_stop;
+  int clipped; /* a streamed value saturated */
+  int16_t *scratch;
+  size_t scratch_cap; /* int16 elements */
   int active; /* a libjpeg decompressor exists: between dctj_begin and dctj_read/dctj_abort */
   int num_warnings;
   int num_texts;
@@ -99,9 +112,10 @@ static void on_progress(j_common_ptr cinfo) {
   }
   /* Called before each iMCU row is entropy-decoded: a single scan holding every component has
    * then decoded input_iMCU_row full rows, all a crop ending above them needs. */
-  if (dec->stop_rows > 0 && dec->target_hdr && !dec->cinfo.progressive_mode &&
+  int stop = dec->windows ? dec->window_stop : dec->stop_rows;
+  if (stop > 0 && dec->target_hdr && !dec->cinfo.progressive_mode &&
       dec->cinfo.comps_in_scan == dec->cinfo.num_components && dec->cinfo.input_scan_number == 1 &&
-      dec->cinfo.input_iMCU_row >= (JDIMENSION)dec->stop_rows)
+      dec->cinfo.input_iMCU_row >= (JDIMENSION)stop)
     longjmp(dec->jump, 2);
 }
 
@@ -335,7 +349,41 @@ __attribute__((target("avx512bw"))) static int dequantize_avx512(const JCOEF *in
   }
   return _mm512_test_epi16_mask(acc, acc) != 0;
 }
+
+/* Writing a batch window: the batch (tens of MB) is not read again on this core, so non-temporal
+ * stores send it to memory without first reading each line in (half the memory traffic). */
+static int dequantize_nt(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+  __m128i qv[8], acc = _mm_setzero_si128();
+  for (int i = 0; i < 8; i++) qv[i] = _mm_loadu_si128((const __m128i *)(q + 8 * i));
+  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
+    for (int i = 0; i < 8; i++) {
+      __m128i a = _mm_loadu_si128((const __m128i *)(in + 8 * i));
+      __m128i lo = _mm_mullo_epi16(a, qv[i]), hi = _mm_mulhi_epi16(a, qv[i]);
+      __m128i r = _mm_packs_epi32(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
+      acc = _mm_or_si128(acc, _mm_xor_si128(hi, _mm_srai_epi16(lo, 15)));
+      _mm_stream_si128((__m128i *)(out + 8 * i), r);
+    }
+  }
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(acc, _mm_setzero_si128())) != 0xFFFF;
+}
+
+static void zero_nt(int16_t *out, size_t nblocks) {
+  __m128i z = _mm_setzero_si128();
+  for (size_t i = 0; i < nblocks * 8; i++) _mm_stream_si128((__m128i *)out + i, z);
+}
 #endif
+
+/* Dequantize into, or zero, whole blocks of a batch window (see dequantize_nt). */
+static int dequantize_out(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks);
+static void zero_out(int16_t *out, size_t nblocks) {
+#ifdef HAVE_SIMD_DEQUANT
+  if (((uintptr_t)out & 15) == 0) {
+    zero_nt(out, nblocks);
+    return;
+  }
+#endif
+  memset(out, 0, nblocks * 64 * sizeof(int16_t));
+}
 
 static int dequantize(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
 #ifdef HAVE_SIMD_DEQUANT
@@ -350,6 +398,15 @@ static int dequantize(const JCOEF *in, int16_t *out, const uint16_t *q, size_t n
   }
 #endif
   return dequantize_scalar(in, out, q, nblocks);
+}
+
+static int dequantize_out(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+#ifdef HAVE_SIMD_DEQUANT
+  int small = 1;
+  for (int k = 0; k < 64; k++) small &= q[k] <= 32767;
+  if (small && ((uintptr_t)out & 15) == 0) return dequantize_nt(in, out, q, nblocks);
+#endif
+  return dequantize(in, out, q, nblocks);
 }
 
 /* ---------------------------------------------------------------- decoding in place
@@ -379,7 +436,18 @@ static jvirt_barray_ptr hook_request_virt_barray(j_common_ptr cinfo, int pool_id
     v->blocks_h = numrows;
     v->pre_zero = pre_zero;
     v->rows = NULL;
-    v->base = dec->target + hdr->comp[ci].offset;
+    v->base = NULL;
+    v->scratch = NULL;
+    v->have_cur = v->cur_n = 0;
+    v->cur_row = v->next_row = 0;
+    v->done_rows = 0;
+    if (dec->windows) { /* streaming: this component's slice of the scratch (sized by dctj_read_window) */
+      size_t off = 0;
+      for (int k = 0; k < ci; k++) off += (size_t)hdr->comp[k].v_samp * (size_t)hdr->comp[k].blocks_w * 64;
+      v->scratch = dec->scratch + off;
+    } else {
+      v->base = dec->target + hdr->comp[ci].offset;
+    }
     dec->num_virt++;
     return (jvirt_barray_ptr)v;
   }
@@ -395,10 +463,61 @@ static void hook_realize_virt_arrays(j_common_ptr cinfo) {
   dec->orig_realize_virt_arrays(cinfo);
   for (int ci = 0; ci < dec->num_virt; ci++) {
     struct dctj_virt *v = &dec->virt[ci];
+    if (!v->base) continue; /* streaming: rows are handed out one iMCU row at a time */
     v->rows = (JBLOCKROW *)(*cinfo->mem->alloc_small)(cinfo, JPOOL_IMAGE, sizeof(JBLOCKROW) * v->blocks_h);
     for (JDIMENSION r = 0; r < v->blocks_h; r++) v->rows[r] = (JBLOCKROW)(v->base + (size_t)r * v->blocks_w * 64);
     if (v->pre_zero) memset(v->base, 0, sizeof(JBLOCK) * (size_t)v->blocks_w * v->blocks_h);
   }
+}
+
+/* ---------------------------------------------------------------- streaming into windows
+ *
+ * A single-scan file (every component in one interleaved, sequential scan) is entropy-decoded
+ * top to bottom, one iMCU row at a time, each row written once: libjpeg's consume_data asks for
+ * rows [k*v, (k+1)*v) of every component for iMCU row k. So instead of whole planes, each
+ * component gets one iMCU row of scratch: when libjpeg moves on to the next row, the finished
+ * row's window part is dequantized straight into the caller's zero-padded window and the scratch
+ * is reused. Nothing image-sized is allocated, zeroed or dequantized; the scratch stays in cache.
+ * Any other access pattern (a malformed extra scan revisiting rows) abandons the stream
+ * (DCTJ_RESTART), and the caller decodes the file in full instead. */
+
+static const uint16_t zero_table[64];
+
+/* Write the scratch rows of component ci to its window (those inside it) and note them done. */
+static void stream_flush(dctj_decoder *dec, int ci) {
+  struct dctj_virt *v = &dec->virt[ci];
+  const dctj_window *w = &dec->windows[ci];
+  jpeg_component_info *cp = &dec->cinfo.comp_info[ci];
+  const uint16_t *q = cp->quant_table ? (const uint16_t *)cp->quant_table->quantval : zero_table;
+  int64_t pw = (int64_t)v->blocks_w;
+  int64_t pre = w->c0 < pw ? w->c0 : pw, end = w->c1 < pw ? w->c1 : pw;
+  int64_t have = end > pre ? end - pre : 0;
+  if (have > w->dst_w) have = w->dst_w; /* never write past the destination row */
+  for (int k = 0; k < v->cur_n; k++) {
+    int64_t pr = (int64_t)v->cur_row + k, r = pr - w->r0;
+    if (pr < w->r0 || pr >= w->r1 || r >= w->dst_h) continue;
+    int16_t *row = w->dst + (size_t)r * (size_t)w->dst_w * 64;
+    dec->clipped |= dequantize_out(v->srow[k][pre], row, q, (size_t)have);
+    zero_out(row + have * 64, (size_t)(w->dst_w - have));
+  }
+  v->done_rows = (int64_t)v->cur_row + v->cur_n;
+  v->have_cur = 0;
+}
+
+static JBLOCKARRAY stream_access(dctj_decoder *dec, struct dctj_virt *v, JDIMENSION start_row, JDIMENSION num_rows) {
+  int ci = (int)(v - dec->virt);
+  if (v->have_cur && start_row == v->cur_row && (int)num_rows <= v->cur_n) return v->srow; /* the same row again */
+  if (start_row != v->next_row || num_rows == 0 || (int)num_rows > dec->target_hdr->comp[ci].v_samp ||
+      start_row + num_rows > v->blocks_h)
+    longjmp(dec->jump, 3); /* not a single top-to-bottom pass: decode in full instead */
+  if (v->have_cur) stream_flush(dec, ci);
+  memset(v->scratch, 0, (size_t)num_rows * v->blocks_w * sizeof(JBLOCK)); /* libjpeg's pre-zeroed arrays */
+  for (JDIMENSION k = 0; k < num_rows; k++) v->srow[k] = (JBLOCKROW)(v->scratch + (size_t)k * v->blocks_w * 64);
+  v->cur_row = start_row;
+  v->cur_n = (int)num_rows;
+  v->have_cur = 1;
+  v->next_row = start_row + num_rows;
+  return v->srow;
 }
 
 static JBLOCKARRAY hook_access_virt_barray(j_common_ptr cinfo, jvirt_barray_ptr ptr, JDIMENSION start_row,
@@ -406,6 +525,7 @@ static JBLOCKARRAY hook_access_virt_barray(j_common_ptr cinfo, jvirt_barray_ptr 
   dctj_decoder *dec = (dctj_decoder *)cinfo;
   if (is_ours(dec, ptr)) {
     struct dctj_virt *v = (struct dctj_virt *)ptr;
+    if (dec->windows) return stream_access(dec, v, start_row, num_rows);
     if (!v->rows || start_row + num_rows > v->blocks_h || start_row + num_rows < start_row) {
       snprintf(dec->error, DCTJ_MSG_LEN, "internal: bad coefficient array access");
       longjmp(dec->jump, 1);
@@ -432,6 +552,7 @@ dctj_decoder *dctj_new(void) { return (dctj_decoder *)calloc(1, sizeof(dctj_deco
 void dctj_free(dctj_decoder *dec) {
   if (!dec) return;
   dctj_abort(dec);
+  free(dec->scratch);
   free(dec);
 }
 
@@ -457,6 +578,7 @@ static void destroy_decompressor(dctj_decoder *dec) {
   jpeg_destroy_decompress(&dec->cinfo);
   dec->active = 0;
   dec->target_hdr = NULL;
+  dec->windows = NULL;
 }
 
 int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict, uint64_t max_pixels,
@@ -574,6 +696,105 @@ int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len,
   jpeg_finish_decompress(c);
   destroy_decompressor(dec);
   *saturated = clipped;
+  return 0;
+}
+
+int dctj_single_scan(const dctj_decoder *dec) {
+  return dec->active && !dec->cinfo.progressive_mode && dec->cinfo.comps_in_scan == dec->cinfo.num_components;
+}
+
+/* After the stream: the rows still in scratch go out, and every destination row that no decoded
+ * plane row reached (past a stop, past the end of a truncated file, outside the plane) is zeroed. */
+static void stream_finish(dctj_decoder *dec, dctj_header *hdr, const dctj_window *win) {
+  struct jpeg_decompress_struct *c = &dec->cinfo;
+  for (int ci = 0; ci < c->num_components; ci++) {
+    const dctj_window *w = &win[ci];
+    struct dctj_virt *v = &dec->virt[ci];
+    int64_t written = 0;
+    if (ci < dec->num_virt) {
+      if (v->have_cur) stream_flush(dec, ci);
+      written = v->done_rows;
+    }
+    if (written > w->r1) written = w->r1;
+    if (written > hdr->comp[ci].blocks_h) written = hdr->comp[ci].blocks_h;
+    for (int64_t r = 0; r < w->dst_h; r++)
+      if (w->r0 + r >= written) zero_out(w->dst + (size_t)r * (size_t)w->dst_w * 64, (size_t)w->dst_w);
+    if (c->comp_info[ci].quant_table) memcpy(hdr->quant[ci], c->comp_info[ci].quant_table->quantval, sizeof(hdr->quant[ci]));
+  }
+#ifdef HAVE_SIMD_DEQUANT
+  _mm_sfence(); /* the non-temporal stores are visible before anyone is told the window is done */
+#endif
+}
+
+int dctj_read_window(dctj_decoder *dec, dctj_header *hdr, const dctj_window *win, int *saturated) {
+  struct jpeg_decompress_struct *c = &dec->cinfo;
+  size_t need = 0;
+  int stop = 1;
+  if (!dctj_single_scan(dec)) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "dctj_read_window without a successful dctj_begin of a single-scan file");
+    dctj_abort(dec);
+    return -1;
+  }
+  for (int ci = 0; ci < hdr->num_components; ci++) {
+    const dctj_window *w = &win[ci];
+    int vs = hdr->comp[ci].v_samp;
+    if (w->r0 < 0 || w->r1 < w->r0 || w->c0 < 0 || w->c1 < w->c0 || w->dst_h < 0 || w->dst_w < 0 ||
+        (!w->dst && w->dst_h > 0 && w->dst_w > 0)) {
+      snprintf(dec->error, DCTJ_MSG_LEN, "dctj_read_window: bad window for component %d", ci);
+      dctj_abort(dec);
+      return -1;
+    }
+    need += (size_t)vs * (size_t)hdr->comp[ci].blocks_w * 64;
+    { /* iMCU rows the window needs: its last plane row, in rows of v_samp */
+      int64_t last = w->r1 < hdr->comp[ci].blocks_h ? w->r1 : hdr->comp[ci].blocks_h;
+      int64_t rows = (last + vs - 1) / vs;
+      if (rows > stop) stop = (int)rows;
+    }
+  }
+  if (need > dec->scratch_cap) {
+    int16_t *grown = (int16_t *)malloc(need * sizeof(int16_t));
+    if (!grown) {
+      snprintf(dec->error, DCTJ_MSG_LEN, "out of memory (%zu bytes of row scratch)", need * sizeof(int16_t));
+      dctj_abort(dec);
+      return -1;
+    }
+    free(dec->scratch);
+    dec->scratch = grown;
+    dec->scratch_cap = need;
+  }
+  dec->target_hdr = hdr;
+  dec->target = NULL;
+  dec->num_virt = 0;
+  dec->windows = win;
+  /* windows reaching the last row decode to the end of the file, so the file's own errors after
+   * the image data are reported as by dctj_read */
+  dec->window_stop = (JDIMENSION)stop >= c->total_iMCU_rows ? 0 : stop;
+  dec->clipped = 0;
+  switch (setjmp(dec->jump)) {
+  case 0:
+    break;
+  case 2: /* stopped after the rows the windows need */
+    stream_finish(dec, hdr, win);
+    *saturated = dec->clipped;
+    destroy_decompressor(dec);
+    return 0;
+  case 3:
+    destroy_decompressor(dec);
+    return DCTJ_RESTART;
+  default:
+    destroy_decompressor(dec);
+    return -1;
+  }
+  jpeg_read_coefficients(c); /* streams into the windows (see stream_access) */
+  if (dec->num_virt != c->num_components) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "internal: libjpeg set up %d coefficient arrays for %d components",
+             dec->num_virt, c->num_components);
+    longjmp(dec->jump, 1);
+  }
+  jpeg_finish_decompress(c);
+  stream_finish(dec, hdr, win);
+  *saturated = dec->clipped;
+  destroy_decompressor(dec);
   return 0;
 }
 

@@ -91,6 +91,31 @@ int dctj_read(dctj_decoder *dec, dctj_header *hdr, int16_t *out, size_t out_len,
  * multi-scan files always decode in full. */
 void dctj_set_stop_rows(dctj_decoder *dec, int rows);
 
+/* One component's window for dctj_read_window: plane block rows [r0, r1) x columns [c0, c1)
+ * (clipped to the plane) go, dequantized, to the top left of dst (dst_h x dst_w blocks of 64
+ * int16); every other block of dst is zeroed. The same contract as the cache gather's. */
+typedef struct {
+  int64_t r0, r1, c0, c1;
+  int16_t *dst;
+  int64_t dst_h, dst_w;
+} dctj_window;
+
+/* After dctj_begin: whether the file is single-scan (every component in one interleaved,
+ * sequential scan), the case dctj_read_window streams. */
+int dctj_single_scan(const dctj_decoder *dec);
+
+#define DCTJ_RESTART 1
+/*
+ * Decode a single-scan image begun by dctj_begin straight into one window per component
+ * (win[num_components]), one iMCU row at a time through a small reused scratch: no image-sized
+ * buffer, and the entropy decode stops after the last row any window needs (so damage further
+ * down the file goes unseen; windows reaching the last row decode to the end). Equal to
+ * dctj_read followed by copying the windows. Returns 0, -1 on error (dctj_error() says why; dst contents
+ * are then unspecified), or DCTJ_RESTART when the file turned out to revisit rows (a malformed
+ * extra scan): call dctj_begin again and dctj_read. The decoder is ready for the next dctj_begin.
+ */
+int dctj_read_window(dctj_decoder *dec, dctj_header *hdr, const dctj_window *win, int *saturated);
+
 /* Release the current image after dctj_begin without decoding it. */
 void dctj_abort(dctj_decoder *dec);
 

@@ -60,6 +60,7 @@ typedef struct {
   int16_t *planes;   /* decode_windows(): one image's planes, reused (cache-hot) */
   size_t planes_cap; /* in int16 elements */
   int job_busy;      /* a read() on this thread is using job: a re-entrant call takes its own */
+  size_t files_hint; /* read_headers(): bytes the last batch's files took */
 } thread_state;
 
 static pthread_key_t tls_key;
@@ -89,11 +90,10 @@ static thread_state *get_thread_state(void) {
   return ts;
 }
 
-/* Read a whole file into the thread's buffer. Called without the GIL. Returns 0, an errno value
- * (EFBIG for files over MAX_FILE_BYTES), or ERR_NOT_REGULAR. */
-static int read_file(thread_state *ts, const char *path, size_t *len) {
+/* Open a regular file for reading and learn its size. Without the GIL. Returns 0 (*fd open), an
+ * errno value (EFBIG for files over MAX_FILE_BYTES), or ERR_NOT_REGULAR. */
+static int open_regular(const char *path, int *fd_out, size_t *size) {
   struct stat st;
-  size_t size, got = 0;
   /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever. It has no
    * effect on reads of regular files, the only kind read below. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -103,19 +103,42 @@ static int read_file(thread_state *ts, const char *path, size_t *len) {
     close(fd);
     return e;
   }
-  if (S_ISDIR(st.st_mode)) {
+  if (S_ISDIR(st.st_mode) || !S_ISREG(st.st_mode) || st.st_size < 0 || (size_t)st.st_size > MAX_FILE_BYTES) {
     close(fd);
-    return EISDIR;
+    return S_ISDIR(st.st_mode) ? EISDIR : !S_ISREG(st.st_mode) ? ERR_NOT_REGULAR : EFBIG;
   }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return ERR_NOT_REGULAR;
+  *fd_out = fd;
+  *size = (size_t)st.st_size;
+  return 0;
+}
+
+/* Read up to size bytes of fd into dst and close it; *got: what was there (a file that shrank
+ * under us decodes what it has). Returns 0 or an errno value. */
+static int read_all(int fd, uint8_t *dst, size_t size, size_t *got) {
+  size_t n = 0;
+  while (n < size) {
+    ssize_t r = read(fd, dst + n, size - n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      close(fd);
+      return e;
+    }
+    if (r == 0) break;
+    n += (size_t)r;
   }
-  if (st.st_size < 0 || (size_t)st.st_size > MAX_FILE_BYTES) {
-    close(fd);
-    return EFBIG;
-  }
-  size = (size_t)st.st_size;
+  close(fd);
+  *got = n;
+  return 0;
+}
+
+/* Read a whole file into the thread's buffer. Called without the GIL. Returns 0, an errno value
+ * (EFBIG for files over MAX_FILE_BYTES), or ERR_NOT_REGULAR. */
+static int read_file(thread_state *ts, const char *path, size_t *len) {
+  int fd;
+  size_t size;
+  int e = open_regular(path, &fd, &size);
+  if (e) return e;
   if (size > ts->file_cap || (ts->file_cap > KEEP_FILE_BUFFER && size < KEEP_FILE_BUFFER)) {
     uint8_t *nb = (uint8_t *)malloc(size ? size : 1);
     if (!nb) {
@@ -126,20 +149,7 @@ static int read_file(thread_state *ts, const char *path, size_t *len) {
     ts->file_buf = nb;
     ts->file_cap = size ? size : 1;
   }
-  while (got < size) {
-    ssize_t r = read(fd, ts->file_buf + got, size - got);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      return e;
-    }
-    if (r == 0) break; /* file shrank under us: decode what is there */
-    got += (size_t)r;
-  }
-  close(fd);
-  *len = got;
-  return 0;
+  return read_all(fd, ts->file_buf, size, len);
 }
 
 static void raise_jpeg_error(const char *reason, PyObject *source) {
@@ -662,6 +672,201 @@ done:
   return result;
 }
 
+/* ---------------------------------------------------------------- the folder batch path's file pass
+ *
+ * read_headers() reads a batch's files once, keeping their bytes in one pool buffer (a FileBatch)
+ * while it parses their headers into one int64 table, so that planning the batch needs no
+ * per-file Python objects and decode_windows() decodes from memory instead of opening and reading
+ * every file a second time. */
+
+#define FILES_MAX_BYTES ((size_t)256 << 20) /* bytes a FileBatch keeps; later files are read again */
+
+typedef struct {
+  PyObject_HEAD Py_ssize_t n;
+  char *arena; /* pool memory: file i is arena[off[i] : off[i] + len[i]] */
+  size_t arena_cap;
+  int64_t *off, *len; /* len[i] < 0: not kept (too large for the batch, or unreadable) */
+  PyObject *paths;    /* tuple of the fs-encoded paths */
+} FileBatch;
+
+static void filebatch_dealloc(FileBatch *self) {
+  pool_give(self->arena, self->arena_cap);
+  PyMem_Free(self->off);
+  Py_XDECREF(self->paths);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t filebatch_length(FileBatch *self) { return self->n; }
+static PySequenceMethods filebatch_as_sequence = {.sq_length = (lenfunc)filebatch_length};
+
+static PyTypeObject FileBatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dctnet._jpeg.FileBatch",
+    .tp_basicsize = sizeof(FileBatch),
+    .tp_dealloc = (destructor)filebatch_dealloc,
+    .tp_as_sequence = &filebatch_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The bytes of a batch's JPEG files, read once by read_headers() (a source for decode_windows()).",
+};
+
+/* int64 columns of read_headers()'s table, per file */
+enum { HF_STATUS, HF_HEIGHT, HF_WIDTH, HF_NCOMP, HF_COLOR, HF_EXIF, HF_PROGRESSIVE, HF_NBYTES, HF_H, HF_V = HF_H + 4,
+       HF_BH = HF_V + 4, HF_BW = HF_BH + 4, HF_FIELDS = HF_BW + 4 };
+
+typedef struct {
+  int status, io_err;
+  char error[DCTJ_MSG_LEN];
+} file_status;
+
+PyDoc_STRVAR(read_headers_doc,
+             "read_headers(paths, max_pixels, max_bytes) -> (table, errors, files)\n\n"
+             "Read each file once (without the GIL) and parse its header. table: bytes of int64\n"
+             "(n, 24): status (0 ok), height, width, components, colour space (libjpeg's code: 0 unknown,\n"
+             "1 gray, 2 RGB, 3 YCbCr, 4 CMYK, 5 YCCK), EXIF orientation (0 none), progressive, plane\n"
+             "bytes, then per component (4 slots, zero past the count) h, v, blocks_h, blocks_w.\n"
+             "errors: per file None or the exception (OSError, JpegError). files: a FileBatch holding\n"
+             "the bytes, to pass to decode_windows as its sources (part i = the i-th path).");
+
+static PyObject *py_read_headers(PyObject *self, PyObject *args) {
+  PyObject *seq, *mp_obj, *mb_obj, *srcs = NULL, *paths = NULL, *table = NULL, *errors = NULL, *result = NULL;
+  FileBatch *fb = NULL;
+  file_status *st = NULL;
+  uint64_t max_pixels, max_bytes;
+  Py_ssize_t n;
+  int64_t *rows;
+  thread_state *ts = get_thread_state();
+  (void)self;
+  if (!ts) return PyErr_NoMemory();
+  if (!PyArg_ParseTuple(args, "OOO", &seq, &mp_obj, &mb_obj)) return NULL;
+  if (parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
+  srcs = PySequence_Tuple(seq);
+  if (!srcs) return NULL;
+  n = PyTuple_GET_SIZE(srcs);
+  paths = PyTuple_New(n);
+  if (!paths) goto done;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *src = PyTuple_GET_ITEM(srcs, i), *b = NULL;
+    if (!PyUnicode_Check(src)) {
+      PyErr_Format(PyExc_TypeError, "read_headers: paths must be str, not %.100s", Py_TYPE(src)->tp_name);
+      goto done;
+    }
+    if (!PyUnicode_FSConverter(src, &b)) goto done;
+    PyTuple_SET_ITEM(paths, i, b);
+  }
+  table = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((size_t)(n ? n : 0) * HF_FIELDS * sizeof(int64_t)));
+  fb = PyObject_New(FileBatch, &FileBatchType);
+  if (!fb) goto done;
+  fb->n = n;
+  fb->arena = NULL;
+  fb->arena_cap = 0;
+  fb->paths = Py_NewRef(paths);
+  fb->off = (int64_t *)PyMem_Calloc((size_t)(n ? 2 * n : 2), sizeof(int64_t));
+  fb->len = fb->off ? fb->off + n : NULL;
+  if (!table) goto done;
+  st = (file_status *)PyMem_Calloc((size_t)(n ? n : 1), sizeof(file_status));
+  if (!fb->off || !st) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  rows = (int64_t *)PyBytes_AS_STRING(table);
+  memset(rows, 0, (size_t)n * HF_FIELDS * sizeof(int64_t));
+  Py_BEGIN_ALLOW_THREADS
+  size_t used = 0;
+  /* the last batch's size on this thread: batches are alike, so one pool buffer usually fits */
+  fb->arena = pool_take(ts->files_hint > 4096 ? ts->files_hint : 4096, &fb->arena_cap);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    int64_t *row = rows + (size_t)i * HF_FIELDS;
+    int fd, e;
+    size_t size, got = 0;
+    const uint8_t *data = NULL;
+    dctj_header hdr;
+    fb->len[i] = -1;
+    row[HF_STATUS] = 1;
+    e = open_regular(PyBytes_AS_STRING(PyTuple_GET_ITEM(paths, i)), &fd, &size);
+    if (!e && fb->arena && used + size <= FILES_MAX_BYTES) {
+      if (used + size > fb->arena_cap) { /* grow the pool buffer (pool memory is plain malloc memory) */
+        size_t cap = 2 * fb->arena_cap > used + size ? 2 * fb->arena_cap : used + size;
+        char *grown = (char *)realloc(fb->arena, cap);
+        if (grown) {
+          fb->arena = grown;
+          fb->arena_cap = cap;
+        }
+      }
+      if (used + size <= fb->arena_cap) {
+        e = read_all(fd, (uint8_t *)fb->arena + used, size, &got);
+        fd = -1;
+        if (!e) {
+          data = (const uint8_t *)fb->arena + used;
+          fb->off[i] = (int64_t)used;
+          fb->len[i] = (int64_t)got;
+          used += (got + 7) & ~(size_t)7;
+        }
+      }
+    }
+    if (!e && !data) { /* not kept: parse from the thread's buffer; decode_windows reads it again */
+      if (fd >= 0) close(fd);
+      e = read_file(ts, PyBytes_AS_STRING(PyTuple_GET_ITEM(paths, i)), &got);
+      data = ts->file_buf;
+    }
+    if (e) {
+      st[i].status = e == ERR_NOT_REGULAR ? ST_NOT_REGULAR : ST_IO_ERROR;
+      st[i].io_err = e;
+      fb->len[i] = -1;
+      continue;
+    }
+    if (dctj_begin(ts->dec, data, got, 0, max_pixels, max_bytes, &hdr) != 0) {
+      st[i].status = ST_JPEG_ERROR;
+      snprintf(st[i].error, DCTJ_MSG_LEN, "%s", dctj_error(ts->dec));
+      continue;
+    }
+    dctj_abort(ts->dec);
+    row[HF_STATUS] = 0;
+    row[HF_HEIGHT] = hdr.height;
+    row[HF_WIDTH] = hdr.width;
+    row[HF_NCOMP] = hdr.num_components;
+    row[HF_COLOR] = hdr.color_space >= 0 && hdr.color_space <= 5 ? hdr.color_space : 0;
+    row[HF_EXIF] = hdr.exif_orientation;
+    row[HF_PROGRESSIVE] = hdr.progressive;
+    row[HF_NBYTES] = (int64_t)(hdr.total_coefs * sizeof(int16_t));
+    for (int c = 0; c < hdr.num_components && c < 4; c++) { /* read components are 1, 3 or 4 */
+      row[HF_H + c] = hdr.comp[c].h_samp;
+      row[HF_V + c] = hdr.comp[c].v_samp;
+      row[HF_BH + c] = hdr.comp[c].blocks_h;
+      row[HF_BW + c] = hdr.comp[c].blocks_w;
+    }
+  }
+  ts->files_hint = used + used / 4;
+  Py_END_ALLOW_THREADS
+  errors = PyList_New(n);
+  if (!errors) goto done;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *src = PyTuple_GET_ITEM(srcs, i), *exc;
+    switch (st[i].status) {
+    case ST_OK:
+      exc = Py_NewRef(Py_None);
+      break;
+    case ST_IO_ERROR:
+      exc = PyObject_CallFunction(PyExc_OSError, "isO", st[i].io_err, strerror(st[i].io_err), src);
+      break;
+    case ST_NOT_REGULAR:
+      exc = PyObject_CallFunction(PyExc_OSError, "isO", EINVAL, "not a regular file (a FIFO, socket or device)", src);
+      break;
+    default:
+      exc = PyObject_CallFunction(error_type, "sO", st[i].error, src);
+    }
+    if (!exc) goto done;
+    PyList_SET_ITEM(errors, i, exc);
+  }
+  result = PyTuple_Pack(3, table, errors, (PyObject *)fb);
+done:
+  PyMem_Free(st);
+  Py_XDECREF(srcs);
+  Py_XDECREF(paths);
+  Py_XDECREF(table);
+  Py_XDECREF(errors);
+  Py_XDECREF(fb);
+  return result;
+}
+
 /* ---------------------------------------------------------------- timing entries */
 
 static int64_t now_ns(void) {
@@ -946,60 +1151,73 @@ done:
 }
 
 PyDoc_STRVAR(decode_windows_doc,
-             "decode_windows(srcs, items, stops, outs, max_pixels, max_bytes) -> None\n\n"
-             "Decode JPEGs and copy each plane's window straight into one layout group's outputs (the\n"
+             "decode_windows(srcs, items, outs, max_pixels, max_bytes) -> None\n\n"
+             "Decode JPEGs and write each plane's window straight into one layout group's outputs (the\n"
              "folder loader's batch path). srcs: a sequence of paths (str: read here, without the GIL)\n"
-             "or bytes-like JPEGs; items: int64 (n, 31)\n"
-             "gather_item rows whose part is the index into srcs and whose plane sizes must equal the\n"
-             "file's; stops: int64 (n,) MCU rows to decode of single-scan files (0: all; the rows a crop\n"
-             "window needs, so the entropy decode ends early); outs as for gather_planes. Each image is\n"
-             "decoded into a reused per-thread buffer, then its windows are copied by gather_planes.\n"
+             "or bytes-like JPEGs; items: int64 (n, 31) gather_item rows whose part is the index into\n"
+             "srcs and whose plane sizes must equal the file's; outs as for gather_planes. Single-scan\n"
+             "files stream into the windows one MCU row at a time and stop after the last row a window\n"
+             "needs; others are decoded into a reused per-thread buffer and copied by gather_planes.\n"
              "Raises ValueError(message, item) at the first image that fails or does not match its item.");
 
+/* The window fields of an item against the output grids (as the cache gather checks them). */
+static int window_fits(const gather_item *it, int64_t ncomp, const int64_t *oh, const int64_t *ow) {
+  for (int64_t c = 0; c < ncomp; c++) {
+    if (it->r0[c] < 0 || it->r1[c] < it->r0[c] || it->c0[c] < 0 || it->c1[c] < it->c0[c] ||
+        it->r1[c] > GATHER_MAX_BLOCKS_SIDE || it->c1[c] > GATHER_MAX_BLOCKS_SIDE)
+      return 0;
+    if (it->r1[c] - it->r0[c] > oh[c] || it->c1[c] - it->c0[c] > ow[c]) return 0;
+  }
+  return 1;
+}
+
 static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
-  PyObject *srcs_obj, *items_obj, *stops_obj, *outs_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
-  Py_buffer it = {0}, st = {0}, ov[GATHER_MAX_COMPONENTS];
+  PyObject *srcs_obj, *items_obj, *outs_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
+  Py_buffer it = {0}, ov[GATHER_MAX_COMPONENTS];
   Py_buffer *sv = NULL;
   PyObject **paths = NULL; /* fs-encoded bytes of str sources (owned), NULL for buffers */
+  FileBatch *fb = NULL;     /* sources kept by read_headers() (borrowed: the args hold it) */
   int16_t *outs[GATHER_MAX_COMPONENTS];
   int64_t oh[GATHER_MAX_COMPONENTS], ow[GATHER_MAX_COMPONENTS];
   size_t osz[GATHER_MAX_COMPONENTS];
   Py_ssize_t nsrc = 0, held = 0, nout = 0, held_out = 0;
-  int have_it = 0, have_st = 0;
+  int have_it = 0;
   int64_t n = 0, bad = 0;
   uint64_t max_pixels, max_bytes;
   gather_item *items = NULL;
-  int64_t *stops = NULL;
   static const uint16_t no_tables[4 * 64];
   thread_state *ts = get_thread_state();
   (void)self;
   memset(ov, 0, sizeof ov);
   if (!ts) return PyErr_NoMemory();
-  if (!PyArg_ParseTuple(args, "OOOOOO", &srcs_obj, &items_obj, &stops_obj, &outs_obj, &mp_obj, &mb_obj)) return NULL;
+  if (!PyArg_ParseTuple(args, "OOOOO", &srcs_obj, &items_obj, &outs_obj, &mp_obj, &mb_obj)) return NULL;
   if (parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
   if (PyObject_GetBuffer(items_obj, &it, PyBUF_SIMPLE) != 0) goto done;
   have_it = 1;
-  if (PyObject_GetBuffer(stops_obj, &st, PyBUF_SIMPLE) != 0) goto done;
-  have_st = 1;
   n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
-  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0 || st.len != n * (Py_ssize_t)sizeof(int64_t)) {
-    PyErr_SetString(PyExc_ValueError, "decode_windows: items must be int64 (n, 31) and stops int64 (n,)");
+  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0) {
+    PyErr_SetString(PyExc_ValueError, "decode_windows: items must be int64 (n, 31)");
     goto done;
   }
   outs_t = PySequence_Tuple(outs_obj);
   if (!outs_t || get_group_outputs(outs_t, n, "decode_windows", ov, &held_out, outs, oh, ow) != 0) goto done;
   nout = held_out;
   for (Py_ssize_t c = 0; c < nout; c++) osz[c] = (size_t)oh[c] * (size_t)ow[c] * 64;
-  srcs = PySequence_Tuple(srcs_obj);
+  if (Py_IS_TYPE(srcs_obj, &FileBatchType)) { /* read_headers() kept the files: decode from memory */
+    fb = (FileBatch *)srcs_obj;
+    srcs = PyTuple_New(0);
+  } else {
+    srcs = PySequence_Tuple(srcs_obj);
+  }
   if (!srcs) goto done;
-  nsrc = PyTuple_GET_SIZE(srcs);
+  nsrc = fb ? fb->n : PyTuple_GET_SIZE(srcs);
   sv = (Py_buffer *)PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof(Py_buffer));
   paths = (PyObject **)PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof(PyObject *));
   if (!sv || !paths) {
     PyErr_NoMemory();
     goto done;
   }
-  for (; held < nsrc; held++) {
+  for (; !fb && held < nsrc; held++) {
     PyObject *src = PyTuple_GET_ITEM(srcs, held);
     if (PyUnicode_Check(src)) {
       if (!PyUnicode_FSConverter(src, &paths[held])) goto done;
@@ -1013,13 +1231,11 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   }
   /* private copies: what is checked is what is used */
   items = (gather_item *)PyMem_Malloc(it.len ? (size_t)it.len : 1);
-  stops = (int64_t *)PyMem_Malloc(st.len ? (size_t)st.len : 1);
-  if (!items || !stops) {
+  if (!items) {
     PyErr_NoMemory();
     goto done;
   }
   memcpy(items, it.buf, (size_t)it.len);
-  memcpy(stops, st.buf, (size_t)st.len);
   Py_BEGIN_ALLOW_THREADS
   for (int64_t i = 0; i < n && !bad; i++) {
     gather_item one = items[i];
@@ -1033,8 +1249,12 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
       bad = i + 1;
       break;
     }
-    if (paths[one.part]) {
-      if (read_file(ts, PyBytes_AS_STRING(paths[one.part]), &len) != 0) {
+    if (fb && fb->len[one.part] >= 0) {
+      data = (const uint8_t *)fb->arena + fb->off[one.part];
+      len = (size_t)fb->len[one.part];
+    } else if (fb || paths[one.part]) {
+      const char *path = PyBytes_AS_STRING(fb ? PyTuple_GET_ITEM(fb->paths, one.part) : paths[one.part]);
+      if (read_file(ts, path, &len) != 0) {
         bad = i + 1;
         break;
       }
@@ -1048,9 +1268,33 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
       break;
     }
     /* the item was planned from this file's header: it must describe these very planes */
-    ok = hdr.num_components == one.ncomp && one.ncomp <= nout;
+    ok = hdr.num_components == one.ncomp && one.ncomp == nout;
     for (int c = 0; ok && c < hdr.num_components; c++)
       ok = hdr.comp[c].blocks_h == one.bh[c] && hdr.comp[c].blocks_w == one.bw[c];
+    if (ok && dctj_single_scan(ts->dec)) { /* the common case: stream into the windows */
+      dctj_window win[GATHER_MAX_COMPONENTS];
+      int rc;
+      if (!window_fits(&one, nout, oh, ow)) {
+        dctj_abort(ts->dec);
+        bad = i + 1;
+        break;
+      }
+      for (Py_ssize_t c = 0; c < nout; c++) {
+        win[c].r0 = one.r0[c];
+        win[c].r1 = one.r1[c];
+        win[c].c0 = one.c0[c];
+        win[c].c1 = one.c1[c];
+        win[c].dst = outs[c] + (size_t)i * osz[c];
+        win[c].dst_h = oh[c];
+        win[c].dst_w = ow[c];
+      }
+      rc = dctj_read_window(ts->dec, &hdr, win, &saturated);
+      if (rc == 0) continue;
+      if (rc != DCTJ_RESTART || dctj_begin(ts->dec, data, len, 0, max_pixels, max_bytes, &hdr) != 0) {
+        bad = i + 1;
+        break;
+      }
+    }
     if (ok && hdr.total_coefs > ts->planes_cap) {
       int16_t *grown = (int16_t *)realloc(ts->planes, hdr.total_coefs * sizeof(int16_t));
       if (grown) {
@@ -1065,9 +1309,7 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
       bad = i + 1;
       break;
     }
-    dctj_set_stop_rows(ts->dec, stops[i] > 0 && stops[i] < INT32_MAX ? (int)stops[i] : 0);
     ok = dctj_read(ts->dec, &hdr, ts->planes, ts->planes_cap, &saturated) == 0;
-    dctj_set_stop_rows(ts->dec, 0);
     if (!ok) {
       bad = i + 1;
       break;
@@ -1099,11 +1341,9 @@ done:
   PyMem_Free(sv);
   PyMem_Free(paths);
   PyMem_Free(items);
-  PyMem_Free(stops);
   Py_XDECREF(srcs);
   Py_XDECREF(outs_t);
   if (have_it) PyBuffer_Release(&it);
-  if (have_st) PyBuffer_Release(&st);
   if (PyErr_Occurred()) return NULL;
   Py_RETURN_NONE;
 }
@@ -1151,6 +1391,7 @@ static PyMethodDef methods[] = {
     {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
     {"gather_planes", py_gather_planes, METH_VARARGS, gather_doc},
     {"decode_windows", py_decode_windows, METH_VARARGS, decode_windows_doc},
+    {"read_headers", py_read_headers, METH_VARARGS, read_headers_doc},
     {"rrc_boxes", py_rrc_boxes, METH_VARARGS, rrc_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
@@ -1184,7 +1425,7 @@ PyMODINIT_FUNC PyInit__jpeg(void) {
     atfork_done = 1;
   }
   if (pthread_key_create(&tls_key, thread_state_free) != 0) return PyErr_NoMemory();
-  if (PyType_Ready(&CoefBufferType) < 0) return NULL;
+  if (PyType_Ready(&CoefBufferType) < 0 || PyType_Ready(&FileBatchType) < 0) return NULL;
   m = PyModule_Create(&module);
   if (!m) return NULL;
   error_type = Py_NewRef(PyExc_ValueError);

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -67,9 +68,14 @@ def mutate(rng: np.random.Generator, data: bytes, seeds: list[bytes]) -> bytes:
     return bytes(buf)
 
 
+SCRATCH = os.path.join(tempfile.mkdtemp(prefix="dctnet-fuzz-"), "case.jpg")
+
+
 def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> None:
     """``_jpeg.decode_windows`` on one file: an item planned from its header, a random window of
-    whole MCUs and a random early stop. A decode that fails raises ValueError (counted as an error)."""
+    whole MCUs (so a random early stop for single-scan files) into outputs with random padding;
+    now and then a window edited to lie outside the plane or the output. A decode that fails
+    raises ValueError (counted as an error)."""
     h = dctnet.read_header(data, max_pixels=max_pixels)
     if h.nbytes > 8 << 20:
         return
@@ -81,10 +87,20 @@ def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> No
     for c, ((hh, v), (bh, bw)) in enumerate(zip(h.sampling, h.blocks)):
         item[0, 5 + c], item[0, 9 + c] = bh, bw
         item[0, 15 + c], item[0, 19 + c], item[0, 23 + c], item[0, 27 + c] = r0 * v, r1 * v, c0 * hh, c1 * hh
-    outs = [np.zeros((1, (r1 - r0) * v, (c1 - c0) * hh, 64), np.int16) for hh, v in h.sampling]
-    stop = np.array([int(rng.integers(0, rows + 2))], np.int64)
+    pad = rng.integers(0, 3, 2)
+    outs = [np.zeros((1, (r1 - r0 + int(pad[0])) * v, (c1 - c0 + int(pad[1])) * hh, 64), np.int16)
+            for hh, v in h.sampling]
+    if rng.random() < 0.1:  # a window field edited past the plane, the output or below zero
+        item[0, 15 + int(rng.integers(16))] += int(rng.choice([-1, 1, 7, 1 << 20, -(1 << 40)]))
+    srcs = [data]
+    if rng.random() < 0.5:  # the folder loader's sources: read_headers() reads the file once
+        with open(SCRATCH, "wb") as f:
+            f.write(data)
+        _, errors, srcs = _jpeg.read_headers([SCRATCH], max_pixels, 0)
+        if errors[0] is not None:
+            raise dctnet.JpegError(str(errors[0]))
     try:
-        _jpeg.decode_windows([data], item, stop, outs, max_pixels, 0)
+        _jpeg.decode_windows(srcs, item, outs, max_pixels, 0)
     except ValueError as exc:
         if "decode_windows" not in str(exc.args[0]):
             raise

@@ -240,3 +240,134 @@ def test_mixed_layout_device_decode_on_cuda(layout_folder):
     y0, c0 = T.crops_to_coefficients(cpu_batch, (64, 64), chroma="native")
     torch.testing.assert_close(y.cpu(), y0, atol=2e-2, rtol=1e-4)
     torch.testing.assert_close(c.cpu(), c0, atol=2e-2, rtol=1e-4)
+
+
+def _decode_window_planes(data: bytes, windows: list[tuple[int, int, int, int]], pad: tuple[int, int]):
+    """``_jpeg.decode_windows`` of one file with one window per component (in blocks), into outputs
+    ``pad`` blocks larger than the window."""
+    from dctnet import _jpeg
+
+    h = dctnet.read_header(data)
+    item = np.zeros((1, 31), np.int64)
+    item[0, 4] = h.num_components
+    outs = []
+    for c, ((bh, bw), (r0, r1, c0, c1)) in enumerate(zip(h.blocks, windows)):
+        item[0, 5 + c], item[0, 9 + c] = bh, bw
+        item[0, 15 + c], item[0, 19 + c], item[0, 23 + c], item[0, 27 + c] = r0, r1, c0, c1
+        outs.append(np.full((1, r1 - r0 + pad[0], c1 - c0 + pad[1], 64), 7, np.int16))  # stale data
+    _jpeg.decode_windows([data], item, outs, 0, 0)
+    return outs
+
+
+def _expected_window(plane: np.ndarray, window: tuple[int, int, int, int], shape: tuple[int, ...]) -> np.ndarray:
+    """numpy: the window of a full plane at the top left of zeros (clipped to the plane)."""
+    r0, r1, c0, c1 = window
+    part = plane[r0:r1, c0:c1]
+    out = np.zeros(shape, np.int16)
+    out[: part.shape[0], : part.shape[1]] = part
+    return out
+
+
+def stream_cases() -> list:
+    """Files that take each decode path: single-scan files of every layout (streamed), a
+    non-interleaved sequential file (decoded in full), progressive, truncated baseline (rows
+    past the end are zero) and arithmetic-coded corpus files."""
+    rng = np.random.default_rng(5)
+    photo = source_photos(1)[0]
+    cases = [pytest.param(encode(photo, kw, mode), id=name) for name, kw, mode in LAYOUTS]
+    for row in corpus_rows():
+        name = row["file"]
+        if row["libjpeg_coef"] in ("ok", "warning") and any(
+                k in name for k in ("noninterleaved", "trunc_baseline", "arith", "1x4", "no_eoi", "restart")):
+            cases.append(pytest.param((CORPUS / "files" / name).read_bytes(), id=name))
+    del rng
+    return cases
+
+
+@pytest.mark.parametrize("data", stream_cases())
+def test_windows_streamed_from_the_decode_equal_the_full_planes(data):
+    """decode_windows writes each component's window straight from the entropy decode (one MCU
+    row of scratch, stopping after the window's last row): equal to the full planes of
+    read_coefficients sliced in numpy, with everything else in the output zeroed, for windows
+    at the corners, in the middle, a single block, empty and past the plane's edge."""
+    full = dctnet.read_coefficients(data)
+    rows, cols = full.mcu
+    rng = np.random.default_rng(len(data))
+    picks = [(0, rows, 0, cols), (0, 1, 0, 1), (rows - 1, rows, cols - 1, cols), (0, 0, 0, 0),
+             (rows - 1, rows + 2, 0, cols + 3)]
+    for _ in range(6):
+        r0, c0 = int(rng.integers(rows)), int(rng.integers(cols))
+        picks.append((r0, int(rng.integers(r0, rows)) + 1, c0, int(rng.integers(c0, cols)) + 1))
+    for r0, r1, c0, c1 in picks:
+        windows = [(r0 * v, r1 * v, c0 * h, c1 * h) for h, v in full.sampling]
+        for pad in ((0, 0), (2, 3)):
+            outs = _decode_window_planes(data, windows, pad)
+            for plane, window, out in zip(full.planes, windows, outs):
+                assert np.array_equal(out[0], _expected_window(plane, window, out.shape[1:])), \
+                    ((r0, r1, c0, c1), pad, full.subsampling, full.process)
+
+
+def test_a_file_with_its_scan_twice_fails_or_decodes_as_in_full():
+    """A malformed sequential file whose scan appears twice: with windows down to the last row
+    the stream reaches the second scan and gives what the full decode gives — the same error
+    (libjpeg refuses the scan) or the same planes. A window ending above the damage stops
+    before it, like any early-stopped decode."""
+    from dctnet.synthetic import synthetic_jpeg
+
+    data = synthetic_jpeg(1, 96, 128)
+    sos = data.index(b"\xff\xda")
+    doubled = data[:-2] + data[sos:-2] + b"\xff\xd9"  # the scan again before EOI
+    h = dctnet.read_header(doubled)
+    windows = [(0, bh, 0, bw) for bh, bw in h.blocks]
+    try:
+        full = dctnet.read_coefficients(doubled)
+    except dctnet.JpegError:
+        with pytest.raises(ValueError, match="decode_windows"):
+            _decode_window_planes(doubled, windows, (0, 0))
+    else:
+        outs = _decode_window_planes(doubled, windows, (1, 1))
+        for plane, window, out in zip(full.planes, windows, outs):
+            assert np.array_equal(out[0], _expected_window(plane, window, out.shape[1:]))
+    top = [(0, v, 0, bw) for (bh, bw), (_, v) in zip(h.blocks, h.sampling)]
+    first = _decode_window_planes(doubled, top, (0, 0))
+    good = dctnet.read_coefficients(data)
+    for plane, window, out in zip(good.planes, top, first):
+        assert np.array_equal(out[0], _expected_window(plane, window, out.shape[1:]))
+
+
+def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
+    """read_headers (the batch path's one pass over the files) gives each file's header fields
+    as read_header does, and the exception a per-file read would raise for bad or missing files
+    and FIFOs, naming the file."""
+    import os
+
+    from dctnet import _jpeg
+    from dctnet.data.dataset import _HEADER_COLUMNS
+    from dctnet.data.plan import COLOR_SPACES
+
+    paths = sorted(str(p) for p in layout_folder.rglob("*.jpg"))
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 nope")
+    fifo = tmp_path / "fifo.jpg"
+    os.mkfifo(fifo)
+    srcs = paths + [str(bad), str(tmp_path / "missing.jpg"), str(fifo)]
+    table, errors, files = _jpeg.read_headers(srcs, 0, 0)
+    head = np.frombuffer(table, np.int64).reshape(len(srcs), _HEADER_COLUMNS)
+    assert len(files) == len(srcs)
+    for row, err, p in zip(head[: len(paths)], errors, paths):
+        h = dctnet.read_header(p)
+        assert err is None and row[0] == 0
+        assert (row[1], row[2], row[3]) == (h.height, h.width, h.num_components)
+        assert COLOR_SPACES[row[4]] == h.color_space and row[6] == h.progressive
+        assert row[7] == h.nbytes and row[5] == (h.exif_orientation or 0)
+        nc = h.num_components
+        assert [tuple(x) for x in zip(row[8:8 + nc], row[12:12 + nc])] == list(h.sampling)
+        assert [tuple(x) for x in zip(row[16:16 + nc], row[20:20 + nc])] == list(h.blocks)
+    assert (head[len(paths):, 0] == 1).all()
+    assert isinstance(errors[-3], dctnet.JpegError) and "bad.jpg" in str(errors[-3])
+    assert isinstance(errors[-2], FileNotFoundError) and "missing.jpg" in str(errors[-2])
+    assert isinstance(errors[-1], OSError) and "regular file" in str(errors[-1])
+    with pytest.raises(TypeError):
+        _jpeg.read_headers([b"bytes"], 0, 0)
+    with pytest.raises(ValueError):
+        _jpeg.read_headers(paths, -1, 0)

@@ -36,6 +36,10 @@ __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orie
            "samples_from_coefficients"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
+#: columns of ``_jpeg.read_headers``' table: status, height, width, components, colour space
+#: (:data:`dctnet.data.plan.COLOR_SPACES` index), EXIF orientation, progressive, plane bytes, then
+#: h, v, blocks_h, blocks_w for four component slots
+_HEADER_COLUMNS = 24
 
 
 @dataclass
@@ -275,51 +279,44 @@ class ImageFolderDataset(CropDataset):
     def load_collated(self, keys: Sequence[tuple[int, int]], *, grid: tuple[int, int] | None = None,
                       pin_memory: bool = False) -> Any:
         """The collated batch for ``keys`` — the same batch as ``collate(load_batch(keys))`` —
-        built without per-sample Python: one GIL-free call reads the headers, the batch is planned
-        vectorised (:func:`dctnet.data.plan.plan_batch`), then one GIL-free C call per layout group
-        reads and decodes each file into a reused buffer and copies its windows into the batch.
-        Single-scan (baseline) files stop entropy decoding after the last MCU row their window
-        needs. Batches with EXIF rotations to apply, and files that fail only in the full decode,
-        take :meth:`load_batch` + collate (which reports them under ``on_error``)."""
-        from dctnet.codec import JpegHeader
+        built without per-sample Python objects: one GIL-free call reads every file once and
+        parses its header into a table, the batch is planned vectorised
+        (:func:`dctnet.data.plan.plan_batch`), then one GIL-free C call per layout group decodes
+        each file from those bytes straight into the batch. Single-scan (baseline/sequential)
+        files stream into their windows one MCU row at a time and stop entropy decoding after the
+        last row the window needs; progressive files decode into a reused buffer first. Batches
+        with EXIF rotations to apply, and files that fail only in the full decode, take
+        :meth:`load_batch` + collate (which reports them under ``on_error``)."""
         from dctnet.data.loader import collate
-        from dctnet.data.plan import COLOR_SPACES, gather_collated, gather_items, plan_batch
+        from dctnet.data.plan import gather_collated, gather_items, plan_batch
 
         limits = (_limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
         paths = [self.samples[i][0] for _, i in keys]
-        srcs, heads, good, skipped = [], [], [], []
-        # the headers of the whole batch in one GIL-free C call (files read there, FIFOs refused)
-        for k, (res, path) in enumerate(zip(_jpeg.read_many(paths, False, *limits, True), paths)):
-            if isinstance(res, BaseException):
-                if self.on_error == "raise":
-                    raise res
-                skipped.append((keys[k][1], path, str(res)))
-                continue
-            head = JpegHeader(res)
-            if self.exif == "apply" and head.exif_orientation not in (None, 1):
-                return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
-            srcs.append(path)
-            heads.append(head)
-            good.append(k)
-        n = len(heads)
-        idx = np.array([keys[k][1] for k in good], np.int64)
-        epochs = np.array([keys[k][0] for k in good], np.int64)
-        ncomp = np.array([c.num_components for c in heads], np.int64)
-        sampling = np.zeros((n, 4, 2), np.int64)
-        blocks = np.zeros((n, 4, 2), np.int64)
-        for j, c in enumerate(heads):
-            sampling[j, : len(c.sampling)] = c.sampling
-            blocks[j, : len(c.blocks)] = c.blocks
-        h = np.array([c.height for c in heads], np.int64)
-        w = np.array([c.width for c in heads], np.int64)
+        # every file read once and its header parsed, in one GIL-free C call (FIFOs refused); the
+        # bytes stay in `files` for the decode below
+        table, errors, files = _jpeg.read_headers(paths, *limits)
+        head = np.frombuffer(table, np.int64).reshape(len(paths), _HEADER_COLUMNS)
+        skipped = []
+        for k in np.flatnonzero(head[:, 0]).tolist():
+            if self.on_error == "raise":
+                raise errors[k]
+            skipped.append((keys[k][1], paths[k], str(errors[k])))
+        good = np.flatnonzero(head[:, 0] == 0)
+        head = head[good]
+        if self.exif == "apply" and np.isin(head[:, 5], (0, 1), invert=True).any():
+            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
+        n = len(good)
+        key_arr = np.asarray(keys, np.int64).reshape(-1, 2)
+        idx, epochs = key_arr[good, 1], key_arr[good, 0]
+        h, w, ncomp = head[:, 1], head[:, 2], head[:, 3]
+        sampling = np.stack([head[:, 8:12], head[:, 12:16]], axis=2)  # (n, 4, 2): (h, v) per component
+        blocks = np.stack([head[:, 16:20], head[:, 20:24]], axis=2)   # (n, 4, 2): (blocks_h, blocks_w)
         boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
-        color = np.array([COLOR_SPACES.index(c.color_space) for c in heads], np.int64)
-        plan = plan_batch(color, ncomp, sampling, h, w, boxes, grid)
-        items = gather_items(np.arange(n), ncomp, blocks)  # part j: the j-th source to decode
-        stops = np.ascontiguousarray(plan.win[:, 1])  # MCU rows the windows need
-        labels = np.array([self.samples[i][1] for i in idx], np.int64)
+        plan = plan_batch(head[:, 4], ncomp, sampling, h, w, boxes, grid)
+        items = gather_items(good, ncomp, blocks)  # part: the file's position in `files`
+        labels = np.array([self.samples[i][1] for i in idx.tolist()], np.int64)
         try:
-            return gather_collated(plan, lambda r, it, outs: _jpeg.decode_windows(srcs, it, stops[r], outs, *limits),
+            return gather_collated(plan, lambda r, it, outs: _jpeg.decode_windows(files, it, outs, *limits),
                                    items, labels, idx, pin_memory=pin_memory, skipped=tuple(skipped))
         except ValueError:  # a file that fails in its full decode: the per-sample path names it
             return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
