@@ -791,8 +791,8 @@ int dctj_read_window(dctj_decoder *dec, dctj_header *hdr, const dctj_window *win
              dec->num_virt, c->num_components);
     longjmp(dec->jump, 1);
   }
+  stream_finish(dec, hdr, win); /* before finishing: that frees the quantization tables it reads */
   jpeg_finish_decompress(c);
-  stream_finish(dec, hdr, win);
   *saturated = dec->clipped;
   destroy_decompressor(dec);
   return 0;
