@@ -17,8 +17,10 @@ Per set, in one run:
 
 Per configuration: images/s (wall clock over the same samples) and CPU µs per sample (this
 process and its worker processes). Ratios: dctnet's CPU against the floor (target ≤ 1.5×) and
-against torchvision's (≤ 0.25×), images/s against torchvision's (≥ 3.5×). Medians of
-``--repeats`` interleaved rounds.
+against torchvision's (≤ 0.25×), images/s against torchvision's (≥ 3.5×). ``--repeats``
+interleaved rounds, each with its own floor pass; every ratio is the median of the per-round
+ratios (this VM's speed drifts by ±10% over minutes, which a ratio of figures measured moments
+apart cancels).
 
     python benchmarks/loader.py [--images 1024] [--batch 64] [--sets stored,4:4:4,...]
 """
@@ -111,15 +113,11 @@ def measure(loader, n_images: int) -> tuple[float, float]:
     return count / wall, cpu / count * 1e6
 
 
-def floor_us(files: list[str], repeats: int = 3) -> float:
-    """Median over passes of the mean raw libjpeg coefficient read, µs per image (one core)."""
+def floor_us(blobs: list[bytes]) -> float:
+    """One pass of the raw libjpeg coefficient read over the files, mean µs per image (one core)."""
     from dctnet import _jpeg
 
-    blobs = [Path(f).read_bytes() for f in files]
-    for b in blobs[:8]:
-        _jpeg.time_raw(b, 1)
-    passes = [sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3 for _ in range(repeats)]
-    return statistics.median(passes)
+    return sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3
 
 
 def main() -> None:
@@ -128,7 +126,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--device-transforms", action="store_true", help="also time the device transforms on this CPU")
     args = ap.parse_args()
@@ -142,7 +140,8 @@ def main() -> None:
         ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=0)
         n = len(ds)
         tv = TorchvisionFolder(ds.samples)
-        floor = floor_us([p for p, _ in ds.samples])
+        blobs = [Path(p).read_bytes() for p, _ in ds.samples]
+        floor_us(blobs[:8])
         configs = [
             ("dctnet ThreadLoader 2 threads", lambda: D.ThreadLoader(ds, args.batch, threads=2, pin_memory=False)),
             ("dctnet DataLoader 2 workers", lambda: D.make_dataloader(ds, args.batch, num_workers=2, pin_memory=False,
@@ -153,7 +152,9 @@ def main() -> None:
                 persistent_workers=True)),
         ]
         results: dict[str, list[tuple[float, float]]] = {c: [] for c, _ in configs}
-        for _ in range(args.repeats):  # interleaved, medians
+        floors = []
+        for _ in range(args.repeats):  # interleaved rounds; ratios are medians of per-round ratios
+            floors.append(floor_us(blobs))
             for cname, make in configs:
                 loader = make()
                 results[cname].append(measure(loader, n))
@@ -162,26 +163,27 @@ def main() -> None:
                     it._shutdown_workers()
                 del loader
         med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in results.items()}
+        tl_r, tv_r = results["dctnet ThreadLoader 2 threads"], results["torchvision DataLoader 2 workers"]
+        ratios = (statistics.median(t[1] / f for t, f in zip(tl_r, floors)),      # CPU vs floor
+                  statistics.median(t[1] / v[1] for t, v in zip(tl_r, tv_r)),     # CPU vs torchvision
+                  statistics.median(t[0] / v[0] for t, v in zip(tl_r, tv_r)))     # images/s vs torchvision
+        floor = statistics.median(floors)
         layouts = sorted({dctnet.read_header(p).subsampling for p, _ in ds.samples})
-        table.append((name, floor, med, layouts))
-        tl, dl, tvr = (med[c] for c, _ in configs)
-        print(f"{name}: floor {floor:.0f} µs; ThreadLoader {tl[1]:.0f} µs ({tl[1] / floor:.2f}× floor, "
-              f"{tl[1] / tvr[1]:.3f}× torchvision CPU, {tl[0] / tvr[0]:.2f}× its images/s); layouts {layouts}",
-              flush=True)
+        table.append((name, floor, med, layouts, ratios))
+        tl = med["dctnet ThreadLoader 2 threads"]
+        print(f"{name}: floor {floor:.0f} µs; ThreadLoader {tl[1]:.0f} µs ({ratios[0]:.2f}× floor, "
+              f"{ratios[1]:.3f}× torchvision CPU, {ratios[2]:.2f}× its images/s); layouts {layouts}", flush=True)
     print("\n| set | floor µs | ThreadLoader CPU µs (× floor) | DataLoader 2w CPU µs | torchvision CPU µs | "
           "CPU vs torchvision | ThreadLoader img/s | torchvision img/s | img/s vs torchvision |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, floor, med, _ in table:
+    for name, floor, med, _, (vs_floor, vs_tv, ips) in table:
         tl, dl, tvr = med["dctnet ThreadLoader 2 threads"], med["dctnet DataLoader 2 workers"], \
             med["torchvision DataLoader 2 workers"]
-        print(f"| {name} | {floor:.0f} | {tl[1]:.0f} ({tl[1] / floor:.2f}×) | {dl[1]:.0f} | {tvr[1]:.0f} | "
-              f"**{tl[1] / tvr[1]:.3f}×** | {tl[0]:.0f} | {tvr[0]:.0f} | **{tl[0] / tvr[0]:.2f}×** |")
-    worst = max(t[2]["dctnet ThreadLoader 2 threads"][1] / t[1] for t in table)
-    print(f"\nworst ThreadLoader CPU vs floor: {worst:.2f}× (target ≤ 1.5); worst CPU vs torchvision: "
-          f"{max(t[2]['dctnet ThreadLoader 2 threads'][1] / t[2]['torchvision DataLoader 2 workers'][1] for t in table):.3f}× "
-          f"(≤ 0.25); worst images/s vs torchvision: "
-          f"{min(t[2]['dctnet ThreadLoader 2 threads'][0] / t[2]['torchvision DataLoader 2 workers'][0] for t in table):.2f}× "
-          f"(≥ 3.5)")
+        print(f"| {name} | {floor:.0f} | {tl[1]:.0f} ({vs_floor:.2f}×) | {dl[1]:.0f} | {tvr[1]:.0f} | "
+              f"**{vs_tv:.3f}×** | {tl[0]:.0f} | {tvr[0]:.0f} | **{ips:.2f}×** |")
+    print(f"\nworst ThreadLoader CPU vs floor: {max(t[4][0] for t in table):.2f}× (target ≤ 1.5); worst CPU vs "
+          f"torchvision: {max(t[4][1] for t in table):.3f}× (≤ 0.25); worst images/s vs torchvision: "
+          f"{min(t[4][2] for t in table):.2f}× (≥ 3.5). Ratios are medians of per-round ratios.")
     if args.device_transforms:
         device_transforms(ds, args.batch)
 
