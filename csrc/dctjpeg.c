@@ -301,7 +301,8 @@ static int dequantize_scalar(const JCOEF *in, int16_t *out, const uint16_t *q, s
 #include <immintrin.h>
 #define HAVE_SIMD_DEQUANT 1
 
-static int dequantize_sse2(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+/* stream != 0 (a compile-time constant at each call): non-temporal stores, out 16-byte aligned. */
+static inline int dequantize_sse2_to(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks, int stream) {
   __m128i qv[8], acc = _mm_setzero_si128();
   for (int i = 0; i < 8; i++) qv[i] = _mm_loadu_si128((const __m128i *)(q + 8 * i));
   for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
@@ -310,10 +311,15 @@ static int dequantize_sse2(const JCOEF *in, int16_t *out, const uint16_t *q, siz
       __m128i lo = _mm_mullo_epi16(a, qv[i]), hi = _mm_mulhi_epi16(a, qv[i]);
       __m128i r = _mm_packs_epi32(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
       acc = _mm_or_si128(acc, _mm_xor_si128(hi, _mm_srai_epi16(lo, 15)));
-      _mm_storeu_si128((__m128i *)(out + 8 * i), r);
+      if (stream) _mm_stream_si128((__m128i *)(out + 8 * i), r);
+      else _mm_storeu_si128((__m128i *)(out + 8 * i), r);
     }
   }
   return _mm_movemask_epi8(_mm_cmpeq_epi8(acc, _mm_setzero_si128())) != 0xFFFF;
+}
+
+static int dequantize_sse2(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
+  return dequantize_sse2_to(in, out, q, nblocks, 0);
 }
 
 __attribute__((target("avx2"))) static int dequantize_avx2(const JCOEF *in, int16_t *out, const uint16_t *q,
@@ -353,18 +359,7 @@ __attribute__((target("avx512bw"))) static int dequantize_avx512(const JCOEF *in
 /* Writing a batch window: the batch (tens of MB) is not read again on this core, so non-temporal
  * stores send it to memory without first reading each line in (half the memory traffic). */
 static int dequantize_nt(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
-  __m128i qv[8], acc = _mm_setzero_si128();
-  for (int i = 0; i < 8; i++) qv[i] = _mm_loadu_si128((const __m128i *)(q + 8 * i));
-  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
-    for (int i = 0; i < 8; i++) {
-      __m128i a = _mm_loadu_si128((const __m128i *)(in + 8 * i));
-      __m128i lo = _mm_mullo_epi16(a, qv[i]), hi = _mm_mulhi_epi16(a, qv[i]);
-      __m128i r = _mm_packs_epi32(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
-      acc = _mm_or_si128(acc, _mm_xor_si128(hi, _mm_srai_epi16(lo, 15)));
-      _mm_stream_si128((__m128i *)(out + 8 * i), r);
-    }
-  }
-  return _mm_movemask_epi8(_mm_cmpeq_epi8(acc, _mm_setzero_si128())) != 0xFFFF;
+  return dequantize_sse2_to(in, out, q, nblocks, 1);
 }
 
 static void zero_nt(int16_t *out, size_t nblocks) {
