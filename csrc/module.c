@@ -709,8 +709,10 @@ static PyTypeObject FileBatchType = {
 };
 
 /* int64 columns of read_headers()'s table, per file */
-enum { HF_STATUS, HF_HEIGHT, HF_WIDTH, HF_NCOMP, HF_COLOR, HF_EXIF, HF_PROGRESSIVE, HF_NBYTES, HF_H, HF_V = HF_H + 4,
-       HF_BH = HF_V + 4, HF_BW = HF_BH + 4, HF_FIELDS = HF_BW + 4 };
+enum { HF_STATUS, HF_HEIGHT, HF_WIDTH, HF_NCOMP, HF_COLOR, HF_EXIF, HF_PROGRESSIVE, HF_NBYTES,
+       HF_SAMPLING,                  /* (h, v) pairs of 4 component slots: sampling (n, 4, 2) */
+       HF_BLOCKS = HF_SAMPLING + 8,  /* (blocks_h, blocks_w) pairs of 4 slots: blocks (n, 4, 2) */
+       HF_FIELDS = HF_BLOCKS + 8 };
 
 typedef struct {
   int status, io_err;
@@ -722,7 +724,8 @@ PyDoc_STRVAR(read_headers_doc,
              "Read each file once (without the GIL) and parse its header. table: bytes of int64\n"
              "(n, 24): status (0 ok), height, width, components, colour space (libjpeg's code: 0 unknown,\n"
              "1 gray, 2 RGB, 3 YCbCr, 4 CMYK, 5 YCCK), EXIF orientation (0 none), progressive, plane\n"
-             "bytes, then per component (4 slots, zero past the count) h, v, blocks_h, blocks_w.\n"
+             "bytes, then (h, v) for 4 component slots and (blocks_h, blocks_w) for 4 slots (zero past\n"
+             "the count).\n"
              "errors: per file None or the exception (OSError, JpegError). files: a FileBatch holding\n"
              "the bytes, to pass to decode_windows as its sources (part i = the i-th path).");
 
@@ -828,10 +831,10 @@ static PyObject *py_read_headers(PyObject *self, PyObject *args) {
     row[HF_PROGRESSIVE] = hdr.progressive;
     row[HF_NBYTES] = (int64_t)(hdr.total_coefs * sizeof(int16_t));
     for (int c = 0; c < hdr.num_components && c < 4; c++) { /* read components are 1, 3 or 4 */
-      row[HF_H + c] = hdr.comp[c].h_samp;
-      row[HF_V + c] = hdr.comp[c].v_samp;
-      row[HF_BH + c] = hdr.comp[c].blocks_h;
-      row[HF_BW + c] = hdr.comp[c].blocks_w;
+      row[HF_SAMPLING + 2 * c] = hdr.comp[c].h_samp;
+      row[HF_SAMPLING + 2 * c + 1] = hdr.comp[c].v_samp;
+      row[HF_BLOCKS + 2 * c] = hdr.comp[c].blocks_h;
+      row[HF_BLOCKS + 2 * c + 1] = hdr.comp[c].blocks_w;
     }
   }
   ts->files_hint = used + used / 4;
@@ -1385,6 +1388,44 @@ static PyObject *py_rrc_boxes(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(plan_doc,
+             "plan_windows(color, ncomp, sampling, heights, widths, boxes, margin, out, firsts, need) -> groups\n\n"
+             "Batch planning in one call (see csrc/crop.h): int64 inputs color (n,), ncomp (n,),\n"
+             "sampling (n, 4, 2), heights (n,), widths (n,), boxes (n, 4); writable int64 outputs out\n"
+             "(n, 27), firsts (n,) (the first sample of each layout group) and need (n, 2) (each group's\n"
+             "largest window in MCUs). Returns the number of groups. ValueError naming the first sample\n"
+             "out of range.");
+
+static PyObject *py_plan_windows(PyObject *self, PyObject *args) {
+  Py_buffer b[9];
+  long long margin;
+  Py_ssize_t n;
+  int64_t ngroups = 0, bad = 0;
+  (void)self;
+  memset(b, 0, sizeof b);
+  if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*Lw*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &margin, &b[6], &b[7],
+                        &b[8]))
+    return NULL;
+  n = b[0].len / 8;
+  if (b[0].len % 8 || b[1].len != b[0].len || b[2].len != 8 * b[0].len || b[3].len != b[0].len ||
+      b[4].len != b[0].len || b[5].len != 4 * b[0].len || b[6].len != PLAN_FIELDS * b[0].len ||
+      b[7].len != b[0].len || b[8].len != 2 * b[0].len) {
+    PyErr_SetString(PyExc_ValueError, "plan_windows: inconsistent buffer sizes");
+  } else if (outputs_clash(&b[6], 3, b, 6, NULL, NULL)) {
+    PyErr_SetString(PyExc_ValueError, "plan_windows: an output shares memory with an input or another output");
+  } else {
+    bad = plan_windows((const int64_t *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf,
+                       (const int64_t *)b[3].buf, (const int64_t *)b[4].buf, (const int64_t *)b[5].buf, (int64_t)n,
+                       (int64_t)margin, (int64_t *)b[6].buf, (int64_t *)b[7].buf, (int64_t *)b[8].buf, &ngroups);
+    if (bad)
+      PyErr_Format(PyExc_ValueError, "plan_windows: sample %lld has a layout, size or box out of range",
+                   (long long)(bad - 1));
+  }
+  for (int i = 0; i < 9; i++) PyBuffer_Release(&b[i]);
+  if (PyErr_Occurred()) return NULL;
+  return PyLong_FromLongLong((long long)ngroups);
+}
+
 static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, read_doc},
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
@@ -1393,6 +1434,7 @@ static PyMethodDef methods[] = {
     {"decode_windows", py_decode_windows, METH_VARARGS, decode_windows_doc},
     {"read_headers", py_read_headers, METH_VARARGS, read_headers_doc},
     {"rrc_boxes", py_rrc_boxes, METH_VARARGS, rrc_doc},
+    {"plan_windows", py_plan_windows, METH_VARARGS, plan_doc},
     {"time_raw", py_time_raw, METH_VARARGS, time_raw_doc},
     {"time_read", py_time_read, METH_VARARGS, time_read_doc},
     {"alloc", py_alloc, METH_O, "alloc(nbytes) -> CoefBuffer: writable memory from the resident buffer pool."},

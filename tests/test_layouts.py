@@ -361,8 +361,9 @@ def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
         assert COLOR_SPACES[row[4]] == h.color_space and row[6] == h.progressive
         assert row[7] == h.nbytes and row[5] == (h.exif_orientation or 0)
         nc = h.num_components
-        assert [tuple(x) for x in zip(row[8:8 + nc], row[12:12 + nc])] == list(h.sampling)
-        assert [tuple(x) for x in zip(row[16:16 + nc], row[20:20 + nc])] == list(h.blocks)
+        assert [tuple(x) for x in row[8:16].reshape(4, 2)[:nc].tolist()] == list(h.sampling)
+        assert [tuple(x) for x in row[16:24].reshape(4, 2)[:nc].tolist()] == list(h.blocks)
+        assert not row[8 + 2 * nc:16].any() and not row[16 + 2 * nc:24].any()
     assert (head[len(paths):, 0] == 1).all()
     assert isinstance(errors[-3], dctnet.JpegError) and "bad.jpg" in str(errors[-3])
     assert isinstance(errors[-2], FileNotFoundError) and "missing.jpg" in str(errors[-2])
@@ -371,3 +372,57 @@ def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
         _jpeg.read_headers([b"bytes"], 0, 0)
     with pytest.raises(ValueError):
         _jpeg.read_headers(paths, -1, 0)
+
+
+def _plan_in_numpy(color, ncomp, samp, h, w, boxes):
+    """The batch plan in plain numpy (crop.mcu_windows per sample, groups by first appearance)."""
+    used = np.arange(4)[None, :] < ncomp[:, None]
+    s = np.where(used[:, :, None], samp, 0)
+    mh, mw = 8 * s[:, :, 1].max(axis=1), 8 * s[:, :, 0].max(axis=1)
+    win = D.mcu_windows(boxes, h, w, (mh, mw))
+    keys = [(int(color[i]), int(ncomp[i]), tuple(map(tuple, s[i]))) for i in range(len(h))]
+    order = list(dict.fromkeys(keys))
+    group = np.array([order.index(k) for k in keys])
+    valid = np.stack([np.minimum(h - mh * win[:, 0], mh * (win[:, 1] - win[:, 0])),
+                      np.minimum(w - mw * win[:, 2], mw * (win[:, 3] - win[:, 2]))], axis=1)
+    rel = np.stack([boxes[:, 0] - mh * win[:, 0], boxes[:, 1] - mw * win[:, 2], boxes[:, 2], boxes[:, 3]], axis=1)
+    pwin = np.stack([win[:, 0:1] * s[:, :, 1], win[:, 1:2] * s[:, :, 1], win[:, 2:3] * s[:, :, 0],
+                     win[:, 3:4] * s[:, :, 0]], axis=1)
+    return win, pwin, valid, rel, group
+
+
+def test_batch_plan_equals_the_numpy_arithmetic():
+    """plan_batch (one C call) gives the windows, plane windows, valid sizes, relative boxes and
+    layout groups of the per-sample numpy arithmetic, for random layouts (1/3/4 components, any
+    factors 1..4, garbage in unused slots), sizes, and boxes partly or wholly outside the image."""
+    from dctnet.data.plan import plan_batch
+
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(1, 70))
+        ncomp = rng.choice([1, 3, 4], n)
+        kinds = rng.integers(1, 5, (3, 4, 2))  # three layouts to draw from, so groups repeat
+        samp = kinds[rng.integers(0, 3, n)]
+        samp[np.arange(4)[None, :] >= ncomp[:, None]] = rng.integers(0, 9)  # unused slots hold anything
+        color = rng.integers(0, 6, n)
+        h, w = rng.integers(1, 700, n), rng.integers(1, 700, n)
+        boxes = np.stack([rng.integers(-40, 700, n), rng.integers(-40, 700, n), rng.integers(0, 400, n),
+                          rng.integers(0, 400, n)], axis=1)
+        plan = plan_batch(color, ncomp, samp, h, w, boxes)
+        win, pwin, valid, rel, group = _plan_in_numpy(color, ncomp, samp, h, w, boxes)
+        assert np.array_equal(plan.win, win) and np.array_equal(plan.pwin, pwin)
+        assert np.array_equal(plan.valid, valid) and np.array_equal(plan.rel, rel)
+        got = np.empty(n, np.int64)
+        for g, r in enumerate(plan.rows):
+            got[r] = g
+            windows = np.stack([win[r, 1] - win[r, 0], win[r, 3] - win[r, 2]], axis=1)
+            assert plan.grids[g] == tuple(np.maximum(windows.max(axis=0), 1))
+        assert np.array_equal(got, group)
+        j = int(plan.rows[0][0])
+        assert plan.layouts[0][1] == tuple(map(tuple, samp[j, : ncomp[j]]))
+    with pytest.raises(ValueError, match="does not fit the fixed grid"):
+        plan_batch([3], [3], [[[2, 2], [1, 1], [1, 1], [0, 0]]], [224], [224], [[0, 0, 224, 224]], grid=(4, 4))
+    for bad in ({"ncomp": [2]}, {"h": [0]}, {"samp": [[[5, 1], [1, 1], [1, 1], [0, 0]]]}, {"box": [[1 << 40, 0, 1, 1]]}):
+        args = dict(ncomp=[3], h=[64], samp=[[[2, 2], [1, 1], [1, 1], [0, 0]]], box=[[0, 0, 8, 8]]) | bad
+        with pytest.raises(ValueError, match="out of range"):
+            plan_batch([3], args["ncomp"], args["samp"], args["h"], [64], args["box"])

@@ -29,6 +29,8 @@ __all__ = ["CenterCrop", "FullImage", "RandomResizedCrop", "mcu_window", "mcu_wi
 Box = tuple[int, int, int, int]  # top, left, height, width in pixels
 
 _M64_INT = (1 << 64) - 1
+#: pixels a window reaches past its box: what 2x fancy chroma upsampling reads (one chroma sample)
+MCU_MARGIN = 2
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -60,9 +62,10 @@ class RandomResizedCrop:
         """``int64 (B, 4)`` boxes (top, left, height, width) for images of ``heights``/``widths``,
         samples ``index``: per try ``u[4t:4t+4]`` = (area, log-ratio, top, left) of :func:`uniforms`."""
         index = np.ascontiguousarray(np.atleast_1d(index), np.int64)
-        heights = np.ascontiguousarray(np.broadcast_to(heights, index.shape), np.int64)
-        widths = np.ascontiguousarray(np.broadcast_to(widths, index.shape), np.int64)
-        if (heights <= 0).any() or (widths <= 0).any():
+        if np.shape(heights) != index.shape or np.shape(widths) != index.shape:
+            heights, widths = np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape)
+        heights, widths = np.ascontiguousarray(heights, np.int64), np.ascontiguousarray(widths, np.int64)
+        if min(heights.min(initial=1), widths.min(initial=1)) <= 0:
             raise ValueError("RandomResizedCrop: image sizes must be positive")
         out = np.empty((len(index), 4), np.int64)
         _jpeg.rrc_boxes(seed & _M64_INT, epoch & _M64_INT, index, heights, widths, self.scale[0], self.scale[1],
@@ -111,7 +114,8 @@ def draw_boxes(crop, heights, widths, seed: int, epoch, index) -> np.ndarray:
     """Boxes ``(B, 4)`` for samples ``index`` of the given sizes under ``crop``. ``epoch``: one
     epoch, or one per sample (a batch may straddle epochs): one vectorised draw per epoch present."""
     index = np.atleast_1d(index)
-    heights, widths = np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape)
+    if np.shape(heights) != index.shape or np.shape(widths) != index.shape:
+        heights, widths = np.broadcast_to(heights, index.shape), np.broadcast_to(widths, index.shape)
     if np.ndim(epoch) == 0:
         return crop.boxes(heights, widths, seed, int(epoch), index)
     epochs = np.asarray(epoch, np.int64)
@@ -123,7 +127,7 @@ def draw_boxes(crop, heights, widths, seed: int, epoch, index) -> np.ndarray:
 
 
 def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu: int | tuple[Any, Any] = 16,
-                margin: int = 2) -> np.ndarray:
+                margin: int = MCU_MARGIN) -> np.ndarray:
     """MCU rows/cols ``(B, 4)`` = (r0, r1, c0, c1) covering each box plus ``margin`` pixels, inside the image.
 
     ``mcu`` is the MCU size in pixels: one int for square MCUs (16: 4:2:0), or ``(mcu_h, mcu_w)``,
@@ -140,6 +144,6 @@ def mcu_windows(boxes: np.ndarray, heights: np.ndarray, widths: np.ndarray, mcu:
     return np.stack([r0, r1, c0, c1], axis=1).astype(np.int64)
 
 
-def mcu_window(box: Box, height: int, width: int, mcu: int = 16, margin: int = 2) -> tuple[int, int, int, int]:
+def mcu_window(box: Box, height: int, width: int, mcu: int = 16, margin: int = MCU_MARGIN) -> tuple[int, int, int, int]:
     """:func:`mcu_windows` for one box."""
     return tuple(int(v) for v in mcu_windows(np.array([box]), np.array([height]), np.array([width]), mcu, margin)[0])

@@ -38,7 +38,7 @@ __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orie
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 #: columns of ``_jpeg.read_headers``' table: status, height, width, components, colour space
 #: (:data:`dctnet.data.plan.COLOR_SPACES` index), EXIF orientation, progressive, plane bytes, then
-#: h, v, blocks_h, blocks_w for four component slots
+#: (h, v) and (blocks_h, blocks_w) pairs for four component slots
 _HEADER_COLUMNS = 24
 
 
@@ -297,21 +297,25 @@ class ImageFolderDataset(CropDataset):
         table, errors, files = _jpeg.read_headers(paths, *limits)
         head = np.frombuffer(table, np.int64).reshape(len(paths), _HEADER_COLUMNS)
         skipped = []
-        for k in np.flatnonzero(head[:, 0]).tolist():
-            if self.on_error == "raise":
-                raise errors[k]
-            skipped.append((keys[k][1], paths[k], str(errors[k])))
-        good = np.flatnonzero(head[:, 0] == 0)
-        head = head[good]
-        if self.exif == "apply" and np.isin(head[:, 5], (0, 1), invert=True).any():
+        idx = np.fromiter((i for _, i in keys), np.int64, len(keys))
+        used = keys  # the keys of the readable files
+        if head[:, 0].any():  # bad files: raise, or leave them out
+            for k in np.flatnonzero(head[:, 0]).tolist():
+                if self.on_error == "raise":
+                    raise errors[k]
+                skipped.append((keys[k][1], paths[k], str(errors[k])))
+            good = np.flatnonzero(head[:, 0] == 0)
+            head, idx, used = head[good], idx[good], [keys[k] for k in good.tolist()]
+        else:
+            good = np.arange(len(keys))
+        if self.exif == "apply" and ((head[:, 5] != 0) & (head[:, 5] != 1)).any():
             return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
-        n = len(good)
-        key_arr = np.asarray(keys, np.int64).reshape(-1, 2)
-        idx, epochs = key_arr[good, 1], key_arr[good, 0]
+        epoch = used[0][0] if used else 0
+        if any(k[0] != epoch for k in used):  # a batch straddling epochs: one epoch per sample
+            epoch = np.fromiter((e for e, _ in used), np.int64, len(used))
         h, w, ncomp = head[:, 1], head[:, 2], head[:, 3]
-        sampling = np.stack([head[:, 8:12], head[:, 12:16]], axis=2)  # (n, 4, 2): (h, v) per component
-        blocks = np.stack([head[:, 16:20], head[:, 20:24]], axis=2)   # (n, 4, 2): (blocks_h, blocks_w)
-        boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
+        sampling, blocks = head[:, 8:16].reshape(-1, 4, 2), head[:, 16:24].reshape(-1, 4, 2)
+        boxes = draw_boxes(self.crop, h, w, self.seed, epoch, idx)
         plan = plan_batch(head[:, 4], ncomp, sampling, h, w, boxes, grid)
         items = gather_items(good, ncomp, blocks)  # part: the file's position in `files`
         labels = np.array([self.samples[i][1] for i in idx.tolist()], np.int64)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dctnet import _jpeg
-from dctnet.data.crop import mcu_windows
+from dctnet.data.crop import MCU_MARGIN
 from dctnet.transforms.batch import JpegBatch, PlaneGroup
 
 __all__ = ["COLOR_SPACES", "BatchPlan", "gather_collated", "gather_items", "layout_grid", "plan_batch"]
@@ -53,13 +53,17 @@ class BatchPlan:
 def layout_grid(sampling: tuple[tuple[int, int], ...], windows: np.ndarray, grid: tuple[int, int] | None) -> tuple[int, int]:
     """One group's grid ``(R, C)`` in MCUs for its windows ``(n, 2)`` (see :func:`dctnet.data.loader.group_grids`)."""
     need = windows.max(axis=0) if len(windows) else np.zeros(2, np.int64)
+    return _grid(sampling, int(need[0]), int(need[1]), grid)
+
+
+def _grid(sampling: tuple[tuple[int, int], ...], need_r: int, need_c: int, grid: tuple[int, int] | None) -> tuple[int, int]:
+    """A group's grid from its largest window ``(need_r, need_c)`` in MCUs."""
     if grid is None:
-        return int(max(need[0], 1)), int(max(need[1], 1))
+        return max(need_r, 1), max(need_c, 1)
     vmax, hmax = max(v for _, v in sampling), max(h for h, _ in sampling)
     fixed = (grid[0] // vmax, grid[1] // hmax)
-    if need[0] > fixed[0] or need[1] > fixed[1]:
-        raise ValueError(f"a window of {int(need[0]) * vmax}x{int(need[1]) * hmax} blocks does not fit the fixed "
-                         f"grid {grid}")
+    if need_r > fixed[0] or need_c > fixed[1]:
+        raise ValueError(f"a window of {need_r * vmax}x{need_c * hmax} blocks does not fit the fixed grid {grid}")
     return fixed
 
 
@@ -79,41 +83,49 @@ def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
     return torch.frombuffer(_jpeg.alloc(nbytes), dtype=torch.int16).view(shape)
 
 
+def _empty_planes(shapes: list[tuple[int, ...]], pin_memory: bool) -> list[torch.Tensor]:
+    """int16 tensors of the given shapes carved out of one :func:`_empty` allocation (each at a
+    64-byte offset): a batch's planes cost one allocation, not one per component and group."""
+    sizes = [math.prod(s) for s in shapes]
+    offsets, total = [], 0
+    for n in sizes:
+        offsets.append(total)
+        total += -(-n // 32) * 32
+    buf = _empty((total,), pin_memory)
+    return [buf[o:o + n].view(s) for o, n, s in zip(offsets, sizes, shapes)]
+
+
 def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heights: np.ndarray, widths: np.ndarray,
                boxes: np.ndarray, grid: tuple[int, int] | None = None) -> BatchPlan:
     """Plan a batch. ``color (B,)`` codes of :data:`COLOR_SPACES`, ``ncomp (B,)``,
-    ``sampling (B, 4, 2)`` ``(h, v)`` per component (zero past ``ncomp``), true sizes ``(B,)``,
-    crop ``boxes (B, 4)`` (top, left, height, width) in pixels. ``grid``: see
-    :func:`dctnet.data.loader.group_grids`."""
-    color, ncomp = np.asarray(color, np.int64), np.asarray(ncomp, np.int64)
-    samp = np.asarray(sampling, np.int64)
-    h, w = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
-    used = np.arange(4)[None, :] < ncomp[:, None]
-    mh = 8 * np.where(used, samp[:, :, 1], 0).max(axis=1)                         # MCU size in pixels
-    mw = 8 * np.where(used, samp[:, :, 0], 0).max(axis=1)
-    win = mcu_windows(boxes, h, w, (mh, mw))
-    # one key per layout (colour space, component count, sampling): groups in order of first appearance
-    key = color * 16 + ncomp
-    for c in range(4):
-        key = key * 64 + samp[:, c, 0] * 8 + samp[:, c, 1]
-    if len(key) and (key == key[0]).all():  # the common case: one layout, rows in order
-        firsts, rows = [0], [np.arange(len(key), dtype=np.int64)]
-    else:
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        inverse = inverse.reshape(-1)
-        firsts, rows = [int(j) for j in first[order]], [np.flatnonzero(inverse == g) for g in order]
-    layouts = [(COLOR_SPACES[int(color[j])], tuple((int(samp[j, c, 0]), int(samp[j, c, 1])) for c in range(int(ncomp[j]))))
+    ``sampling (B, 4, 2)`` ``(h, v)`` per component (slots past ``ncomp`` are ignored), true sizes
+    ``(B,)``, crop ``boxes (B, 4)`` (top, left, height, width) in pixels. ``grid``: see
+    :func:`dctnet.data.loader.group_grids`.
+
+    The arithmetic is :func:`dctnet.data.crop.mcu_windows` per sample (the box plus 2 pixels,
+    snapped out to the MCU grid, inside the image) and the grouping is by layout in order of first
+    appearance; it runs in one C call (``_jpeg.plan_windows``), because as a few dozen numpy calls
+    it cost ~1 ms a batch, more than the decode of several images. Raises ``ValueError`` for a
+    sample whose layout, size or box is out of range."""
+    def c64(a):
+        return np.ascontiguousarray(a, np.int64)
+
+    samp, color_l, ncomp_l = c64(sampling), c64(color), c64(ncomp)
+    n = len(samp)
+    table, firsts, need = np.empty((n, 27), np.int64), np.empty(n, np.int64), np.empty((n, 2), np.int64)
+    groups = _jpeg.plan_windows(color_l, ncomp_l, samp, c64(heights), c64(widths), c64(boxes), MCU_MARGIN, table,
+                                firsts, need)
+    firsts, need = firsts[:groups].tolist(), need[:groups].tolist()
+    layouts = [(COLOR_SPACES[int(color_l[j])], tuple((int(samp[j, c, 0]), int(samp[j, c, 1])) for c in range(int(ncomp_l[j]))))
                for j in firsts]
-    windows = np.stack([win[:, 1] - win[:, 0], win[:, 3] - win[:, 2]], axis=1)
-    grids = [layout_grid(s, windows[r], grid) for (_, s), r in zip(layouts, rows)]
-    valid = np.stack([np.minimum(h - mh * win[:, 0], mh * (win[:, 1] - win[:, 0])),
-                      np.minimum(w - mw * win[:, 2], mw * (win[:, 3] - win[:, 2]))], axis=1)
-    rel = boxes - np.stack([mh * win[:, 0], mw * win[:, 2], np.zeros_like(h), np.zeros_like(h)], axis=1)
-    # each plane's window in blocks: MCU rows × v_c, MCU columns × h_c
-    pwin = np.stack([win[:, 0:1] * samp[:, :, 1], win[:, 1:2] * samp[:, :, 1], win[:, 2:3] * samp[:, :, 0],
-                     win[:, 3:4] * samp[:, :, 0]], axis=1)
-    return BatchPlan(layouts, rows, grids, pwin, valid, rel, win)
+    if len(firsts) == 1:  # the common case: one layout, rows in order
+        rows = [np.arange(n, dtype=np.int64)]
+    else:
+        gid = table[:, 26]
+        rows = [np.flatnonzero(gid == g) for g in range(len(firsts))]
+    grids = [_grid(s, r, c, grid) for (_, s), (r, c) in zip(layouts, need)]
+    return BatchPlan(layouts, rows, grids, table[:, 4:20].reshape(n, 4, 4), table[:, 20:22], table[:, 22:26],
+                     table[:, 0:4])
 
 
 def gather_items(part, ncomp, blocks, *, offset=0, nbytes=0, table=0, nvalues=0, nescapes=0) -> np.ndarray:
@@ -138,8 +150,11 @@ def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, lis
     raises ``ValueError(message, batch position)``."""
     items[:, 15:31] = plan.pwin.reshape(len(items), 16)
     groups = []
-    for (color_space, sampling), r, (gr, gc) in zip(plan.layouts, plan.rows, plan.grids):
-        planes = tuple(_empty((len(r), gr * v, gc * hh, 64), pin_memory) for hh, v in sampling)
+    shapes = [(len(r), gr * v, gc * hh, 64) for (_, sampling), r, (gr, gc) in zip(plan.layouts, plan.rows, plan.grids)
+              for hh, v in sampling]
+    free = iter(_empty_planes(shapes, pin_memory))
+    for (color_space, sampling), r in zip(plan.layouts, plan.rows):
+        planes = tuple(next(free) for _ in sampling)
         try:
             copy(r, np.ascontiguousarray(items[r]), [p.numpy() for p in planes])
         except ValueError as exc:  # name the batch position, not the group's
