@@ -28,8 +28,11 @@ void rrc_boxes(uint64_t seed, uint64_t epoch, const int64_t *index, const int64_
       double u0 = uniform(base, 4 * t), u1 = uniform(base, 4 * t + 1);
       double target = area * (scale_lo + (scale_hi - scale_lo) * u0);
       double aspect = exp(log_ratio_lo + (log_ratio_hi - log_ratio_lo) * u1);
-      int64_t w = (int64_t)rint(sqrt(target * aspect)), h = (int64_t)rint(sqrt(target / aspect));
-      if (w > 0 && w <= W && h > 0 && h <= H) {
+      double wf = rint(sqrt(target * aspect)), hf = rint(sqrt(target / aspect));
+      int64_t w, h;
+      if (!(wf >= 1 && wf <= (double)W && hf >= 1 && hf <= (double)H)) continue; /* also NaN: no try */
+      w = (int64_t)wf, h = (int64_t)hf;
+      {
         out[0] = (int64_t)floor(uniform(base, 4 * t + 2) * (double)(H - h + 1));
         out[1] = (int64_t)floor(uniform(base, 4 * t + 3) * (double)(W - w + 1));
         out[2] = h;
@@ -40,8 +43,8 @@ void rrc_boxes(uint64_t seed, uint64_t epoch, const int64_t *index, const int64_
     if (!found) { /* centre crop, aspect ratio clamped to the range */
       double in_ratio = (double)W / (double)H;
       int64_t w = W, h = H;
-      if (in_ratio < rmin) h = (int64_t)rint((double)W / rmin);
-      else if (in_ratio > rmax) w = (int64_t)rint((double)H * rmax);
+      if (in_ratio < rmin && (double)W / rmin <= (double)H) h = (int64_t)rint((double)W / rmin);
+      else if (in_ratio > rmax && (double)H * rmax <= (double)W) w = (int64_t)rint((double)H * rmax);
       out[0] = (H - h) / 2;
       out[1] = (W - w) / 2;
       out[2] = h;
@@ -78,6 +81,9 @@ int64_t plan_windows(const int64_t *color, const int64_t *ncomp, const int64_t *
       return i + 1;
     for (int k = 0; k < 4; k++)
       if (box[k] < -PLAN_MAX_BOX || box[k] > PLAN_MAX_BOX) return i + 1;
+    /* a box must be non-empty and overlap the image: then r0 < r1 and c0 < c1 below */
+    if (box[2] < 1 || box[3] < 1 || box[0] >= H || box[1] >= W || box[0] + box[2] <= 0 || box[1] + box[3] <= 0)
+      return i + 1;
     key = (uint64_t)color[i] * 16 + (uint64_t)nc;
     for (int c = 0; c < 4; c++) { /* slots past ncomp count as zero, whatever they hold */
       int64_t h = c < nc ? samp[2 * c] : 0, v = c < nc ? samp[2 * c + 1] : 0;

@@ -382,11 +382,15 @@ static void zero_out(int16_t *out, size_t nblocks) {
 
 static int dequantize(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
 #ifdef HAVE_SIMD_DEQUANT
-  static int level = -1; /* 0 SSE2, 1 AVX2, 2 AVX-512BW; a benign race: every thread computes the same */
-  int small = 1;
+  static int cached = -1; /* 0 SSE2, 1 AVX2, 2 AVX-512BW: every thread computes the same, relaxed atomics */
+  int small = 1, level;
   for (int k = 0; k < 64; k++) small &= q[k] <= 32767;
   if (small) {
-    if (level < 0) level = __builtin_cpu_supports("avx512bw") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (level < 0) {
+      level = __builtin_cpu_supports("avx512bw") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+      __atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+    }
     if (level == 2) return dequantize_avx512(in, out, q, nblocks);
     if (level == 1) return dequantize_avx2(in, out, q, nblocks);
     return dequantize_sse2(in, out, q, nblocks);

@@ -788,6 +788,7 @@ static PyObject *py_read_headers(PyObject *self, PyObject *args) {
     if (!e && fb->arena && used + size <= FILES_MAX_BYTES) {
       if (used + size > fb->arena_cap) { /* grow the pool buffer (pool memory is plain malloc memory) */
         size_t cap = 2 * fb->arena_cap > used + size ? 2 * fb->arena_cap : used + size;
+        if (cap > FILES_MAX_BYTES + 8) cap = FILES_MAX_BYTES + 8; /* >= used + size, checked above */
         char *grown = (char *)realloc(fb->arena, cap);
         if (grown) {
           fb->arena = grown;
@@ -1366,6 +1367,19 @@ PyDoc_STRVAR(rrc_doc,
              "torchvision RandomResizedCrop boxes on counter-based uniforms (csrc/crop.h); index, heights,\n"
              "widths: int64 (n,), out: int64 (n, 4) written with (top, left, height, width).");
 
+/* Whether any of n buffers is not 8-byte aligned (int64 loads and stores need it). */
+static int misaligned8(const Py_buffer *b, int n) {
+  for (int i = 0; i < n; i++)
+    if ((uintptr_t)b[i].buf & 7) return 1;
+  return 0;
+}
+
+static int sizes_in_range(const int64_t *v, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (v[i] < 1 || v[i] > ((int64_t)1 << 31)) return 0;
+  return 1;
+}
+
 static PyObject *py_rrc_boxes(PyObject *self, PyObject *args) {
   unsigned long long seed, epoch;
   Py_buffer ix, hs, ws, out;
@@ -1376,6 +1390,10 @@ static PyObject *py_rrc_boxes(PyObject *self, PyObject *args) {
   Py_ssize_t n = ix.len / 8;
   if (ix.len % 8 || hs.len != ix.len || ws.len != ix.len || out.len != 4 * ix.len) {
     PyErr_SetString(PyExc_ValueError, "rrc_boxes: inconsistent buffer sizes");
+  } else if (misaligned8(&ix, 1) || misaligned8(&hs, 1) || misaligned8(&ws, 1) || misaligned8(&out, 1)) {
+    PyErr_SetString(PyExc_ValueError, "rrc_boxes: buffers must be 8-byte aligned int64");
+  } else if (!sizes_in_range((const int64_t *)hs.buf, n) || !sizes_in_range((const int64_t *)ws.buf, n)) {
+    PyErr_SetString(PyExc_ValueError, "rrc_boxes: image sizes must be in 1..2^31");
   } else {
     rrc_boxes(seed, epoch, (const int64_t *)ix.buf, (const int64_t *)hs.buf, (const int64_t *)ws.buf, n, s0, s1, r0, r1,
               l0, l1, (int64_t *)out.buf);
@@ -1411,6 +1429,8 @@ static PyObject *py_plan_windows(PyObject *self, PyObject *args) {
       b[4].len != b[0].len || b[5].len != 4 * b[0].len || b[6].len != PLAN_FIELDS * b[0].len ||
       b[7].len != b[0].len || b[8].len != 2 * b[0].len) {
     PyErr_SetString(PyExc_ValueError, "plan_windows: inconsistent buffer sizes");
+  } else if (misaligned8(b, 9)) {
+    PyErr_SetString(PyExc_ValueError, "plan_windows: buffers must be 8-byte aligned int64");
   } else if (outputs_clash(&b[6], 3, b, 6, NULL, NULL)) {
     PyErr_SetString(PyExc_ValueError, "plan_windows: an output shares memory with an input or another output");
   } else {

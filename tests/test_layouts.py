@@ -406,8 +406,10 @@ def test_batch_plan_equals_the_numpy_arithmetic():
         samp[np.arange(4)[None, :] >= ncomp[:, None]] = rng.integers(0, 9)  # unused slots hold anything
         color = rng.integers(0, 6, n)
         h, w = rng.integers(1, 700, n), rng.integers(1, 700, n)
-        boxes = np.stack([rng.integers(-40, 700, n), rng.integers(-40, 700, n), rng.integers(0, 400, n),
-                          rng.integers(0, 400, n)], axis=1)
+        # boxes overlapping the image, partly outside it as well
+        bh, bw = rng.integers(1, 400, n), rng.integers(1, 400, n)
+        top, left = rng.integers(-bh + 1, h), rng.integers(-bw + 1, w)
+        boxes = np.stack([top, left, bh, bw], axis=1)
         plan = plan_batch(color, ncomp, samp, h, w, boxes)
         win, pwin, valid, rel, group = _plan_in_numpy(color, ncomp, samp, h, w, boxes)
         assert np.array_equal(plan.win, win) and np.array_equal(plan.pwin, pwin)
@@ -422,7 +424,33 @@ def test_batch_plan_equals_the_numpy_arithmetic():
         assert plan.layouts[0][1] == tuple(map(tuple, samp[j, : ncomp[j]]))
     with pytest.raises(ValueError, match="does not fit the fixed grid"):
         plan_batch([3], [3], [[[2, 2], [1, 1], [1, 1], [0, 0]]], [224], [224], [[0, 0, 224, 224]], grid=(4, 4))
-    for bad in ({"ncomp": [2]}, {"h": [0]}, {"samp": [[[5, 1], [1, 1], [1, 1], [0, 0]]]}, {"box": [[1 << 40, 0, 1, 1]]}):
+    for bad in ({"ncomp": [2]}, {"h": [0]}, {"samp": [[[5, 1], [1, 1], [1, 1], [0, 0]]]}, {"box": [[1 << 40, 0, 1, 1]]},
+                {"box": [[0, 0, 0, 8]]}, {"box": [[64, 0, 8, 8]]}, {"box": [[-8, 0, 8, 8]]}):
         args = dict(ncomp=[3], h=[64], samp=[[[2, 2], [1, 1], [1, 1], [0, 0]]], box=[[0, 0, 8, 8]]) | bad
         with pytest.raises(ValueError, match="out of range"):
             plan_batch([3], args["ncomp"], args["samp"], args["h"], [64], args["box"])
+
+
+def test_c_planning_entries_refuse_misaligned_buffers_and_bad_crop_parameters():
+    """int64 buffers handed to C must be aligned (else undefined behaviour), and crop parameters
+    that would make the box arithmetic undefined (NaN, negative ratios, sizes past 2^31) are
+    refused before they reach it."""
+    from dctnet import _jpeg
+
+    one = np.zeros(1, np.int64)
+    raw = bytearray(8 * 40 + 8)
+    off = memoryview(raw)[1:1 + 8]  # one int64, misaligned
+    with pytest.raises(ValueError, match="aligned"):
+        _jpeg.rrc_boxes(0, 0, off, one + 5, one + 5, 0.1, 1.0, 0.75, 1.33, -0.29, 0.29, np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="1..2"):
+        _jpeg.rrc_boxes(0, 0, one, one + (1 << 40), one + 5, 0.1, 1.0, 0.75, 1.33, -0.29, 0.29, np.zeros(4, np.int64))
+    args = [one + 3, one + 3, np.zeros(8, np.int64), one + 8, one + 8, np.array([0, 0, 8, 8], np.int64)]
+    outs = [np.zeros(27, np.int64), np.zeros(1, np.int64), np.zeros(2, np.int64)]
+    args[2][:6] = 1  # 4:4:4
+    assert _jpeg.plan_windows(*args, 2, *outs) == 1
+    bad = memoryview(bytearray(8 * 27 + 1))[1:]
+    with pytest.raises(ValueError, match="aligned"):
+        _jpeg.plan_windows(*args, 2, bad, *outs[1:])
+    for scale, ratio in (((0.1, float("nan")), (0.75, 1.33)), ((0.1, 1.0), (-1.0, 1.0)), ((0.0, 1.0), (0.75, 1.33))):
+        with pytest.raises(ValueError, match="positive finite"):
+            D.RandomResizedCrop(scale=scale, ratio=ratio)

@@ -58,6 +58,13 @@ class RandomResizedCrop:
 
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+
+    def __post_init__(self) -> None:
+        for name in ("scale", "ratio"):
+            v = getattr(self, name)
+            if len(v) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in v):
+                raise ValueError(f"RandomResizedCrop: {name} must be two positive finite numbers, not {v!r}")
+
     def boxes(self, heights: np.ndarray, widths: np.ndarray, seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
         """``int64 (B, 4)`` boxes (top, left, height, width) for images of ``heights``/``widths``,
         samples ``index``: per try ``u[4t:4t+4]`` = (area, log-ratio, top, left) of :func:`uniforms`."""
