@@ -182,6 +182,10 @@ static int pool_count;
 static size_t pool_bytes;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The pool is kept oldest first: takes search from the newest end, and a give that would
+ * overflow the pool evicts the oldest buffers rather than dropping the one given back (when the
+ * workload changes, e.g. from one image size to another, the old sizes would otherwise fill the
+ * pool for good and every new batch would page-fault a fresh allocation in). */
 static char *pool_take(size_t n, size_t *cap) {
   char *p = NULL;
   pthread_mutex_lock(&pool_lock);
@@ -191,7 +195,8 @@ static char *pool_take(size_t n, size_t *cap) {
       p = pool[i].ptr;
       *cap = pool[i].cap;
       pool_bytes -= pool[i].cap;
-      pool[i] = pool[--pool_count];
+      memmove(&pool[i], &pool[i + 1], sizeof(pool_entry) * (size_t)(pool_count - 1 - i));
+      pool_count--;
       break;
     }
   }
@@ -204,17 +209,33 @@ static char *pool_take(size_t n, size_t *cap) {
 }
 
 static void pool_give(char *p, size_t cap) {
-  int kept = 0;
+  char *evicted[POOL_MAX_BUFFERS]; /* freed after the lock is released */
+  int nevicted = 0, kept = 0;
   if (!p) return;
   pthread_mutex_lock(&pool_lock);
-  if (pool_count < POOL_MAX_BUFFERS && pool_bytes + cap <= POOL_MAX_BYTES) {
-    pool[pool_count].ptr = p;
-    pool[pool_count].cap = cap;
-    pool_count++;
-    pool_bytes += cap;
-    kept = 1;
+  if (cap <= POOL_MAX_BYTES) {
+    int drop = 0;
+    size_t bytes = pool_bytes;
+    while (drop < pool_count && (pool_count - drop >= POOL_MAX_BUFFERS || bytes + cap > POOL_MAX_BYTES)) {
+      evicted[nevicted++] = pool[drop].ptr;
+      bytes -= pool[drop].cap;
+      drop++;
+    }
+    if (drop) {
+      memmove(&pool[0], &pool[drop], sizeof(pool_entry) * (size_t)(pool_count - drop));
+      pool_count -= drop;
+      pool_bytes = bytes;
+    }
+    if (pool_count < POOL_MAX_BUFFERS && pool_bytes + cap <= POOL_MAX_BYTES) {
+      pool[pool_count].ptr = p;
+      pool[pool_count].cap = cap;
+      pool_count++;
+      pool_bytes += cap;
+      kept = 1;
+    }
   }
   pthread_mutex_unlock(&pool_lock);
+  for (int i = 0; i < nevicted; i++) free(evicted[i]);
   if (!kept) free(p);
 }
 

@@ -122,3 +122,23 @@ def test_output_pool_reuses_buffers():
     keep = c2.planes[0]
     del c2  # a plane still alive keeps the buffer out of the pool
     assert _jpeg.pool_info()["buffers"] == 0 and keep.sum() is not None
+
+
+def test_output_pool_makes_room_for_new_sizes():
+    """When the workload changes size (say from small images to large ones), buffers of the old
+    sizes must not hold the pool full for good: giving back a buffer the pool has no room for
+    evicts the oldest ones, so the new size is reused instead of page-faulted in afresh."""
+    _jpeg.pool_clear()
+    small = [_jpeg.alloc(1 << 20) for _ in range(256)]  # 256 MiB of small buffers: the pool's capacity
+    del small
+    full = _jpeg.pool_info()
+    assert full["bytes"] >= 255 << 20
+    big = _jpeg.alloc(40 << 20)  # no pooled buffer fits: a fresh one
+    addr = np.frombuffer(big, np.uint8).ctypes.data
+    del big
+    after = _jpeg.pool_info()
+    assert after["bytes"] <= 256 << 20 and after["buffers"] < full["buffers"]  # old ones evicted
+    again = _jpeg.alloc(40 << 20)
+    assert np.frombuffer(again, np.uint8).ctypes.data == addr  # the big buffer was kept and reused
+    del again
+    _jpeg.pool_clear()
