@@ -7,8 +7,9 @@ reaches 2 px past the box). This measures, on the layout sets of benchmarks/layo
 C decode (``_jpeg.time_read``: reused decoder, dequantize, no Python) of the whole image against
 the same decode stopped after the rows a RandomResizedCrop (torchvision's defaults) or a
 CenterCrop (0.875) box needs. Progressive files always decode in full (each scan refines every
-row), so they gain nothing. The folder loader (``ImageFolderDataset.load_collated``) decodes
-this way; this script measures the C decode alone, in isolation from the rest of the loader.
+row), so they gain nothing. The folder loader (``ImageFolderDataset.load_collated``) stops the
+same way while it streams the rows into the batch (``_jpeg.decode_windows``); this script
+measures the stop alone, on the plain decode, in isolation from the rest of the loader.
 
     python benchmarks/below_floor.py [--images 512] [--sets stored,500x375,4:4:4]
 """
