@@ -44,42 +44,6 @@ int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, s
 
 /* ---------------------------------------------------------------- batch gather from a cache */
 
-/* The batch (tens of MB) is written once and not read again on this core: non-temporal stores
- * send it to memory without first reading every line in (half the memory traffic of memcpy /
- * memset here). Destinations not 16-byte aligned take the plain calls. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_NT_STORES 1
-#endif
-
-static void copy_out(int16_t *dst, const int16_t *src, size_t nblocks) {
-#ifdef HAVE_NT_STORES
-  if (((uintptr_t)dst & 15) == 0) {
-    for (size_t i = 0; i < nblocks * 8; i++)
-      _mm_stream_si128((__m128i *)dst + i, _mm_loadu_si128((const __m128i *)src + i));
-    return;
-  }
-#endif
-  memcpy(dst, src, nblocks * 64 * sizeof(int16_t));
-}
-
-static void zero_out(int16_t *dst, size_t nblocks) {
-#ifdef HAVE_NT_STORES
-  if (((uintptr_t)dst & 15) == 0) {
-    __m128i z = _mm_setzero_si128();
-    for (size_t i = 0; i < nblocks * 8; i++) _mm_stream_si128((__m128i *)dst + i, z);
-    return;
-  }
-#endif
-  memset(dst, 0, nblocks * 64 * sizeof(int16_t));
-}
-
-static void store_fence(void) {
-#ifdef HAVE_NT_STORES
-  _mm_sfence(); /* the batch is complete in memory before another thread is told it is done */
-#endif
-}
-
 typedef struct {
   const uint64_t *masks;
   const int8_t *values;
@@ -103,11 +67,10 @@ static int skip_blocks(stream *s, size_t b, size_t nb) {
   return s->ei <= s->nescapes ? 0 : -1;
 }
 
-/* Expand one block into out (64 int16): built in a local block, then stored whole. */
-static int expand_block(stream *s, size_t b, const uint16_t *q, int16_t *dst) {
+/* Expand one block into out (64 int16). */
+static int expand_block(stream *s, size_t b, const uint16_t *q, int16_t *out) {
   uint64_t m = load_u64(s->masks + b);
-  int16_t out[64] __attribute__((aligned(16)));
-  memset(out, 0, sizeof out);
+  memset(out, 0, 64 * sizeof(int16_t));
   while (m) {
     int k = __builtin_ctzll(m);
     int32_t v;
@@ -120,7 +83,6 @@ static int expand_block(stream *s, size_t b, const uint16_t *q, int16_t *dst) {
     }
     out[k] = (int16_t)(v * (int32_t)q[k]); /* |v| <= 2^15, q < 2^16: the product fits int32 */
   }
-  copy_out(dst, out, 1);
   return 0;
 }
 
@@ -146,19 +108,19 @@ static int plane_window(int fmt, stream *s, const int16_t *dense, size_t base, i
     }
     int16_t *row = dst + (size_t)r * (size_t)dst_w * 64;
     if (fmt == 0) {
-      copy_out(row, dense + ((size_t)pr * (size_t)pw + (size_t)pre) * 64, (size_t)have);
+      memcpy(row, dense + ((size_t)pr * (size_t)pw + (size_t)pre) * 64, (size_t)have * 64 * sizeof(int16_t));
     } else {
       if (skip_blocks(s, rb, (size_t)pre) != 0) return -1;
       for (int64_t c = 0; c < have; c++)
         if (expand_block(s, rb + (size_t)(pre + c), q, row + c * 64) != 0) return -1;
       if (skip_blocks(s, rb + (size_t)(pre + have), (size_t)(pw - pre - have)) != 0) return -1;
     }
-    zero_out(row + have * 64, (size_t)(dst_w - have));
+    memset(row + have * 64, 0, (size_t)(dst_w - have) * 64 * sizeof(int16_t));
   }
   /* destination rows the plane does not reach */
   for (int64_t r = 0; r < dst_h; r++) {
     int64_t pr = wr0 + r;
-    if (!(pr < ph && pr < wr1)) zero_out(dst + (size_t)r * (size_t)dst_w * 64, (size_t)dst_w);
+    if (!(pr < ph && pr < wr1)) memset(dst + (size_t)r * (size_t)dst_w * 64, 0, (size_t)dst_w * 64 * sizeof(int16_t));
   }
   return 0;
 }
@@ -232,6 +194,5 @@ int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *pa
     }
     if (fmt == 1 && (s.vi != s.nvalues || s.ei != s.nescapes)) return i + 1;
   }
-  store_fence();
   return 0;
 }
