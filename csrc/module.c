@@ -1100,6 +1100,19 @@ PyDoc_STRVAR(gather_doc,
              "the buffers; the buffers are held for the whole call. Raises ValueError(message, item)\n"
              "for the first batch item whose record is out of bounds or corrupt.");
 
+/* A private copy of a batch's items (PyMem_Free it; NULL and MemoryError when out of memory):
+ * what was checked is what is used, as another thread could rewrite the caller's array while
+ * the GIL is released. */
+static gather_item *private_items(const Py_buffer *it) {
+  gather_item *items = (gather_item *)PyMem_Malloc(it->len ? (size_t)it->len : 1);
+  if (!items) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  memcpy(items, it->buf, (size_t)it->len);
+  return items;
+}
+
 static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
   PyObject *parts_obj, *tables_obj, *items_obj, *outs_obj, *parts_fast = NULL, *outs_fast = NULL;
   Py_buffer tb = {0}, it = {0}, ov[GATHER_MAX_COMPONENTS];
@@ -1147,14 +1160,8 @@ static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "gather_planes: an output shares memory with an input or another output");
     goto done;
   }
-  /* A private copy of the items: what was checked is what is used (another thread could rewrite
-   * the caller's array while the GIL is released). */
-  items = (gather_item *)PyMem_Malloc(it.len ? (size_t)it.len : 1);
-  if (!items) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  memcpy(items, it.buf, (size_t)it.len);
+  items = private_items(&it);
+  if (!items) goto done;
   Py_BEGIN_ALLOW_THREADS
   bad = gather_planes(items, n, pp, nparts, (const uint16_t *)tb.buf,
                       (int64_t)(tb.len / (4 * 64 * 2)), fmt, (int64_t)nout, outs, oh, ow);
@@ -1184,17 +1191,6 @@ PyDoc_STRVAR(decode_windows_doc,
              "files stream into the windows one MCU row at a time and stop after the last row a window\n"
              "needs; others are decoded into a reused per-thread buffer and copied by gather_planes.\n"
              "Raises ValueError(message, item) at the first image that fails or does not match its item.");
-
-/* The window fields of an item against the output grids (as the cache gather checks them). */
-static int window_fits(const gather_item *it, int64_t ncomp, const int64_t *oh, const int64_t *ow) {
-  for (int64_t c = 0; c < ncomp; c++) {
-    if (it->r0[c] < 0 || it->r1[c] < it->r0[c] || it->c0[c] < 0 || it->c1[c] < it->c0[c] ||
-        it->r1[c] > GATHER_MAX_BLOCKS_SIDE || it->c1[c] > GATHER_MAX_BLOCKS_SIDE)
-      return 0;
-    if (it->r1[c] - it->r0[c] > oh[c] || it->c1[c] - it->c0[c] > ow[c]) return 0;
-  }
-  return 1;
-}
 
 static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   PyObject *srcs_obj, *items_obj, *outs_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
@@ -1254,13 +1250,8 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "decode_windows: an output shares memory with an input or another output");
     goto done;
   }
-  /* private copies: what is checked is what is used */
-  items = (gather_item *)PyMem_Malloc(it.len ? (size_t)it.len : 1);
-  if (!items) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  memcpy(items, it.buf, (size_t)it.len);
+  items = private_items(&it);
+  if (!items) goto done;
   Py_BEGIN_ALLOW_THREADS
   for (int64_t i = 0; i < n && !bad; i++) {
     gather_item one = items[i];
@@ -1299,7 +1290,7 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
     if (ok && dctj_single_scan(ts->dec)) { /* the common case: stream into the windows */
       dctj_window win[GATHER_MAX_COMPONENTS];
       int rc;
-      if (!window_fits(&one, nout, oh, ow)) {
+      if (!gather_window_fits(&one, nout, oh, ow)) {
         dctj_abort(ts->dec);
         bad = i + 1;
         break;

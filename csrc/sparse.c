@@ -125,6 +125,16 @@ static int plane_window(int fmt, stream *s, const int16_t *dense, size_t base, i
   return 0;
 }
 
+int gather_window_fits(const gather_item *it, int64_t ncomp, const int64_t *out_h, const int64_t *out_w) {
+  for (int64_t c = 0; c < ncomp; c++) {
+    if (it->r0[c] < 0 || it->r1[c] < it->r0[c] || it->c0[c] < 0 || it->c1[c] < it->c0[c] ||
+        it->r1[c] > GATHER_MAX_BLOCKS_SIDE || it->c1[c] > GATHER_MAX_BLOCKS_SIDE)
+      return 0;
+    if (it->r1[c] - it->r0[c] > out_h[c] || it->c1[c] - it->c0[c] > out_w[c]) return 0;
+  }
+  return 1;
+}
+
 /* Every field of one item against the part extents, the tables and the grids. Sets *nblocks. */
 static int check_item(const gather_item *it, const gather_part *parts, int64_t nparts, int64_t ntables, int fmt,
                       int64_t ncomp, const int64_t *out_h, const int64_t *out_w, uint64_t *nblocks) {
@@ -137,11 +147,8 @@ static int check_item(const gather_item *it, const gather_part *parts, int64_t n
     if (it->bh[c] < 0 || it->bw[c] < 0 || it->bh[c] > GATHER_MAX_BLOCKS_SIDE || it->bw[c] > GATHER_MAX_BLOCKS_SIDE)
       return -1;
     nb += (uint64_t)it->bh[c] * (uint64_t)it->bw[c]; /* < 4 * 2^32: no overflow */
-    if (it->r0[c] < 0 || it->r1[c] < it->r0[c] || it->c0[c] < 0 || it->c1[c] < it->c0[c] ||
-        it->r1[c] > GATHER_MAX_BLOCKS_SIDE || it->c1[c] > GATHER_MAX_BLOCKS_SIDE)
-      return -1;
-    if (it->r1[c] - it->r0[c] > out_h[c] || it->c1[c] - it->c0[c] > out_w[c]) return -1;
   }
+  if (!gather_window_fits(it, ncomp, out_h, out_w)) return -1;
   if (fmt == 0) {
     if ((uint64_t)it->nbytes != nb * 128 || it->nvalues != 0 || it->nescapes != 0) return -1;
   } else {

@@ -53,6 +53,10 @@ typedef struct {
 #define GATHER_ITEM_FIELDS 31
 #define GATHER_MAX_BLOCKS_SIDE ((int64_t)1 << 16) /* a plane side in blocks: JPEG sizes are < 2^16 px */
 
+/* Whether an item's plane windows are well-formed (0 <= r0 <= r1, 0 <= c0 <= c1, sides within
+ * GATHER_MAX_BLOCKS_SIDE) and fit the output grids out_h x out_w, for ncomp components. */
+int gather_window_fits(const gather_item *it, int64_t ncomp, const int64_t *out_h, const int64_t *out_w);
+
 /* fmt: 0 dense, 1 sparse. outs[c] has room for n * out_h[c] * out_w[c] blocks (checked by the
  * binding). Returns 0, -1 when the arguments themselves are inconsistent (format, grids), or
  * 1 + the index of the first sample whose record is out of bounds or inconsistent. */
