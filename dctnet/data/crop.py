@@ -126,6 +126,8 @@ def draw_boxes(crop, heights, widths, seed: int, epoch, index) -> np.ndarray:
     if np.ndim(epoch) == 0:
         return crop.boxes(heights, widths, seed, int(epoch), index)
     epochs = np.asarray(epoch, np.int64)
+    if len(epochs) and epochs.min() == epochs.max():  # the usual batch: one epoch, one draw
+        return crop.boxes(heights, widths, seed, int(epochs[0]), index)
     boxes = np.empty((len(index), 4), np.int64)
     for e in np.unique(epochs):  # normally one
         m = epochs == e

@@ -310,12 +310,10 @@ class ImageFolderDataset(CropDataset):
             good = np.arange(len(keys))
         if self.exif == "apply" and ((head[:, 5] != 0) & (head[:, 5] != 1)).any():
             return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
-        epoch = used[0][0] if used else 0
-        if any(k[0] != epoch for k in used):  # a batch straddling epochs: one epoch per sample
-            epoch = np.fromiter((e for e, _ in used), np.int64, len(used))
+        epochs = np.fromiter((e for e, _ in used), np.int64, len(used))
         h, w, ncomp = head[:, 1], head[:, 2], head[:, 3]
         sampling, blocks = head[:, 8:16].reshape(-1, 4, 2), head[:, 16:24].reshape(-1, 4, 2)
-        boxes = draw_boxes(self.crop, h, w, self.seed, epoch, idx)
+        boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
         plan = plan_batch(head[:, 4], ncomp, sampling, h, w, boxes, grid)
         items = gather_items(good, ncomp, blocks)  # part: the file's position in `files`
         labels = np.array([self.samples[i][1] for i in idx.tolist()], np.int64)
