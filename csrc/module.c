@@ -1182,6 +1182,164 @@ done:
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(gather_packed_doc,
+             "gather_packed(parts, tables, items, fmt, out, offsets) -> None\n\n"
+             "gather_planes without the padding: each item's window of component c (r1 - r0 by c1 - c0\n"
+             "blocks, zero outside the plane) is written to blocks offsets[i, c] onwards of out, one\n"
+             "writable C-contiguous int16 (NB, 64) array; offsets: int64 (n, ncomp). The device builds\n"
+             "the padded grid from it. Every window must fit inside out. Raises as gather_planes.");
+
+static PyObject *py_gather_packed(PyObject *self, PyObject *args) {
+  PyObject *parts_obj, *tables_obj, *items_obj, *out_obj, *off_obj, *parts_fast = NULL;
+  Py_buffer tb = {0}, it = {0}, ob = {0}, offb = {0};
+  Py_buffer *pv = NULL;
+  gather_part *pp = NULL;
+  Py_ssize_t nparts = 0, held = 0;
+  int fmt, have_tb = 0, have_it = 0, have_ob = 0, have_off = 0;
+  int64_t n, ncomp = 0, bad = 0;
+  gather_item *items = NULL;
+  int64_t *offsets = NULL;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OOOiOO", &parts_obj, &tables_obj, &items_obj, &fmt, &out_obj, &off_obj)) return NULL;
+  if (PyObject_GetBuffer(tables_obj, &tb, PyBUF_SIMPLE) != 0) goto done;
+  have_tb = 1;
+  if (PyObject_GetBuffer(items_obj, &it, PyBUF_SIMPLE) != 0) goto done;
+  have_it = 1;
+  if (PyObject_GetBuffer(off_obj, &offb, PyBUF_SIMPLE) != 0) goto done;
+  have_off = 1;
+  if (PyObject_GetBuffer(out_obj, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) goto done;
+  have_ob = 1;
+  n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
+  if (it.len % (Py_ssize_t)sizeof(gather_item) != 0 || ((uintptr_t)it.buf & 7) != 0 || ((uintptr_t)tb.buf & 1) != 0) {
+    PyErr_SetString(PyExc_ValueError, "gather_packed: items must be int64 (n, 31), tables uint16");
+    goto done;
+  }
+  if (n > 0) ncomp = (int64_t)(offb.len / (Py_ssize_t)sizeof(int64_t)) / n;
+  if ((n > 0 && (ncomp < 1 || ncomp > GATHER_MAX_COMPONENTS || offb.len != (Py_ssize_t)(n * ncomp * 8))) ||
+      (n == 0 && offb.len != 0)) {
+    PyErr_SetString(PyExc_ValueError, "gather_packed: offsets must be int64 (n, ncomp) with 1 to 4 components");
+    goto done;
+  }
+  if (ob.ndim != 2 || ob.itemsize != 2 || !ob.format ||
+      (strcmp(ob.format, "h") != 0 && strcmp(ob.format, "<h") != 0 && strcmp(ob.format, "=h") != 0) ||
+      ob.shape[1] != 64 || ((uintptr_t)ob.buf & 1) != 0) {
+    PyErr_SetString(PyExc_ValueError, "gather_packed: out must be int16 (NB, 64), C-contiguous");
+    goto done;
+  }
+  parts_fast = PySequence_Tuple(parts_obj);
+  if (!parts_fast) goto done;
+  nparts = PyTuple_GET_SIZE(parts_fast);
+  pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
+  pp = (gather_part *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(gather_part));
+  if (!pv || !pp) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (; held < nparts; held++) {
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
+    pp[held].data = (const uint8_t *)pv[held].buf;
+    pp[held].len = (int64_t)pv[held].len;
+  }
+  if (outputs_clash(&ob, 1, pv, nparts, &tb, &it) || outputs_clash(&ob, 1, &offb, 1, NULL, NULL)) {
+    PyErr_SetString(PyExc_ValueError, "gather_packed: the output shares memory with an input");
+    goto done;
+  }
+  items = private_items(&it);
+  offsets = (int64_t *)PyMem_Malloc(offb.len ? (size_t)offb.len : 1); /* private, as the items */
+  if (!items || !offsets) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    goto done;
+  }
+  memcpy(offsets, offb.buf, (size_t)offb.len);
+  Py_BEGIN_ALLOW_THREADS
+  bad = gather_packed(items, n, pp, nparts, (const uint16_t *)tb.buf, (int64_t)(tb.len / (4 * 64 * 2)), fmt,
+                      ncomp ? ncomp : 1, (int16_t *)ob.buf, (int64_t)ob.shape[0], offsets);
+  Py_END_ALLOW_THREADS
+  if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_packed: bad format");
+  else if (bad) raise_item_error("gather_packed: corrupt or out-of-bounds record or window for a batch item", bad - 1);
+done:
+  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
+  PyMem_Free(pv);
+  PyMem_Free(pp);
+  PyMem_Free(items);
+  PyMem_Free(offsets);
+  Py_XDECREF(parts_fast);
+  if (have_tb) PyBuffer_Release(&tb);
+  if (have_it) PyBuffer_Release(&it);
+  if (have_ob) PyBuffer_Release(&ob);
+  if (have_off) PyBuffer_Release(&offb);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(copy_ranges_doc,
+             "copy_ranges(parts, ranges, out) -> None\n\n"
+             "Copy byte ranges of the parts (buffers, e.g. a cache's part maps) into out, a writable\n"
+             "C-contiguous buffer: ranges is int64 (k, 4) rows of (part, source offset, size, destination\n"
+             "offset). Every range is checked against its part and against out before any byte is copied;\n"
+             "raises ValueError(message, row) for the first bad row.");
+
+static PyObject *py_copy_ranges(PyObject *self, PyObject *args) {
+  PyObject *parts_obj, *ranges_obj, *out_obj, *parts_fast = NULL;
+  Py_buffer rb = {0}, ob = {0};
+  Py_buffer *pv = NULL;
+  Py_ssize_t nparts = 0, held = 0;
+  int have_rb = 0, have_ob = 0;
+  int64_t *ranges = NULL, k = 0, bad = 0;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OOO", &parts_obj, &ranges_obj, &out_obj)) return NULL;
+  if (PyObject_GetBuffer(ranges_obj, &rb, PyBUF_SIMPLE) != 0) goto done;
+  have_rb = 1;
+  if (PyObject_GetBuffer(out_obj, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) goto done;
+  have_ob = 1;
+  if (rb.len % 32 != 0) {
+    PyErr_SetString(PyExc_ValueError, "copy_ranges: ranges must be int64 (k, 4)");
+    goto done;
+  }
+  k = (int64_t)(rb.len / 32);
+  parts_fast = PySequence_Tuple(parts_obj);
+  if (!parts_fast) goto done;
+  nparts = PyTuple_GET_SIZE(parts_fast);
+  pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
+  ranges = (int64_t *)PyMem_Malloc(rb.len ? (size_t)rb.len : 1); /* private: checked is what is used */
+  if (!pv || !ranges) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  memcpy(ranges, rb.buf, (size_t)rb.len);
+  for (; held < nparts; held++)
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
+  if (outputs_clash(&ob, 1, pv, nparts, &rb, NULL)) {
+    PyErr_SetString(PyExc_ValueError, "copy_ranges: out shares memory with an input");
+    goto done;
+  }
+  for (int64_t i = 0; i < k && !bad; i++) {
+    int64_t part = ranges[4 * i], src = ranges[4 * i + 1], size = ranges[4 * i + 2], dst = ranges[4 * i + 3];
+    if (part < 0 || part >= nparts || src < 0 || size < 0 || dst < 0 || src > (int64_t)pv[part].len ||
+        size > (int64_t)pv[part].len - src || dst > (int64_t)ob.len || size > (int64_t)ob.len - dst)
+      bad = i + 1;
+  }
+  if (!bad) {
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < k; i++)
+      if (ranges[4 * i + 2])
+        memcpy((uint8_t *)ob.buf + ranges[4 * i + 3], (const uint8_t *)pv[ranges[4 * i]].buf + ranges[4 * i + 1],
+               (size_t)ranges[4 * i + 2]);
+    Py_END_ALLOW_THREADS
+  } else {
+    raise_item_error("copy_ranges: a range lies outside its part or the output", bad - 1);
+  }
+done:
+  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
+  PyMem_Free(pv);
+  PyMem_Free(ranges);
+  Py_XDECREF(parts_fast);
+  if (have_rb) PyBuffer_Release(&rb);
+  if (have_ob) PyBuffer_Release(&ob);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(decode_windows_doc,
              "decode_windows(srcs, items, outs, max_pixels, max_bytes) -> None\n\n"
              "Decode JPEGs and write each plane's window straight into one layout group's outputs (the\n"
@@ -1463,6 +1621,8 @@ static PyMethodDef methods[] = {
     {"read_many", py_read_many, METH_VARARGS, read_many_doc},
     {"sparse_expand", py_sparse_expand, METH_VARARGS, expand_doc},
     {"gather_planes", py_gather_planes, METH_VARARGS, gather_doc},
+    {"gather_packed", py_gather_packed, METH_VARARGS, gather_packed_doc},
+    {"copy_ranges", py_copy_ranges, METH_VARARGS, copy_ranges_doc},
     {"decode_windows", py_decode_windows, METH_VARARGS, decode_windows_doc},
     {"read_headers", py_read_headers, METH_VARARGS, read_headers_doc},
     {"rrc_boxes", py_rrc_boxes, METH_VARARGS, rrc_doc},

@@ -162,6 +162,39 @@ static int check_item(const gather_item *it, const gather_part *parts, int64_t n
   return 0;
 }
 
+/* One item into its destinations: dst[c] holds dst_h[c] x dst_w[c] blocks for component c.
+ * Returns 0, or -1 when the record is out of bounds or inconsistent. */
+static int gather_one(const gather_item *it, const gather_part *parts, int64_t nparts, const uint16_t *tables,
+                      int64_t ntables, int fmt, int64_t ncomp, int16_t *const *dst, const int64_t *dst_h,
+                      const int64_t *dst_w) {
+  uint64_t nblocks = 0;
+  size_t base = 0;
+  const uint8_t *data;
+  const uint16_t *q = NULL;
+  stream s = {0};
+  if (check_item(it, parts, nparts, ntables, fmt, ncomp, dst_h, dst_w, &nblocks) != 0) return -1;
+  data = parts[it->part].data + it->offset;
+  if (fmt == 1) {
+    size_t vbytes = (size_t)nblocks * 8 + (size_t)it->nvalues;
+    s.masks = (const uint64_t *)(const void *)data;
+    s.values = (const int8_t *)(data + (size_t)nblocks * 8);
+    s.escapes = (const int16_t *)(const void *)(data + vbytes + (vbytes % 2));
+    s.nvalues = (size_t)it->nvalues;
+    s.nescapes = (size_t)it->nescapes;
+    q = tables + (size_t)it->table * 4 * 64;
+  }
+  /* planes follow each other in the record: component c starts base blocks in */
+  for (int64_t c = 0; c < ncomp; c++) {
+    const int16_t *dense = fmt == 0 ? (const int16_t *)(const void *)data + base * 64 : NULL;
+    if (plane_window(fmt, &s, dense, base, it->bh[c], it->bw[c], q ? q + 64 * c : NULL, it->r0[c], it->r1[c],
+                     it->c0[c], it->c1[c], dst[c], dst_h[c], dst_w[c]) != 0)
+      return -1;
+    base += (size_t)(it->bh[c] * it->bw[c]);
+  }
+  if (fmt == 1 && (s.vi != s.nvalues || s.ei != s.nescapes)) return -1;
+  return 0;
+}
+
 int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *const *outs,
                       const int64_t *out_h, const int64_t *out_w) {
@@ -174,32 +207,36 @@ int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *pa
     osz[c] = (size_t)out_h[c] * (size_t)out_w[c] * 64;
   }
   for (int64_t i = 0; i < n; i++) {
-    const gather_item *it = &items[i]; /* the binding's private copy: stable while we read it */
-    uint64_t nblocks = 0;
-    size_t base = 0;
-    const uint8_t *data;
-    const uint16_t *q = NULL;
-    stream s = {0};
-    if (check_item(it, parts, nparts, ntables, fmt, ncomp, out_h, out_w, &nblocks) != 0) return i + 1;
-    data = parts[it->part].data + it->offset;
-    if (fmt == 1) {
-      size_t vbytes = (size_t)nblocks * 8 + (size_t)it->nvalues;
-      s.masks = (const uint64_t *)(const void *)data;
-      s.values = (const int8_t *)(data + (size_t)nblocks * 8);
-      s.escapes = (const int16_t *)(const void *)(data + vbytes + (vbytes % 2));
-      s.nvalues = (size_t)it->nvalues;
-      s.nescapes = (size_t)it->nescapes;
-      q = tables + (size_t)it->table * 4 * 64;
-    }
-    /* planes follow each other in the record: component c starts base blocks in */
+    int16_t *dst[GATHER_MAX_COMPONENTS];
+    for (int64_t c = 0; c < ncomp; c++) dst[c] = outs[c] + (size_t)i * osz[c];
+    /* items[i] is the binding's private copy: stable while we read it */
+    if (gather_one(&items[i], parts, nparts, tables, ntables, fmt, ncomp, dst, out_h, out_w) != 0) return i + 1;
+  }
+  return 0;
+}
+
+int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                      const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *out,
+                      int64_t out_blocks, const int64_t *offsets) {
+  if ((fmt != 0 && fmt != 1) || n < 0 || nparts < 0 || ntables < 0 || ncomp < 1 || ncomp > GATHER_MAX_COMPONENTS ||
+      out_blocks < 0)
+    return -1;
+  for (int64_t i = 0; i < n; i++) {
+    const gather_item *it = &items[i];
+    int16_t *dst[GATHER_MAX_COMPONENTS];
+    int64_t wh[GATHER_MAX_COMPONENTS], ww[GATHER_MAX_COMPONENTS];
     for (int64_t c = 0; c < ncomp; c++) {
-      const int16_t *dense = fmt == 0 ? (const int16_t *)(const void *)data + base * 64 : NULL;
-      if (plane_window(fmt, &s, dense, base, it->bh[c], it->bw[c], q ? q + 64 * c : NULL, it->r0[c], it->r1[c],
-                       it->c0[c], it->c1[c], outs[c] + (size_t)i * osz[c], out_h[c], out_w[c]) != 0)
+      int64_t off = offsets[i * ncomp + c];
+      /* a window's own size is its destination: check it is well-formed before using it */
+      if (it->r0[c] < 0 || it->r1[c] < it->r0[c] || it->c0[c] < 0 || it->c1[c] < it->c0[c] ||
+          it->r1[c] > GATHER_MAX_BLOCKS_SIDE || it->c1[c] > GATHER_MAX_BLOCKS_SIDE)
         return i + 1;
-      base += (size_t)(it->bh[c] * it->bw[c]);
+      wh[c] = it->r1[c] - it->r0[c];
+      ww[c] = it->c1[c] - it->c0[c];
+      if (off < 0 || off > out_blocks || wh[c] * ww[c] > out_blocks - off) return i + 1; /* < 2^32: no overflow */
+      dst[c] = out + (size_t)off * 64;
     }
-    if (fmt == 1 && (s.vi != s.nvalues || s.ei != s.nescapes)) return i + 1;
+    if (gather_one(it, parts, nparts, tables, ntables, fmt, ncomp, dst, wh, ww) != 0) return i + 1;
   }
   return 0;
 }

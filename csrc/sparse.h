@@ -19,7 +19,6 @@ int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, s
                   size_t nescapes, const uint16_t *tables, size_t ntables, const uint8_t *table_of_block,
                   int16_t *out);
 
-#endif
 
 /*
  * Batch gather from a coefficient cache, for one layout group of a batch: for each sample, the
@@ -63,3 +62,13 @@ int gather_window_fits(const gather_item *it, int64_t ncomp, const int64_t *out_
 int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *const *outs,
                       const int64_t *out_h, const int64_t *out_w);
+
+/* The same windows without padding, for building the padded batch on the device: component c of
+ * item i (its window's r1 - r0 rows by c1 - c0 columns, zero outside the plane) goes to blocks
+ * [offsets[i * ncomp + c], + its size) of out, which has out_blocks blocks. Every window must lie
+ * inside out (regions may overlap; that is the caller's business). Returns as gather_planes. */
+int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                      const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *out,
+                      int64_t out_blocks, const int64_t *offsets);
+
+#endif

@@ -34,6 +34,7 @@ from dctnet.data import CacheDataset, CenterCrop, RandomResizedCrop
 from dctnet.data.cache import INDEX_DTYPE, CacheError, build_cache
 from dctnet.data.sparse import expand_torch
 from dctnet.synthetic import synthetic_jpeg
+from dctnet.transforms import PackedJpegBatch, expand_packed
 
 # Values a tampered field takes: negative, zero, off by one, odd (misaligned), at the edges of
 # the signed/unsigned ranges, and products that wrap.
@@ -159,6 +160,11 @@ def read_everything(path: Path, fast_keys: list[int], rng: np.random.Generator) 
     for i in range(n):                          # the per-sample path (numpy views / C sparse_expand)
         if not ds.cache.is_bad(i):
             ds.cache.coefficients(i)
+    if keys:                                    # packed windows (dense) / compressed records (sparse) in C
+        ds.device_expand = True
+        raw = ds.load_collated(keys)
+        if ds.cache.format == "dense" and isinstance(raw, PackedJpegBatch):
+            expand_packed(raw)
     if keys and ds.cache.format == "sparse":    # device expansion: host concatenation + torch
         sb = ds.cache.gather_compressed(keys, crop, 0, ds.targets)
         if sb is not None:

@@ -245,14 +245,18 @@ def test_device_expansion_of_a_sparse_batch_matches_host(tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_device_expansion_on_cuda(tmp_path, folder):
-    out = D.build_cache(folder, tmp_path / "cache", format="sparse", progress=False)
+@pytest.mark.parametrize("fmt", ["dense", "sparse"])
+def test_device_expansion_on_cuda(tmp_path, folder, fmt):
+    """device_expand batches (packed windows, compressed records) through pinned memory and the
+    prefetcher's side stream, finished on the GPU: the host gather's batch."""
+    out = D.build_cache(folder, tmp_path / "cache", format=fmt, progress=False)
     ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=1)
+    dev = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=1, device_expand=True)
     keys = [(0, i) for i in range(len(ds)) if i % 5 in (0, 3)]  # 4:2:0 and gray samples of the fixture
-    from dctnet.transforms import expand_sparse
-
     host = ds.cache.gather(keys, ds.crop, 1, ds.targets)
-    device = expand_sparse(ds.cache.gather_compressed(keys, ds.crop, 1, ds.targets).to("cuda"))
+    loader = D.ThreadLoader(dev, len(keys), sampler=keys, pin_memory=True)
+    (device,) = list(D.DevicePrefetcher(loader, "cuda"))
+    assert device.labels.is_cuda
     for a, b in zip(host.tensors(), device.tensors()):
         assert torch.equal(a, b.cpu())
 

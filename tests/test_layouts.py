@@ -120,7 +120,18 @@ def test_the_same_batch_from_folder_and_caches(layout_folder, tmp_path):
         got = [cds.load_collated(keys)]
         if fmt == "sparse":
             got.append(T.expand_sparse(cds.cache.gather_compressed(keys, crop, 2, cds.targets)))
+        # device_expand: packed windows (dense) or compressed records (sparse), finished by the
+        # prefetcher on the batch's device (here the CPU) — the same JpegBatch
+        dev = D.CacheDataset(cds.cache.path, crop=crop, seed=2, device_expand=True)
+        raw = dev.load_collated(keys)
+        assert isinstance(raw, T.PackedJpegBatch if fmt == "dense" else T.SparseJpegBatch)
+        if fmt == "dense":  # only the windows travel: fewer blocks than the padded planes
+            assert raw.blocks.shape[0] < sum(p.shape[0] * p.shape[1] * p.shape[2] for g in ref.groups for p in g.planes)
+        got.append(T.as_jpeg_batch(raw))
+        loader = D.ThreadLoader(dev, len(keys), sampler=[(1, i) for i in range(len(ds))], pin_memory=False)
+        got += list(D.DevicePrefetcher(loader, "cpu"))
         for b in got:
+            assert isinstance(b, T.JpegBatch)
             assert [g.layout for g in b.groups] == [g.layout for g in ref.groups]
             for x, y in zip(b.tensors(), ref.tensors()):
                 assert torch.equal(x, y)

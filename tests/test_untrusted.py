@@ -550,3 +550,53 @@ def test_rss_stays_flat_over_50000_refused_caches_and_rejected_jpegs(tmp_path):
     gc.collect()
     grown = _rss_mb() - before
     assert grown < 8, f"RSS grew by {grown:.1f} MiB over 50,000 refused reads"
+
+
+@pytest.mark.parametrize("fmt", ["dense", "sparse"])
+def test_the_packed_gather_checks_its_own_preconditions(cache420, fmt):
+    """gather_packed (windows without padding): the same record checks as gather_planes, plus
+    every window's destination inside the output, offsets of the right shape, int16 (NB, 64)
+    output, no output aliasing an input."""
+    cache = D.open_cache(cache420[fmt], verify="none")
+    i = int(np.flatnonzero(np.asarray(cache.index)["ncomp"] == 3)[0])
+    good, outs = gather_args(cache, i)
+    code = int(fmt == "sparse")
+    sizes = [o.shape[1] * o.shape[2] for o in outs]
+    offsets = np.array([[0, sizes[0], sizes[0] + sizes[1]]], np.int64)
+    packed = np.full((sum(sizes), 64), 7, np.int16)
+    _jpeg.gather_packed(cache._parts, cache.tables, good, code, packed, offsets)  # the honest item works
+    want = cache.coefficients(i).planes
+    for o, p, (a, b) in zip(outs, want, zip(offsets[0], list(offsets[0, 1:]) + [len(packed)])):
+        assert np.array_equal(packed[a:b].reshape(o.shape[1:]), p[: o.shape[1], : o.shape[2]])
+    for col, value in ((1, len(cache._parts[0])), (2, 10**9), (15, -1), (19, 1 << 17), (27, -5), (5, 1 << 40)):
+        bad = good.copy()
+        bad[0, col] = value
+        with pytest.raises(ValueError, match="gather_packed"):
+            _jpeg.gather_packed(cache._parts, cache.tables, bad, code, packed, offsets)
+    for off in ([[0, sizes[0], len(packed)]], [[-1, 0, 0]], [[0, 0, 1 << 62]], [[0, 0]], [[0, 0, 0, 0, 0]]):
+        with pytest.raises(ValueError, match="gather_packed"):
+            _jpeg.gather_packed(cache._parts, cache.tables, good, code, packed, np.array(off, np.int64))
+    for out in (packed[: sum(sizes) - 1], packed.astype(np.int32), packed.reshape(-1, 32)):
+        with pytest.raises(ValueError, match="gather_packed"):
+            _jpeg.gather_packed(cache._parts, cache.tables, good, code, np.ascontiguousarray(out), offsets)
+    part = np.array(cache._parts[0])
+    with pytest.raises(ValueError, match="shares memory"):
+        _jpeg.gather_packed([part], cache.tables, good, code, part[: len(part) // 128 * 128].view(np.int16).reshape(-1, 64),
+                            offsets)
+
+
+def test_copy_ranges_checks_every_range():
+    parts = [np.arange(100, dtype=np.uint8), np.arange(50, dtype=np.uint8)[::-1].copy()]
+    out = np.zeros(40, np.uint8)
+    _jpeg.copy_ranges(parts, np.array([[0, 10, 5, 0], [1, 0, 3, 5], [0, 99, 1, 39], [1, 50, 0, 40]], np.int64), out)
+    assert out[:8].tolist() == [10, 11, 12, 13, 14, 49, 48, 47] and out[39] == 99
+    for row in ([2, 0, 1, 0], [-1, 0, 1, 0], [0, 99, 2, 0], [0, -1, 1, 0], [0, 0, -1, 0], [0, 0, 1, 40], [0, 0, 41, 0],
+                [0, 1 << 62, 1 << 62, 0], [0, 0, 1, -1]):
+        before = out.copy()
+        with pytest.raises(ValueError, match="copy_ranges"):
+            _jpeg.copy_ranges(parts, np.array([[0, 0, 4, 0], row], np.int64), out)
+        assert np.array_equal(out, before)  # checked before any byte is copied
+    with pytest.raises(ValueError, match="int64"):
+        _jpeg.copy_ranges(parts, np.zeros(3, np.int64), out)
+    with pytest.raises(ValueError, match="shares memory"):
+        _jpeg.copy_ranges([out], np.array([[0, 0, 4, 10]], np.int64), out)

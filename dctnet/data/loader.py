@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, Sampling
-from dctnet.data.plan import _empty, layout_grid
-from dctnet.transforms.batch import JpegBatch, PlaneGroup
+from dctnet.data.plan import batch_storage, layout_grid
+from dctnet.transforms.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
 
 __all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "group_grids", "make_dataloader"]
 
@@ -69,7 +69,7 @@ def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], 
     for (color_space, sampling), r, (gr, gc) in zip(layouts, rows, grids):
         planes = []
         for c, (h, v) in enumerate(sampling):
-            plane = _empty((len(r), gr * v, gc * h, 64), pin_memory)
+            plane = batch_storage((len(r), gr * v, gc * h, 64), pin_memory)
             pn = plane.numpy()
             for j, i in enumerate(r.tolist()):
                 src = ok[i].planes[c]
@@ -229,7 +229,9 @@ class ThreadLoader:
 class DevicePrefetcher:
     """Moves batches to ``device`` ahead of use: copies from pinned memory with
     ``non_blocking=True`` on a side CUDA stream, two batches in flight, and makes the compute
-    stream wait on the copy (no host sync). On a CPU device it passes batches through.
+    stream wait on the copy (no host sync). On a CPU device it passes batches through. Packed and
+    sparse batches (``CacheDataset(device_expand=True)``) are expanded on arrival
+    (:func:`dctnet.transforms.as_jpeg_batch`), so what it yields is always a :class:`JpegBatch`.
 
     ``transform`` (optional) runs on the device batch before it is yielded (e.g. the crop/resize
     step and augmentations), on the current stream."""
@@ -242,7 +244,11 @@ class DevicePrefetcher:
         return len(self.loader)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[object]:
-        finish = self.transform or (lambda b: b)
+        transform = self.transform or (lambda b: b)
+
+        def finish(batch):
+            return transform(as_jpeg_batch(batch) if isinstance(batch, (PackedJpegBatch, SparseJpegBatch)) else batch)
+
         if self.device.type != "cuda":
             for batch in self.loader:
                 yield finish(batch.to(self.device))

@@ -21,7 +21,7 @@ from dctnet import _jpeg
 from dctnet.data.crop import MCU_MARGIN
 from dctnet.transforms.batch import JpegBatch, PlaneGroup
 
-__all__ = ["COLOR_SPACES", "BatchPlan", "gather_collated", "gather_items", "layout_grid", "plan_batch"]
+__all__ = ["COLOR_SPACES", "BatchPlan", "batch_storage", "gather_collated", "gather_items", "layout_grid", "plan_batch"]
 
 #: int64 columns of one sample's row from ``_jpeg.plan_windows`` (csrc/crop.h: PLAN_FIELDS)
 _PLAN_FIELDS = 27
@@ -70,7 +70,7 @@ def _grid(sampling: tuple[tuple[int, int], ...], need_r: int, need_c: int, grid:
     return fixed
 
 
-def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
+def batch_storage(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
     """int16 batch storage. Pinned: torch's caching host allocator. In a DataLoader worker:
     shared memory directly, so sending the batch to the main process moves a handle instead of
     copying the planes. Otherwise: the reader's pool of resident buffers, because a fresh
@@ -87,14 +87,14 @@ def _empty(shape: tuple[int, ...], pin_memory: bool) -> torch.Tensor:
 
 
 def _empty_planes(shapes: list[tuple[int, ...]], pin_memory: bool) -> list[torch.Tensor]:
-    """int16 tensors of the given shapes carved out of one :func:`_empty` allocation (each at a
+    """int16 tensors of the given shapes carved out of one :func:`batch_storage` allocation (each at a
     64-byte offset): a batch's planes cost one allocation, not one per component and group."""
     sizes = [math.prod(s) for s in shapes]
     offsets, total = [], 0
     for n in sizes:
         offsets.append(total)
         total += -(-n // 32) * 32
-    buf = _empty((total,), pin_memory)
+    buf = batch_storage((total,), pin_memory)
     return [buf[o:o + n].view(s) for o, n, s in zip(offsets, sizes, shapes)]
 
 

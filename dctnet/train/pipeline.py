@@ -217,8 +217,13 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     crop = D.RandomResizedCrop(scale=r.data.scale)
     center = D.CenterCrop(r.data.crop_fraction)
     if r.data.source == "cache":
-        train_ds = D.CacheDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip")
-        val_ds = D.CacheDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip")
+        # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
+        # host moves only each window's blocks, or only the compressed records
+        on_gpu = device.type == "cuda"
+        train_ds = D.CacheDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip",
+                                  device_expand=on_gpu)
+        val_ds = D.CacheDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip",
+                                device_expand=on_gpu)
     else:
         train_ds = D.ImageFolderDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip")
         val_ds = D.ImageFolderDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip")
@@ -245,7 +250,7 @@ def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
     size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
     # over the inputs the model is fed: native (y, c) when the stem takes native chroma
-    return D.compute_stats((b.to(device) for b in loader),
+    return D.compute_stats((T.as_jpeg_batch(b.to(device)) for b in loader),
                            lambda b: T.crops_to_coefficients(b, size, exact=exact, chroma=r.model.chroma),
                            max_batches=r.model.stats_batches)
 

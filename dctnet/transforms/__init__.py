@@ -29,9 +29,12 @@ from dctnet.transforms.batch import (
     SAMPLING_420,
     JpegBatch,
     PlaneGroup,
+    PackedJpegBatch,
     SparseJpegBatch,
+    as_jpeg_batch,
     crops_to_coefficients,
     crops_to_rgb,
+    expand_packed,
     expand_sparse,
     native_chroma,
 )
@@ -40,5 +43,6 @@ __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
     "JpegBatch", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
     "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",
-    "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb", "expand_sparse", "native_chroma",
+    "PackedJpegBatch", "SparseJpegBatch", "as_jpeg_batch", "crops_to_coefficients", "crops_to_rgb",
+    "expand_packed", "expand_sparse", "native_chroma",
 ]

@@ -25,8 +25,8 @@ from torch import Tensor
 from dctnet import functional as F
 from dctnet.transforms import functional as TF
 
-__all__ = ["JpegBatch", "PlaneGroup", "SAMPLING_420", "SparseJpegBatch", "crops_to_coefficients", "crops_to_rgb",
-           "expand_sparse", "native_chroma"]
+__all__ = ["JpegBatch", "PackedJpegBatch", "PlaneGroup", "SAMPLING_420", "SparseJpegBatch", "as_jpeg_batch",
+           "crops_to_coefficients", "crops_to_rgb", "expand_packed", "expand_sparse", "native_chroma"]
 
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
 
@@ -144,7 +144,10 @@ def crops_to_rgb(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "
     ``size``: float RGB ``(B, 3, *size)`` in [0, 1], in batch order — what torchvision's
     ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image. ``exact``:
     decode in libjpeg's integer arithmetic (:func:`dctnet.functional.to_rgb`), so the crops are
-    those of Pillow's very pixels."""
+    those of Pillow's very pixels. A :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is
+    expanded first (:func:`as_jpeg_batch`)."""
+    batch = as_jpeg_batch(batch)
+
     def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor) -> Tensor:
         rgb = F.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact)
@@ -192,7 +195,7 @@ class SparseJpegBatch(_TensorFields):
             ``int64 (B, 4)`` first block of each plane.
         windows: ``int64 (B, 4, 4)`` each plane's window in blocks: rows ``[0]..[1]``, columns
             ``[2]..[3]``, per component.
-        valid, boxes, labels, index: as :class:`JpegBatch`.
+        valid, boxes, labels, index, skipped: as :class:`JpegBatch`.
         layouts: per group ``(color_space, sampling, (R, C))``: layout and grid in MCUs.
         group_rows: per group ``int64 (n,)`` batch positions.
     """
@@ -210,6 +213,7 @@ class SparseJpegBatch(_TensorFields):
     index: Tensor
     layouts: tuple = ()
     group_rows: tuple = ()
+    skipped: tuple = field(default=())
 
     _TENSORS = ("masks", "values", "escapes", "tables", "blocks", "offsets", "windows", "valid", "boxes", "labels",
                 "index")
@@ -258,4 +262,76 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
                                       gc * h) for c, (h, v) in enumerate(sampling))
         groups.append(PlaneGroup(color_space, tuple(sampling), planes, rows))
     return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
-                     index=batch.index)
+                     index=batch.index, skipped=batch.skipped)
+
+
+@dataclass
+class PackedJpegBatch(_TensorFields):
+    """A batch whose windows are packed without padding (a dense cache's ``device_expand``
+    delivery): the host copies only the blocks inside each plane's window, and
+    :func:`expand_packed` builds the zero-padded :class:`JpegBatch` on the device. The host then
+    writes only the window (about half of a padded RandomResizedCrop batch) and the transfer
+    moves only the window.
+
+    Attributes:
+        blocks: ``int16 (NB, 64)`` every sample's windows, component by component, row-major.
+        offsets: ``int64 (B, 4)`` first block of each component's window in ``blocks``.
+        sizes: ``int64 (B, 4, 2)`` each component's window (rows, columns) in blocks (zero for
+            absent components).
+        valid, boxes, labels, index, skipped: as :class:`JpegBatch`.
+        layouts, group_rows: as :class:`SparseJpegBatch`.
+    """
+
+    blocks: Tensor
+    offsets: Tensor
+    sizes: Tensor
+    valid: Tensor
+    boxes: Tensor
+    labels: Tensor
+    index: Tensor
+    layouts: tuple = ()
+    group_rows: tuple = ()
+    skipped: tuple = field(default=())
+
+    _TENSORS = ("blocks", "offsets", "sizes", "valid", "boxes", "labels", "index")
+
+    def tensors(self) -> list[Tensor]:
+        return super().tensors() + list(self.group_rows)
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> PackedJpegBatch:
+        return replace(super()._map(fn), group_rows=tuple(fn(r) for r in self.group_rows))
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+
+def expand_packed(batch: PackedJpegBatch) -> JpegBatch:
+    """Build the zero-padded :class:`JpegBatch` of a :class:`PackedJpegBatch` on its device
+    (bit-identical to the host gather): one batched gather per plane of each layout group."""
+    groups = []
+    for (color_space, sampling, (gr, gc)), rows in zip(batch.layouts, batch.group_rows):
+        offsets, sizes = batch.offsets[rows], batch.sizes[rows]
+        planes = []
+        for c, (h, v) in enumerate(sampling):
+            out_h, out_w = gr * v, gc * h
+            if batch.blocks.shape[0] == 0:  # every window empty: nothing to gather from
+                planes.append(batch.blocks.new_zeros((len(rows), out_h, out_w, 64)))
+                continue
+            zero = torch.zeros_like(offsets[:, c])
+            rh, rw = sizes[:, c, 0], sizes[:, c, 1]
+            planes.append(_window_blocks(batch.blocks, offsets[:, c], rh, rw, zero, rh, zero, rw, out_h, out_w))
+        groups.append(PlaneGroup(color_space, tuple(sampling), tuple(planes), rows))
+    return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
+                     index=batch.index, skipped=batch.skipped)
+
+
+def as_jpeg_batch(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch) -> JpegBatch:
+    """The :class:`JpegBatch` of any batch a loader delivers, expanded on the batch's device
+    (call it after the move): packed windows are padded, sparse records expanded."""
+    if isinstance(batch, PackedJpegBatch):
+        return expand_packed(batch)
+    if isinstance(batch, SparseJpegBatch):
+        return expand_sparse(batch)
+    if isinstance(batch, JpegBatch):
+        return batch
+    raise TypeError(f"expected a JpegBatch, PackedJpegBatch or SparseJpegBatch, got {type(batch).__name__}")
