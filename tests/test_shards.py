@@ -85,3 +85,26 @@ def test_decode_step_in_a_webdataset_pipeline(shards):
     ours = D.collate(list(D.TarShardDataset(shards, crop=D.CenterCrop(), shuffle=False)), pin_memory=False)
     theirs = torch.cat([b.labels for b in batches])
     assert torch.equal(theirs, ours.labels)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_wds_decode_follows_the_epoch_into_persistent_workers(shards, context):
+    """set_epoch on the step the parent holds changes the crops drawn in persistent DataLoader
+    workers (before: every epoch repeated the first epoch's boxes)."""
+    wds = pytest.importorskip("webdataset")
+    step = D.wds_decode(D.RandomResizedCrop(), seed=3)
+    pipeline = wds.WebDataset(shards, shardshuffle=False, empty_check=False).map(step)
+    loader = torch.utils.data.DataLoader(pipeline, batch_size=None, num_workers=1, persistent_workers=True,
+                                         multiprocessing_context=context)
+    epochs = []
+    for epoch in range(3):
+        step.set_epoch(epoch)
+        epochs.append({s.index: tuple(s.box) for s in loader})
+    assert len(epochs[0]) == 45 and epochs[0].keys() == epochs[1].keys() == epochs[2].keys()
+    for a, b in ((0, 1), (1, 2)):
+        same = sum(epochs[a][k] == epochs[b][k] for k in epochs[a])
+        assert same < 5, f"{same} of 45 boxes repeat between epochs {a} and {b}"
+    # the draws are the in-process step's for that epoch
+    step.set_epoch(2)
+    here = {s.index: tuple(s.box) for s in pipeline}
+    assert here == epochs[2]

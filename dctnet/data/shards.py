@@ -62,8 +62,11 @@ class WdsDecode:
     """Sample dict (``jpg``/``jpeg`` bytes + ``cls`` label) → :class:`CoefficientSample`.
 
     The crop draw is a pure function of ``(seed, epoch, crc32(key))``, so it does not depend on
-    the order a shuffled pipeline delivers samples in. Bad images follow ``on_error``; skipped ones
-    come out as ``(index, key, reason)`` tuples, which :func:`dctnet.data.collate` records."""
+    the order a shuffled pipeline delivers samples in. Call :meth:`set_epoch` before each epoch
+    (as with a ``DistributedSampler``): the epoch lives in shared memory, so the call reaches
+    ``DataLoader`` workers that already hold a copy of the step (``persistent_workers=True``,
+    fork or spawn). Bad images follow ``on_error``; skipped ones come out as
+    ``(index, key, reason)`` tuples, which :func:`dctnet.data.collate` records."""
 
     def __init__(self, crop: Callable | None = None, *, seed: int = 0, label_key: str = "cls",
                  on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
@@ -71,7 +74,20 @@ class WdsDecode:
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         self.crop, self.seed, self.label_key = crop or FullImage(), seed, label_key
         self.on_error, self.exif, self.max_pixels = on_error, exif, max_pixels
-        self.epoch = 0
+        # shared memory: a worker's pickled or forked copy of this step reads the parent's writes
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epoch[0] = int(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw this epoch's crops from now on, in this process and in its DataLoader workers."""
+        self.epoch = epoch
 
     def __call__(self, sample: dict[str, Any]) -> CoefficientSample | tuple[int, str, str]:
         key = sample.get("__key__", "")
