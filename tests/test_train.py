@@ -207,7 +207,7 @@ def test_resume_continues_exactly(shapes, tmp_path):
     for k in sa:
         assert torch.equal(sa[k], sc[k]), k
     rows = [json.loads(x) for x in (tmp_path / "c" / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in rows] == [2]
+    assert [r["epoch"] for r in rows] == [1, 2]  # the checkpoint's history, then the resumed epoch
 
 
 def test_torchrun_two_process_training(shapes, tmp_path):
@@ -221,6 +221,14 @@ def test_torchrun_two_process_training(shapes, tmp_path):
     assert len(rows) == 2  # written once (rank 0)
     assert rows[-1]["val_images"] == 60  # every val image counted once over the two ranks
     assert "val top-1" in r.stdout
+    # resumed for one more epoch: rank-0-only messages, and a clean exit on both ranks
+    r = subprocess.run(cmd[:-1] + [str(path), "--resume", "--set", "optim.epochs=3"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (r.stdout + r.stderr).count("resumed from") == 1, r.stdout + r.stderr
+    assert "terminate called" not in r.stderr
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
 
 
 # ---------------------------------------------------------------------- CLI
@@ -240,7 +248,7 @@ def test_train_cli_errors_and_stats_and_bench(shapes, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("optim: {lr: -1}\n")
     assert run_cli("train", str(bad)) == 2
-    assert "optim.epochs and optim.lr must be positive" in capsys.readouterr().err
+    assert "optim.lr must be in (0, inf), got -1.0" in capsys.readouterr().err
     assert run_cli("train", str(tiny(shapes, tmp_path)), "--set", "data.root=/nonexistent") == 1
     assert "training data not found" in capsys.readouterr().err
     out = tmp_path / "stats.pt"

@@ -1,7 +1,12 @@
 """Datasets, collate, samplers, loaders and statistics (the CPU side of training).
 
-Data flows: files → :mod:`dctnet.codec` → canonical 4:2:0 planes → crop window (host) →
+Data flows: files → :mod:`dctnet.codec` → native coefficient planes → crop window (host) →
 :func:`collate` → :class:`dctnet.transforms.JpegBatch` → device (prefetcher) → transforms.
+
+Bad files follow one rule everywhere (datasets, shard readers, the webdataset step, cache builds,
+recipes' ``data.on_error``): ``on_error="raise"`` by default — a :class:`dctnet.JpegError` naming
+the file and the reason — or ``"skip"``, which drops the sample and reports it (each batch's
+``skipped``, the trainer's counts and ``skipped.txt``, a cache's list of bad files).
 """
 
 from dctnet.data.cache import CacheDataset, CacheError, build_cache, open_cache
@@ -9,6 +14,7 @@ from dctnet.data.crop import CenterCrop, FullImage, RandomResizedCrop, draw_boxe
 from dctnet.data.dataset import (
     CoefficientSample,
     ImageFolderDataset,
+    UnusedFilesWarning,
     apply_orientation,
     sample_from_coefficients,
 )
@@ -40,6 +46,7 @@ __all__ = [
     "RandomResizedCrop",
     "TarShardDataset",
     "ThreadLoader",
+    "UnusedFilesWarning",
     "WdsDecode",
     "apply_orientation",
     "collate",

@@ -199,6 +199,18 @@ def _shard_list(src: Any) -> list[str] | None:
     return None
 
 
+def _shard_pattern(src: Any, root: str) -> str | None:
+    """The glob (relative to ``root``) that names a shard cache's sources when it is checked for
+    new shards: the pattern it was built from, ``*.tar`` for a folder of shards, ``None`` for an
+    explicit list or file (only those shards belong to it)."""
+    if isinstance(src, (list, tuple, ImageFolderDataset)):
+        return None
+    text = str(src)
+    if any(ch in text for ch in "*?["):
+        return os.path.relpath(os.path.abspath(text), root)
+    return "*.tar" if Path(text).is_dir() else None
+
+
 def _scan_shards(shards: list[str]) -> list[tuple[str, int, int, int, str]]:
     """(shard, label, data offset, size, key) of every image member, WebDataset grouping by key
     (see :mod:`dctnet.data.shards`); labels from the ``.cls`` member (−1 without one)."""
@@ -245,7 +257,7 @@ def _sources(src: Any) -> tuple[list[tuple], list[str], str, list[str] | None]:
 
 
 def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathLike, *, format: str = "sparse",
-                workers: int = 1, resume: bool = False, on_error: str = "skip",
+                workers: int = 1, resume: bool = False, on_error: str = "raise",
                 max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = True,
                 hash_sources: bool = True) -> Path:
     """Build a cache of an image folder (``root/<class>/<image>``) or of uncompressed WebDataset tar
@@ -299,14 +311,15 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress)
         parts = 1
     if rank == 0:
-        _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards)
+        _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards,
+                  _shard_pattern(src, root) if shards is not None else None)
     if distributed:
         torch.distributed.barrier()
     return out
 
 
 def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str], root: str, fmt: str,
-              parts: int, hash_sources: bool, shards: list[str] | None = None) -> None:
+              parts: int, hash_sources: bool, shards: list[str] | None = None, shard_pattern: str | None = None) -> None:
     index = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
     tables = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
     if len(index) != len(samples):
@@ -340,7 +353,8 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
     meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
             "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
             "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
-            "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta}
+            "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta,
+            "shard_pattern": shard_pattern}
     for r in range(parts):  # build bookkeeping is not part of the cache
         for suffix in (".idx", ".tab", ".progress.json", ".done", ".bad.jsonl"):
             (partial / f"{_part_name(r, parts)}{suffix}").unlink(missing_ok=True)
@@ -421,6 +435,10 @@ def _load_meta(path: Path) -> dict[str, Any]:
     if shards is not None and not (isinstance(shards, list) and all(
             isinstance(s, dict) and isinstance(s.get("path"), str) for s in shards)):
         raise bad("'shards' must be null or a list of {path, ...} records")
+    pattern = meta.get("shard_pattern")
+    if pattern is not None and not (isinstance(pattern, str) and pattern and not os.path.isabs(pattern)
+                                    and ".." not in Path(pattern).parts):
+        raise bad("'shard_pattern' must be null or a glob relative to the root")  # never a path elsewhere
     return meta
 
 
@@ -766,7 +784,10 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
         if not root.is_dir():
             current: set[str] = set()
         elif meta.get("shards"):
-            current = {os.path.relpath(p, root) for p in glob.glob(str(root / "*.tar"))}
+            # the shards the cache was built from: its glob (train-*.tar leaves val-*.tar out), a
+            # folder's *.tar (caches built before the pattern was recorded), or only those listed
+            pattern = meta["shard_pattern"] if "shard_pattern" in meta else "*.tar"
+            current = {os.path.relpath(p, root) for p in glob.glob(str(root / pattern))} if pattern else set()
         else:
             current = {os.path.relpath(p, root) for p, _ in ImageFolderDataset(root).samples}
         added = sorted(current - known)

@@ -19,6 +19,7 @@ it (exact in the DCT domain; see :func:`apply_orientation`).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from dataclasses import dataclass
@@ -32,10 +33,28 @@ from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limi
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
 from dctnet.transforms.batch import Sampling
 
-__all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "apply_orientation", "sample_from_coefficients",
+__all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation", "sample_from_coefficients",
            "samples_from_coefficients"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
+
+
+class UnusedFilesWarning(UserWarning):
+    """A dataset folder holds files the dataset does not read (not JPEGs by name), or class
+    folders without a JPEG."""
+
+
+def describe_unused(root: str | os.PathLike, non_jpeg: Sequence[str], empty_classes: Sequence[str]) -> str:
+    """One message for the files a folder dataset leaves out."""
+    parts = []
+    if non_jpeg:
+        exts = sorted({os.path.splitext(p)[1].lower() or "(no extension)" for p in non_jpeg})
+        parts.append(f"{len(non_jpeg)} file(s) are not JPEGs and are not used ({', '.join(exts)}; e.g. "
+                     f"{os.path.relpath(non_jpeg[0], root)})")
+    if empty_classes:
+        parts.append(f"class folder(s) without any JPEG: {', '.join(empty_classes[:10])}"
+                     + (" …" if len(empty_classes) > 10 else ""))
+    return f"{root}: " + "; ".join(parts) + ". dctnet reads JPEG only: convert other images to JPEG first."
 #: columns of ``_jpeg.read_headers``' table: status, height, width, components, colour space
 #: (:data:`dctnet.data.plan.COLOR_SPACES` index), EXIF orientation, progressive, plane bytes, then
 #: (h, v) and (blocks_h, blocks_w) pairs for four component slots
@@ -216,13 +235,24 @@ class ImageFolderDataset(CropDataset):
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         exts = tuple(e.lower() for e in extensions)
         self.samples: list[tuple[str, int]] = []
+        #: files that are not JPEGs by name (hidden files aside): dctnet reads JPEG only
+        self.non_jpeg: list[str] = []
         for c in self.classes:
             for dirpath, _, files in sorted(os.walk(self.root / c)):
                 for f in sorted(files):
                     if f.lower().endswith(exts):
                         self.samples.append((os.path.join(dirpath, f), self.class_to_idx[c]))
+                    elif not f.startswith("."):
+                        self.non_jpeg.append(os.path.join(dirpath, f))
+        have = {label for _, label in self.samples}
+        #: class folders holding no JPEG (they keep their label, so labels match torchvision's)
+        self.empty_classes = [c for c in self.classes if self.class_to_idx[c] not in have]
         if not self.samples:
-            raise ValueError(f"no JPEG files under {self.root}")
+            raise ValueError(f"no JPEG files under {self.root}" + (f" ({len(self.non_jpeg)} other files, e.g. "
+                             f"{self.non_jpeg[0]}: dctnet reads JPEG only)" if self.non_jpeg else ""))
+        if self.non_jpeg or self.empty_classes:
+            warnings.warn(describe_unused(self.root, self.non_jpeg, self.empty_classes), UnusedFilesWarning,
+                          stacklevel=2)
         self.targets = [t for _, t in self.samples]
         self.max_pixels = max_pixels
 

@@ -171,8 +171,14 @@ class ThreadLoader:
     def __init__(self, dataset: ImageFolderDataset, batch_size: int, *, sampler: EpochSampler | None = None,
                  threads: int = 2, drop_last: bool = False, grid: tuple[int, int] | None = None,
                  pin_memory: bool | None = None, prefetch: int | None = None) -> None:
+        if batch_size < 1 or threads < 1:
+            raise ValueError(f"batch_size and threads must be positive, got {batch_size} and {threads}")
         self.dataset, self.batch_size = dataset, batch_size
-        self.sampler = sampler or EpochSampler(len(dataset), seed=dataset.seed)
+        #: an iterable dataset (e.g. :class:`dctnet.data.TarShardDataset`) streams its samples
+        self.iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        if self.iterable and sampler is not None:
+            raise ValueError("an iterable dataset orders its own samples: ThreadLoader takes no sampler for it")
+        self.sampler = None if self.iterable else (sampler or EpochSampler(len(dataset), seed=dataset.seed))
         self.threads, self.drop_last, self.grid = threads, drop_last, grid
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         # Batches built in one C call (caches) take about a millisecond: one batch ahead per thread
@@ -185,10 +191,10 @@ class ThreadLoader:
         self._cpu_lock = threading.Lock()
 
     def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
+        (self.dataset if self.iterable else self.sampler).set_epoch(epoch)
 
     def __len__(self) -> int:
-        n = len(self.sampler)
+        n = len(self.dataset if self.iterable else self.sampler)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _batches(self) -> list[list[tuple[int, int]]]:
@@ -210,6 +216,9 @@ class ThreadLoader:
         return batch
 
     def __iter__(self) -> Iterator[JpegBatch]:
+        if self.iterable:
+            yield from self._iter_stream()
+            return
         batches = self._batches()
         pending: collections.deque[Future] = collections.deque()
         with ThreadPoolExecutor(self.threads, thread_name_prefix="dctnet-loader") as pool:
@@ -224,6 +233,72 @@ class ThreadLoader:
                 if nxt is not None:
                     pending.append(pool.submit(self._load, nxt))
                 yield batch
+
+
+    def _iter_stream(self) -> Iterator[JpegBatch]:
+        """An iterable dataset: thread ``t`` streams reader ``t`` of ``threads``
+        (``dataset.iter_split``, else every thread-th sample of one iterator per thread), and the
+        batches take the threads' samples round-robin, so the batch sequence is the same on every
+        run whatever the threads' timing. Threads stop when the iteration does."""
+        import queue
+
+        stop = threading.Event()
+        queues = [queue.Queue(maxsize=2 * self.batch_size) for _ in range(self.threads)]
+        done = object()
+        split = getattr(self.dataset, "iter_split", None)
+
+        def produce(t: int) -> None:
+            start = time.thread_time()
+            try:
+                if split is not None:
+                    rank = getattr(self.dataset, "rank", 0)
+                    world = getattr(self.dataset, "world_size", 1)
+                    source = split(rank * self.threads + t, world * self.threads)
+                else:
+                    source = (x for i, x in enumerate(iter(self.dataset)) if i % self.threads == t)
+                for sample in source:
+                    while not stop.is_set():
+                        try:
+                            queues[t].put(sample, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                queues[t].put(done)
+            except BaseException as exc:  # handed to the consumer, raised there
+                queues[t].put(exc)
+            finally:
+                with self._cpu_lock:
+                    self.cpu_seconds += time.thread_time() - start
+
+        workers = [threading.Thread(target=produce, args=(t,), name=f"dctnet-loader-stream-{t}", daemon=True)
+                   for t in range(self.threads)]
+        for w in workers:
+            w.start()
+        try:
+            live, batch = list(range(self.threads)), []
+            while live:
+                for t in list(live):
+                    item = queues[t].get()
+                    if item is done:
+                        live.remove(t)
+                        continue
+                    if isinstance(item, BaseException):
+                        raise item
+                    batch.append(item)
+                    if len(batch) == self.batch_size:
+                        yield collate(batch, grid=self.grid, pin_memory=self.pin_memory)
+                        batch = []
+            if batch and not self.drop_last:
+                yield collate(batch, grid=self.grid, pin_memory=self.pin_memory)
+        finally:
+            stop.set()
+            for q in queues:  # unblock producers waiting on a full queue
+                while not q.empty():
+                    q.get_nowait()
+            for w in workers:
+                w.join()
 
 
 class DevicePrefetcher:

@@ -58,6 +58,15 @@ def _iter_tar(path: str) -> Iterator[dict[str, Any]]:
         yield current
 
 
+def _image_members(path: str) -> Iterator[str]:
+    """Names of a shard's JPEG members, from its tar headers only (uncompressed shards: the data
+    is skipped, not read)."""
+    with tarfile.open(path, "r:*") as tar:
+        for member in tar:
+            if member.isfile() and _key_of(member.name)[1] in IMAGE_EXTS:
+                yield member.name
+
+
 class WdsDecode:
     """Sample dict (``jpg``/``jpeg`` bytes + ``cls`` label) → :class:`CoefficientSample`.
 
@@ -128,7 +137,7 @@ class TarShardDataset(torch.utils.data.IterableDataset):
                  shuffle: bool = True, buffer: int = 1000, rank: int | None = None, world_size: int | None = None,
                  on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                  label_key: str = "cls") -> None:
-        self.shards = sorted(glob.glob(shards)) if isinstance(shards, str) else list(shards)
+        self.shards = sorted(glob.glob(shards)) if isinstance(shards, str) else [str(s) for s in shards]
         if not self.shards:
             raise FileNotFoundError(f"no shards match {shards!r}")
         dist = torch.distributed
@@ -139,9 +148,22 @@ class TarShardDataset(torch.utils.data.IterableDataset):
                                 max_pixels=max_pixels)
         self.seed, self.shuffle, self.buffer = seed, shuffle, max(1, buffer)
         self.epoch = 0
+        self._counts: list[int] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Samples this rank reads per epoch (shards are scanned once, by their tar headers)."""
+        if self._counts is None:
+            self._counts = [sum(1 for _ in _image_members(s)) for s in self.shards]
+        total = sum(self._counts)
+        if len(self.shards) < self.world_size:  # the sample-level split: every world_size-th sample
+            return len(range(self.rank, total, self.world_size))
+        # shard-level split: the epoch's shard order decides which shards this rank gets; report
+        # the smallest share any rank could get, so that ranks agree on a step count
+        per = sorted(self._counts)
+        return sum(per[: len(self.shards) // self.world_size])
 
     def _split(self) -> tuple[int, int]:
         info = torch.utils.data.get_worker_info()
@@ -149,7 +171,13 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         return self.rank * workers + worker, self.world_size * workers
 
     def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
-        me, total = self._split()
+        return self.iter_split(*self._split())
+
+    def iter_split(self, me: int, total: int) -> Iterator[CoefficientSample | tuple[int, str, str]]:
+        """The samples of reader ``me`` of ``total`` readers over all ranks (``__iter__`` uses
+        ``rank × DataLoader worker``; :class:`dctnet.data.ThreadLoader` uses ``rank × thread``)."""
+        if not 0 <= me < total:
+            raise ValueError(f"reader {me} of {total}")
         order = list(self.shards)
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)

@@ -3,7 +3,8 @@
 :func:`verify_dataset` takes an image folder (``root/<class>/...``) or a folder of splits
 (``root/<split>/<class>/...``, e.g. Imagenette's train/val) and reports, per split: unreadable
 files (with libjpeg's reason), files libjpeg warned about, exact duplicates (same bytes: blake2b),
-class balance, and across splits: leakage (the same bytes in two splits).
+class balance, files that are not JPEGs (not read by dctnet's datasets) and class folders without
+a JPEG, and across splits: leakage (the same bytes in two splits).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from dctnet.codec import read_coefficients_batch, read_regular_file
-from dctnet.data.dataset import ImageFolderDataset
+from dctnet.data.dataset import ImageFolderDataset, UnusedFilesWarning
 
 __all__ = ["format_report", "verify_dataset"]
 
@@ -37,7 +39,9 @@ def verify_dataset(root: str | os.PathLike, *, threads: int | None = None, chunk
     report: dict[str, Any] = {"root": str(root), "splits": {}, "leakage": []}
     owners: dict[str, list[str]] = collections.defaultdict(list)
     for split, folder in _splits(root).items():
-        ds = ImageFolderDataset(folder)
+        with warnings.catch_warnings():  # reported below instead
+            warnings.simplefilter("ignore", UnusedFilesWarning)
+            ds = ImageFolderDataset(folder)
         unreadable, warned, hashes = [], [], {}
         for start in range(0, len(ds.samples), chunk):
             part = ds.samples[start:start + chunk]
@@ -66,6 +70,7 @@ def verify_dataset(root: str | os.PathLike, *, threads: int | None = None, chunk
             "files": len(ds.samples), "classes": dict(sorted(counts.items())),
             "class_balance": round(min(counts.values()) / max(counts.values()), 4),
             "unreadable": unreadable, "warnings": warned,
+            "non_jpeg": [os.path.relpath(p, folder) for p in ds.non_jpeg], "empty_classes": list(ds.empty_classes),
             "duplicates": sorted(sorted(v) for v in by_hash.values() if len(v) > 1),
         }
     for names in owners.values():
@@ -79,10 +84,11 @@ def format_report(report: dict[str, Any]) -> str:
     """The report as a readable table."""
     lines = [f"dataset {report['root']}", "",
              f"{'split':10s} {'files':>7s} {'classes':>7s} {'balance':>8s} {'unreadable':>10s} {'warnings':>8s} "
-             f"{'dup groups':>10s}"]
+             f"{'dup groups':>10s} {'not JPEG':>8s}"]
     for split, s in report["splits"].items():
         lines.append(f"{split:10s} {s['files']:7d} {len(s['classes']):7d} {s['class_balance']:8.3f} "
-                     f"{len(s['unreadable']):10d} {len(s['warnings']):8d} {len(s['duplicates']):10d}")
+                     f"{len(s['unreadable']):10d} {len(s['warnings']):8d} {len(s['duplicates']):10d} "
+                     f"{len(s['non_jpeg']):8d}")
     lines.append(f"\nleakage across splits: {len(report['leakage'])} groups of identical files")
     for split, s in report["splits"].items():
         for u in s["unreadable"][:10]:
@@ -91,6 +97,12 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"  warning    {split}/{w['path']}: {'; '.join(w['warnings'])}")
         for d in s["duplicates"][:5]:
             lines.append(f"  duplicate  {split}: {', '.join(d)}")
+        for p in s["non_jpeg"][:10]:
+            lines.append(f"  not JPEG   {split}/{p} (not read: dctnet reads JPEG only)")
+        if len(s["non_jpeg"]) > 10:
+            lines.append(f"  not JPEG   … {len(s['non_jpeg']) - 10} more in {split}")
+        for c in s["empty_classes"]:
+            lines.append(f"  no JPEG    {split}/{c}/ (a class folder without any JPEG)")
     for group in report["leakage"][:10]:
         lines.append(f"  leaked     {', '.join(group)}")
     return "\n".join(lines)

@@ -42,7 +42,13 @@ def data_root(recipe: Recipe) -> Path:
         d = recipe.data
         make_labelled_dataset(str(root), classes=d.synthetic_classes, train_per_class=d.synthetic_train_per_class,
                               val_per_class=d.synthetic_val_per_class, size=d.synthetic_size, seed=recipe.train.seed)
-    if not (root / recipe.data.train).exists():
+    if recipe.data.source == "shards":
+        import glob
+
+        if not glob.glob(str(root / recipe.data.train)):
+            raise FileNotFoundError(f"no training shards match {root / recipe.data.train} (data.root / data.train, "
+                                    "a glob such as train-*.tar)")
+    elif not (root / recipe.data.train).exists():
         raise FileNotFoundError(f"training data not found: {root / recipe.data.train} (data.root / data.train; "
                                 "for Imagenette set DCTNET_DATA)")
     return root
@@ -63,15 +69,17 @@ class Pipeline:
     normalize: T.Normalize | None = None
 
     def __post_init__(self) -> None:
+        self.skipped: list[tuple[str, str, str]] = []
         self.set_epoch(0)
 
     # ------------------------------------------------------------------ epochs
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         for loader in (self.train_loader, self.val_loader):
-            sampler = getattr(loader, "sampler", None)
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
+            if hasattr(loader, "set_epoch"):  # ThreadLoader: its sampler or its iterable dataset
+                loader.set_epoch(epoch)
+            elif hasattr(getattr(loader, "sampler", None), "set_epoch"):
+                loader.sampler.set_epoch(epoch)
         # augmentation draws: a function of (seed, epoch, rank), so a resumed run repeats them
         self.generator = torch.Generator().manual_seed(hash((self.recipe.train.seed, epoch, self.rank)) & (2**62 - 1))
 
@@ -82,12 +90,26 @@ class Pipeline:
     def batches(self, train: bool) -> Iterator[tuple[Tensor, Tensor]]:
         """Host batches moved to the device: ``(raw, labels)``; call :meth:`inputs` on ``raw``."""
         loader = self.train_loader if train else self.val_loader
+        split = "train" if train else "val"
         if self.recipe.model.input == "rgb":
-            for x, y, _ in loader:
+            for x, y, (_, _, skipped) in loader:  # (worker, CPU seconds, skipped samples)
+                self._note_skipped(split, skipped)
                 yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             return
         for batch in D.DevicePrefetcher(loader, self.device):
+            self._note_skipped(split, batch.skipped)
             yield batch, batch.labels
+
+    def _note_skipped(self, split: str, skipped) -> None:
+        """Remember the samples a loader dropped under ``data.on_error: skip`` (the trainer
+        counts them per epoch and writes their names to ``skipped.txt``)."""
+        if skipped:
+            self.skipped.extend((split, str(name), str(reason)) for _, name, reason in skipped)
+
+    def take_skipped(self) -> list[tuple[str, str, str]]:
+        """``(split, name, reason)`` of the samples skipped since the last call."""
+        out, self.skipped = self.skipped, []
+        return out
 
     # ------------------------------------------------------------------ device transforms
     def inputs(self, raw, labels: Tensor, train: bool) -> tuple[Tensor, Tensor]:
@@ -163,12 +185,45 @@ class Pipeline:
 
 # ---------------------------------------------------------------------- CPU accounting
 class _WorkerCpu:
-    """Collate for torchvision DataLoaders that stamps each batch with its worker's CPU time."""
+    """Collate for torchvision DataLoaders that stamps each batch with its worker's CPU time and
+    the samples :class:`_JpegImageFolder` skipped: ``(x, y, (worker, cpu_seconds, skipped))``."""
 
     def __call__(self, samples):
-        x, y = torch.utils.data.default_collate(samples)
+        skipped = tuple(tuple(s) for s in samples if isinstance(s, _Skipped))
+        good = [s for s in samples if not isinstance(s, _Skipped)]
+        if good:
+            x, y = torch.utils.data.default_collate(good)
+        else:  # every sample of the batch was bad
+            x, y = torch.zeros(0), torch.zeros(0, dtype=torch.int64)
         info = torch.utils.data.get_worker_info()
-        return x, y, (info.id if info else -1, time.process_time())
+        return x, y, (info.id if info else -1, time.process_time(), skipped)
+
+
+class _Skipped(tuple):
+    """``(index, path, reason)`` of a sample the torchvision baseline could not read."""
+
+
+def _jpeg_image_folder(root: str, transform, on_error: str):
+    """torchvision's ImageFolder over the files dctnet's datasets read (JPEG names only, empty
+    classes kept, so labels match), with bad files under ``on_error`` as everywhere else: a
+    :class:`dctnet.JpegError` naming the file, or a skipped sample that the collate reports."""
+    import torchvision
+    from dctnet import JpegError
+    from dctnet.data.dataset import IMG_EXTENSIONS
+
+    class JpegImageFolder(torchvision.datasets.ImageFolder):
+        def __getitem__(self, index: int):
+            try:
+                return super().__getitem__(index)
+            except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises for bad image data
+                path = self.samples[index][0]
+                reason = f"{type(exc).__name__}: {exc}"
+                if on_error == "raise":
+                    raise JpegError(reason, path) from None
+                return _Skipped((index, path, reason))
+
+    return JpegImageFolder(root, transform=transform, allow_empty=True,
+                           is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
 
 
 class _RgbLoader:
@@ -186,10 +241,10 @@ class _RgbLoader:
         return len(self.loader)
 
     def __iter__(self):
-        for x, y, (wid, cpu) in self.loader:
+        for x, y, (wid, cpu, skipped) in self.loader:
             if wid >= 0:
                 self.seen[wid] = max(self.seen.get(wid, 0.0), cpu)
-            yield x, y, (wid, cpu)
+            yield x, y, (wid, cpu, skipped)
 
 
 def _cpu_of(loader) -> float:
@@ -216,28 +271,39 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         return Pipeline(r, device, rank, world_size, train, val, n_classes, classes)
     crop = D.RandomResizedCrop(scale=r.data.scale)
     center = D.CenterCrop(r.data.crop_fraction)
+    policy = dict(seed=r.train.seed, on_error=r.data.on_error)
+    pin = device.type == "cuda"
     if r.data.source == "cache":
         # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
         # host moves only each window's blocks, or only the compressed records
-        on_gpu = device.type == "cuda"
-        train_ds = D.CacheDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip",
-                                  device_expand=on_gpu)
-        val_ds = D.CacheDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip",
-                                device_expand=on_gpu)
+        train_ds = D.CacheDataset(root / r.data.train, crop=crop, verify=r.data.verify, device_expand=pin, **policy)
+        val_ds = D.CacheDataset(root / r.data.val, crop=center, verify=r.data.verify, device_expand=pin, **policy)
+    elif r.data.source == "shards":
+        train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size, **policy)
+        val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
+                                   world_size=world_size, **policy)
     else:
-        train_ds = D.ImageFolderDataset(root / r.data.train, crop=crop, seed=r.train.seed, on_error="skip")
-        val_ds = D.ImageFolderDataset(root / r.data.val, crop=center, seed=r.train.seed, on_error="skip")
-    if list(getattr(val_ds, "classes", train_ds.classes)) != list(train_ds.classes):
-        raise ValueError(f"train and val splits have different classes under {root}")
-    classes = list(train_ds.classes)
-    pin = device.type == "cuda"
-    train_sampler = D.SubsetSampler(_limited(len(train_ds), r.data.limit_train), seed=r.train.seed, rank=rank,
-                                    world_size=world_size, drop_last=True)
-    val_sampler = D.SubsetSampler(_limited(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
-                                  world_size=world_size)
-    train = D.ThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
+        train_ds = D.ImageFolderDataset(root / r.data.train, crop=crop, **policy)
+        val_ds = D.ImageFolderDataset(root / r.data.val, crop=center, **policy)
+    if r.data.source == "shards":
+        if r.data.limit_train or r.data.limit_val:
+            raise ValueError("data.limit_train / limit_val need indexable data; shards are streamed (use a cache)")
+        classes = [str(c) for c in range(r.model.num_classes)] if r.model.num_classes else None
+        if classes is None:
+            raise ValueError("data.source: shards needs model.num_classes (shards carry labels, not class names)")
+        train = D.ThreadLoader(train_ds, r.data.batch_size, threads=r.data.threads, drop_last=True, pin_memory=pin)
+        val = D.ThreadLoader(val_ds, r.data.batch_size, threads=r.data.threads, pin_memory=pin)
+    else:
+        if list(getattr(val_ds, "classes", train_ds.classes)) != list(train_ds.classes):
+            raise ValueError(f"train and val splits have different classes under {root}")
+        classes = list(train_ds.classes)
+        train_sampler = D.SubsetSampler(_limited(len(train_ds), r.data.limit_train), seed=r.train.seed, rank=rank,
+                                        world_size=world_size, drop_last=True)
+        val_sampler = D.SubsetSampler(_limited(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
+                                      world_size=world_size)
+        train = D.ThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
                                drop_last=True, pin_memory=pin)
-    val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
+        val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
     if r.model.input == "dct" and "vit" in r.model.arch and r.model.normalize == "stats":
         pipe.normalize = _coefficient_stats(r, train_ds, device)
@@ -246,8 +312,13 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
 
 def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     """Per-(c,u,v) statistics of the training crops — the same on every rank (fixed sampler)."""
-    sampler = D.SubsetSampler(_limited(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
-    loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
+    if isinstance(ds, D.TarShardDataset):  # every rank reads the same stream: rank 0's view of all shards
+        ds = D.TarShardDataset(ds.shards, crop=ds.decode.crop, seed=r.train.seed + 1, rank=0, world_size=1,
+                               on_error=r.data.on_error)
+        loader = D.ThreadLoader(ds, r.data.batch_size, threads=r.data.threads, pin_memory=False)
+    else:
+        sampler = D.SubsetSampler(_limited(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
+        loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
     size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
     # over the inputs the model is fed: native (y, c) when the stem takes native chroma
     return D.compute_stats((T.as_jpeg_batch(b.to(device)) for b in loader),
@@ -282,8 +353,8 @@ def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
     # resize rounds every pixel: measured, those alone flip 14% and 1.1% of a weak ViT's predictions.)
     val_tf = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), _CentreSquare(r.data.crop_fraction),
                          v2.Resize((size, size), antialias=True), v2.Normalize(*input_mean_std(r.model.arch))])
-    train_ds = torchvision.datasets.ImageFolder(str(root / r.data.train), transform=train_tf)
-    val_ds = torchvision.datasets.ImageFolder(str(root / r.data.val), transform=val_tf)
+    train_ds = _jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error)
+    val_ds = _jpeg_image_folder(str(root / r.data.val), val_tf, r.data.on_error)
     if r.data.limit_train:
         train_ds = torch.utils.data.Subset(train_ds, _limited(len(train_ds), r.data.limit_train))
     if r.data.limit_val:

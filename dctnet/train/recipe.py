@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import types
@@ -31,10 +32,12 @@ class RecipeError(ValueError):
 
 @dataclass
 class DataConfig:
-    source: Literal["folder", "cache", "synthetic"] = "folder"
+    source: Literal["folder", "cache", "shards", "synthetic"] = "folder"
     root: str = "${DCTNET_DATA:../shared/data/imagenette}"  # folder root, or synthetic output dir
-    train: str = "train"              # subfolder (or cache directory) of root with the training split
+    train: str = "train"              # under root: subfolder, cache directory, or shard glob (train-*.tar)
     val: str = "val"
+    on_error: Literal["raise", "skip"] = "raise"  # unreadable files: stop naming the file, or skip and report them
+    verify: Literal["stat", "hash", "none"] = "stat"  # source: cache — how the cache's sources are checked
     image_size: int = 224             # side of the square crops fed to the model
     batch_size: int = 64              # per process
     threads: int = 2                  # dctnet loader threads (input dct / device-rgb)
@@ -125,6 +128,22 @@ def _plain(x: Any) -> Any:
     return x
 
 
+_NUMBER = re.compile(r"[+-]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)([eE][+-]?\d+)?")
+
+
+def _number(value: Any) -> int | float | None:
+    """A finite number from YAML: ints and floats, and the strings YAML 1.1 leaves unparsed
+    although they are standard notation (``1e-3``, ``5E4``, ``+2``); ``None`` otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        text = value.strip().replace("_", "")
+        value = float(text) if any(ch in text for ch in ".eE") else int(text)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return value
+    return None
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """``value`` checked against the annotation ``tp`` (YAML gives ints for floats, lists for tuples)."""
     origin = typing.get_origin(tp)
@@ -150,13 +169,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise RecipeError(f"{where}: expected true or false, got {value!r}")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        number = _number(value)
+        if number is None or not float(number).is_integer():
             raise RecipeError(f"{where}: expected an integer, got {value!r}")
-        return value
+        return int(number)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        number = _number(value)
+        if number is None:
             raise RecipeError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+        return float(number)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise RecipeError(f"{where}: expected a string, got {value!r}")
@@ -243,18 +264,49 @@ def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] |
     return recipe
 
 
+_INF = float("inf")
+#: numeric fields' ranges: (low, high, low excluded, high excluded)
+_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "data.image_size": (16, 8192, False, False), "data.batch_size": (1, _INF, False, True),
+    "data.threads": (1, 1024, False, False), "data.workers": (0, 1024, False, False),
+    "data.crop_fraction": (0, 1, True, False), "data.limit_train": (0, _INF, False, True),
+    "data.limit_val": (0, _INF, False, True), "data.synthetic_classes": (2, 100_000, False, False),
+    "data.synthetic_train_per_class": (1, _INF, False, True), "data.synthetic_val_per_class": (1, _INF, False, True),
+    "model.keep": (1, 64, False, False), "model.stats_batches": (1, _INF, False, True),
+    "model.num_classes": (0, _INF, False, True),
+    "optim.lr": (0, _INF, True, True), "optim.lr_batch": (1, _INF, False, True), "optim.momentum": (0, 1, False, True),
+    "optim.weight_decay": (0, _INF, False, True), "optim.epochs": (1, _INF, False, True),
+    "optim.warmup_epochs": (0, _INF, False, True), "optim.label_smoothing": (0, 1, False, True),
+    "optim.stem_lr_mult": (0, _INF, False, True), "optim.grad_clip": (0, _INF, False, True),
+    "augment.hflip": (0, 1, False, False), "augment.color_jitter": (0, 1, False, False),
+    "augment.mixup": (0, _INF, False, True),
+    "train.seed": (0, 2**63 - 1, False, False), "train.eval_every": (1, _INF, False, True),
+    "train.log_every": (1, _INF, False, True), "train.torch_threads": (0, 4096, False, False),
+    "train.max_steps": (0, _INF, False, True),
+}
+
+
 def _check(r: Recipe, where: str) -> None:
     def bad(msg: str) -> None:
         raise RecipeError(f"{where}: {msg}")
 
-    if r.data.image_size <= 0 or r.data.image_size % 16:
+    for key, (lo, hi, lo_open, hi_open) in _RANGES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(r, section), name)
+        if value is None:
+            continue
+        if (value < lo or (lo_open and value == lo)) or (value > hi or (hi_open and value == hi)):
+            span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            bad(f"{key} must be in {span}, got {value}")
+    if r.data.image_size % 16:
         bad(f"data.image_size must be a positive multiple of 16, got {r.data.image_size}")
-    if r.data.batch_size <= 0:
-        bad("data.batch_size must be positive")
     if not 0 < r.data.scale[0] <= r.data.scale[1] <= 1:
         bad(f"data.scale must satisfy 0 < lo <= hi <= 1, got {r.data.scale}")
-    if r.optim.epochs <= 0 or r.optim.lr <= 0:
-        bad("optim.epochs and optim.lr must be positive")
+    if not 8 <= r.data.synthetic_size[0] <= r.data.synthetic_size[1]:
+        bad(f"data.synthetic_size must satisfy 8 <= lo <= hi, got {r.data.synthetic_size}")
+    if r.data.source in ("cache", "shards") and r.model.input == "rgb":
+        bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
+            "baseline) reads image folders — use 'dct' or 'device-rgb'")
     vit = "vit" in r.model.arch
     if r.model.input == "dct":
         if vit and r.model.stem != "dct-patch":
@@ -263,5 +315,4 @@ def _check(r: Recipe, where: str) -> None:
             bad("model.stem: 'dct-patch' is for ViTs; ResNets take 'dct8' or 'dct-up'")
     if r.model.chroma == "native" and not (r.model.input == "dct" and vit):
         bad("model.chroma: 'native' is for DCT ViTs (input: dct, stem: dct-patch)")
-    if not 0 <= r.augment.hflip <= 1:
-        bad("augment.hflip is a probability")
+

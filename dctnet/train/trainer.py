@@ -73,6 +73,10 @@ class Trainer:
         self.steps_per_epoch = len(self.pipe.train_loader)
         if r.train.max_steps:
             self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
+        if self.world_size > 1:  # every rank takes as many steps (streamed shards can differ by rank)
+            steps = torch.tensor([self.steps_per_epoch], device=self.device)
+            dist.all_reduce(steps, op=dist.ReduceOp.MIN)
+            self.steps_per_epoch = int(steps.item())
         total = max(1, r.optim.epochs * self.steps_per_epoch)
         warm = r.optim.warmup_epochs * self.steps_per_epoch
 
@@ -98,8 +102,33 @@ class Trainer:
             self._load(self.out / "last.pt")
         if self.rank == 0:  # written once everything above succeeded: a refused resume keeps the old one
             r.dump(self.out / "recipe.yaml")
+            # a fresh run starts its records afresh; a resumed one keeps those of the epochs it kept
+            self._rewrite_records()
 
     # ------------------------------------------------------------------ helpers
+    def _rewrite_records(self) -> None:
+        """``metrics.jsonl`` holds exactly this run's epochs so far (the resumed history, or
+        nothing); ``skipped.txt`` starts empty on a fresh run."""
+        with open(self.out / "metrics.jsonl", "w") as f:
+            for record in self.history:
+                f.write(json.dumps(record) + "\n")
+        if not self.history:
+            (self.out / "skipped.txt").unlink(missing_ok=True)
+
+    def _skipped(self, epoch: int) -> dict[str, int]:
+        """This epoch's skipped samples, summed over ranks, and their names appended to
+        ``skipped.txt`` (rank 0 writes every rank's)."""
+        mine = self.pipe.take_skipped()
+        if self.world_size > 1:
+            every: list = [None] * self.world_size
+            dist.all_gather_object(every, mine)
+            mine = [x for part in every for x in part]
+        if self.rank == 0 and mine:
+            with open(self.out / "skipped.txt", "a") as f:
+                for split, name, reason in mine:
+                    f.write(f"{epoch + 1}\t{split}\t{name}\t{reason}\n")
+        return {"train_skipped": sum(s == "train" for s, _, _ in mine), "val_skipped": sum(s == "val" for s, _, _ in mine)}
+
     @staticmethod
     def _seed(seed: int) -> None:
         random.seed(seed)
@@ -120,6 +149,8 @@ class Trainer:
         if self.rank != 0 or not self.recipe.train.progress:
             return None
         from tqdm import tqdm
+
+        tqdm.monitor_interval = 0  # no monitor thread: nothing of ours outlives the run
 
         # disable=None: a bar on a terminal, none in logs and pipes (the per-epoch line is printed anyway)
         return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
@@ -208,15 +239,20 @@ class Trainer:
             record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
             if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
                 record.update(self.evaluate())
+            record.update(self._skipped(epoch))
             record["epoch_seconds"] = time.perf_counter() - t
             self.history.append(record)
             if self.rank == 0:
                 with open(self.out / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(record) + "\n")
                 val = f" val top-1 {record['val_top1']:.3f}" if "val_top1" in record else ""
+                n_skip = record["train_skipped"] + record["val_skipped"]
+                skip = (f" | skipped {record['train_skipped']} train + {record['val_skipped']} val unreadable "
+                        f"(names in {self.out / 'skipped.txt'})") if n_skip else ""
                 self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f} "
                          f"train acc {record['train_acc']:.3f}{val} | {record['images_per_s']:.0f} img/s, "
-                         f"data wait {record['data_wait']:.0%}, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample")
+                         f"data wait {record['data_wait']:.0%}, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample"
+                         f"{skip}")
                 if r.train.checkpoint:
                     self._save(self.out / "last.pt", epoch)
         if self.rank == 0 and self.history:
@@ -239,7 +275,8 @@ class Trainer:
 
     def _load(self, path: Path) -> None:
         if not path.is_file():
-            self.log(f"--resume: no checkpoint at {path}; starting from scratch")
+            if self.rank == 0:
+                self.log(f"--resume: no checkpoint at {path}; starting from scratch")
             return
         state = torch.load(path, map_location=self.device, weights_only=True)
         try:
@@ -256,14 +293,22 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"].cpu())
         self.history = list(state.get("history", []))
         self.start_epoch = int(state["epoch"]) + 1
-        self.log(f"resumed from {path}: epoch {self.start_epoch} done")
+        if self.rank == 0:
+            self.log(f"resumed from {path}: epoch {self.start_epoch} done")
 
 
 def train(recipe: Recipe, *, resume: bool = False) -> dict[str, Any]:
     """Train ``recipe`` (one process, or one rank under torchrun); returns the last epoch's record."""
-    trainer = Trainer(recipe, resume=resume)
+    trainer = None
     try:
-        return trainer.fit()
+        trainer = Trainer(recipe, resume=resume)
+        record = trainer.fit()
+        if dist.is_initialized():
+            dist.barrier()  # no rank tears the group down while another still talks to it
+        return record
     finally:
+        # loader threads and process-group threads end here, not at interpreter exit (a thread
+        # still alive then is what aborts with "terminate called without an active exception")
+        del trainer
         if dist.is_initialized():
             dist.destroy_process_group()
