@@ -1090,6 +1090,42 @@ static int get_group_outputs(PyObject *outs_t, int64_t n, const char *who, Py_bu
   return 0;
 }
 
+/* The part buffers of one cache call: a private tuple of the caller's sequence, one held export
+ * per part (keeping each memory map alive and unresizable until released) and their extents.
+ * Zero-initialise, hold_parts, then release_parts on every path (also after a failure). */
+typedef struct {
+  PyObject *fast;
+  Py_buffer *views;
+  gather_part *parts;
+  Py_ssize_t n, held;
+} held_parts;
+
+/* Returns 0, or -1 with an exception set. */
+static int hold_parts(PyObject *obj, held_parts *h) {
+  h->fast = PySequence_Tuple(obj);
+  if (!h->fast) return -1;
+  h->n = PyTuple_GET_SIZE(h->fast);
+  h->views = (Py_buffer *)PyMem_Calloc((size_t)(h->n ? h->n : 1), sizeof(Py_buffer));
+  h->parts = (gather_part *)PyMem_Calloc((size_t)(h->n ? h->n : 1), sizeof(gather_part));
+  if (!h->views || !h->parts) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (; h->held < h->n; h->held++) {
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(h->fast, h->held), &h->views[h->held], PyBUF_SIMPLE) != 0) return -1;
+    h->parts[h->held].data = (const uint8_t *)h->views[h->held].buf;
+    h->parts[h->held].len = (int64_t)h->views[h->held].len;
+  }
+  return 0;
+}
+
+static void release_parts(held_parts *h) {
+  for (Py_ssize_t i = 0; i < h->held; i++) PyBuffer_Release(&h->views[i]);
+  PyMem_Free(h->views);
+  PyMem_Free(h->parts);
+  Py_XDECREF(h->fast);
+}
+
 PyDoc_STRVAR(gather_doc,
              "gather_planes(parts, tables, items, fmt, outs) -> None\n\n"
              "Batch gather of one layout group from a coefficient cache (csrc/sparse.h). parts: a sequence\n"
@@ -1114,13 +1150,12 @@ static gather_item *private_items(const Py_buffer *it) {
 }
 
 static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
-  PyObject *parts_obj, *tables_obj, *items_obj, *outs_obj, *parts_fast = NULL, *outs_fast = NULL;
+  PyObject *parts_obj, *tables_obj, *items_obj, *outs_obj, *outs_fast = NULL;
   Py_buffer tb = {0}, it = {0}, ov[GATHER_MAX_COMPONENTS];
-  Py_buffer *pv = NULL;
-  gather_part *pp = NULL;
+  held_parts hp = {0};
   int16_t *outs[GATHER_MAX_COMPONENTS];
   int64_t oh[GATHER_MAX_COMPONENTS], ow[GATHER_MAX_COMPONENTS];
-  Py_ssize_t nparts = 0, held = 0, nout = 0, held_out = 0;
+  Py_ssize_t nout = 0, held_out = 0;
   int fmt, have_tb = 0, have_it = 0;
   int64_t n, bad = 0;
   gather_item *items = NULL;
@@ -1139,42 +1174,26 @@ static PyObject *py_gather_planes(PyObject *self, PyObject *args) {
   outs_fast = PySequence_Tuple(outs_obj); /* private copies: Python code cannot change them under us */
   if (!outs_fast || get_group_outputs(outs_fast, n, "gather_planes", ov, &held_out, outs, oh, ow) != 0) goto done;
   nout = held_out;
-  parts_fast = PySequence_Tuple(parts_obj);
-  if (!parts_fast) goto done;
-  nparts = PyTuple_GET_SIZE(parts_fast);
-  pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
-  pp = (gather_part *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(gather_part));
-  if (!pv || !pp) {
-    PyErr_NoMemory();
-    goto done;
-  }
   /* Holding an export of every part keeps its mapping alive (and unresizable) until we return. */
-  for (; held < nparts; held++) {
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
-    pp[held].data = (const uint8_t *)pv[held].buf;
-    pp[held].len = (int64_t)pv[held].len;
-  }
+  if (hold_parts(parts_obj, &hp) != 0) goto done;
   /* Outputs are written while parts and tables are read: they must not share memory (a write
    * could otherwise change what is read next, or memcpy would copy between overlapping ranges). */
-  if (outputs_clash(ov, nout, pv, nparts, &tb, &it)) {
+  if (outputs_clash(ov, nout, hp.views, hp.n, &tb, &it)) {
     PyErr_SetString(PyExc_ValueError, "gather_planes: an output shares memory with an input or another output");
     goto done;
   }
   items = private_items(&it);
   if (!items) goto done;
   Py_BEGIN_ALLOW_THREADS
-  bad = gather_planes(items, n, pp, nparts, (const uint16_t *)tb.buf,
+  bad = gather_planes(items, n, hp.parts, hp.n, (const uint16_t *)tb.buf,
                       (int64_t)(tb.len / (4 * 64 * 2)), fmt, (int64_t)nout, outs, oh, ow);
   Py_END_ALLOW_THREADS
   if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_planes: bad format or output grid");
   else if (bad) raise_item_error("gather_planes: corrupt or out-of-bounds record for a batch item", bad - 1);
 done:
-  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
+  release_parts(&hp);
   release_buffers(ov, held_out);
-  PyMem_Free(pv);
-  PyMem_Free(pp);
   PyMem_Free(items);
-  Py_XDECREF(parts_fast);
   Py_XDECREF(outs_fast);
   if (have_tb) PyBuffer_Release(&tb);
   if (have_it) PyBuffer_Release(&it);
@@ -1190,11 +1209,9 @@ PyDoc_STRVAR(gather_packed_doc,
              "the padded grid from it. Every window must fit inside out. Raises as gather_planes.");
 
 static PyObject *py_gather_packed(PyObject *self, PyObject *args) {
-  PyObject *parts_obj, *tables_obj, *items_obj, *out_obj, *off_obj, *parts_fast = NULL;
+  PyObject *parts_obj, *tables_obj, *items_obj, *out_obj, *off_obj;
   Py_buffer tb = {0}, it = {0}, ob = {0}, offb = {0};
-  Py_buffer *pv = NULL;
-  gather_part *pp = NULL;
-  Py_ssize_t nparts = 0, held = 0;
+  held_parts hp = {0};
   int fmt, have_tb = 0, have_it = 0, have_ob = 0, have_off = 0;
   int64_t n, ncomp = 0, bad = 0;
   gather_item *items = NULL;
@@ -1226,21 +1243,8 @@ static PyObject *py_gather_packed(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "gather_packed: out must be int16 (NB, 64), C-contiguous");
     goto done;
   }
-  parts_fast = PySequence_Tuple(parts_obj);
-  if (!parts_fast) goto done;
-  nparts = PyTuple_GET_SIZE(parts_fast);
-  pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
-  pp = (gather_part *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(gather_part));
-  if (!pv || !pp) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  for (; held < nparts; held++) {
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
-    pp[held].data = (const uint8_t *)pv[held].buf;
-    pp[held].len = (int64_t)pv[held].len;
-  }
-  if (outputs_clash(&ob, 1, pv, nparts, &tb, &it) || outputs_clash(&ob, 1, &offb, 1, NULL, NULL)) {
+  if (hold_parts(parts_obj, &hp) != 0) goto done;
+  if (outputs_clash(&ob, 1, hp.views, hp.n, &tb, &it) || outputs_clash(&ob, 1, &offb, 1, NULL, NULL)) {
     PyErr_SetString(PyExc_ValueError, "gather_packed: the output shares memory with an input");
     goto done;
   }
@@ -1252,18 +1256,15 @@ static PyObject *py_gather_packed(PyObject *self, PyObject *args) {
   }
   memcpy(offsets, offb.buf, (size_t)offb.len);
   Py_BEGIN_ALLOW_THREADS
-  bad = gather_packed(items, n, pp, nparts, (const uint16_t *)tb.buf, (int64_t)(tb.len / (4 * 64 * 2)), fmt,
+  bad = gather_packed(items, n, hp.parts, hp.n, (const uint16_t *)tb.buf, (int64_t)(tb.len / (4 * 64 * 2)), fmt,
                       ncomp ? ncomp : 1, (int16_t *)ob.buf, (int64_t)ob.shape[0], offsets);
   Py_END_ALLOW_THREADS
   if (bad < 0) PyErr_SetString(PyExc_ValueError, "gather_packed: bad format");
   else if (bad) raise_item_error("gather_packed: corrupt or out-of-bounds record or window for a batch item", bad - 1);
 done:
-  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
-  PyMem_Free(pv);
-  PyMem_Free(pp);
+  release_parts(&hp);
   PyMem_Free(items);
   PyMem_Free(offsets);
-  Py_XDECREF(parts_fast);
   if (have_tb) PyBuffer_Release(&tb);
   if (have_it) PyBuffer_Release(&it);
   if (have_ob) PyBuffer_Release(&ob);
@@ -1280,10 +1281,9 @@ PyDoc_STRVAR(copy_ranges_doc,
              "raises ValueError(message, row) for the first bad row.");
 
 static PyObject *py_copy_ranges(PyObject *self, PyObject *args) {
-  PyObject *parts_obj, *ranges_obj, *out_obj, *parts_fast = NULL;
+  PyObject *parts_obj, *ranges_obj, *out_obj;
   Py_buffer rb = {0}, ob = {0};
-  Py_buffer *pv = NULL;
-  Py_ssize_t nparts = 0, held = 0;
+  held_parts hp = {0};
   int have_rb = 0, have_ob = 0;
   int64_t *ranges = NULL, k = 0, bad = 0;
   (void)self;
@@ -1297,43 +1297,36 @@ static PyObject *py_copy_ranges(PyObject *self, PyObject *args) {
     goto done;
   }
   k = (int64_t)(rb.len / 32);
-  parts_fast = PySequence_Tuple(parts_obj);
-  if (!parts_fast) goto done;
-  nparts = PyTuple_GET_SIZE(parts_fast);
-  pv = (Py_buffer *)PyMem_Calloc((size_t)(nparts ? nparts : 1), sizeof(Py_buffer));
   ranges = (int64_t *)PyMem_Malloc(rb.len ? (size_t)rb.len : 1); /* private: checked is what is used */
-  if (!pv || !ranges) {
+  if (!ranges) {
     PyErr_NoMemory();
     goto done;
   }
   memcpy(ranges, rb.buf, (size_t)rb.len);
-  for (; held < nparts; held++)
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts_fast, held), &pv[held], PyBUF_SIMPLE) != 0) goto done;
-  if (outputs_clash(&ob, 1, pv, nparts, &rb, NULL)) {
+  if (hold_parts(parts_obj, &hp) != 0) goto done;
+  if (outputs_clash(&ob, 1, hp.views, hp.n, &rb, NULL)) {
     PyErr_SetString(PyExc_ValueError, "copy_ranges: out shares memory with an input");
     goto done;
   }
   for (int64_t i = 0; i < k && !bad; i++) {
     int64_t part = ranges[4 * i], src = ranges[4 * i + 1], size = ranges[4 * i + 2], dst = ranges[4 * i + 3];
-    if (part < 0 || part >= nparts || src < 0 || size < 0 || dst < 0 || src > (int64_t)pv[part].len ||
-        size > (int64_t)pv[part].len - src || dst > (int64_t)ob.len || size > (int64_t)ob.len - dst)
+    if (part < 0 || part >= hp.n || src < 0 || size < 0 || dst < 0 || src > hp.parts[part].len ||
+        size > hp.parts[part].len - src || dst > (int64_t)ob.len || size > (int64_t)ob.len - dst)
       bad = i + 1;
   }
   if (!bad) {
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < k; i++)
       if (ranges[4 * i + 2])
-        memcpy((uint8_t *)ob.buf + ranges[4 * i + 3], (const uint8_t *)pv[ranges[4 * i]].buf + ranges[4 * i + 1],
+        memcpy((uint8_t *)ob.buf + ranges[4 * i + 3], hp.parts[ranges[4 * i]].data + ranges[4 * i + 1],
                (size_t)ranges[4 * i + 2]);
     Py_END_ALLOW_THREADS
   } else {
     raise_item_error("copy_ranges: a range lies outside its part or the output", bad - 1);
   }
 done:
-  for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&pv[i]);
-  PyMem_Free(pv);
+  release_parts(&hp);
   PyMem_Free(ranges);
-  Py_XDECREF(parts_fast);
   if (have_rb) PyBuffer_Release(&rb);
   if (have_ob) PyBuffer_Release(&ob);
   if (PyErr_Occurred()) return NULL;

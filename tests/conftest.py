@@ -89,3 +89,22 @@ def jpeglib_components(path: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     qt = np.asarray(d.qt)
     tables = [qt[int(i)].reshape(64) for i in d.quant_tbl_no[: d.num_components]]
     return coefs, tables
+
+
+def write_recipe(tmp_path: Path, root: str, *, name: str = "t", batch_size: int = 16, **over) -> Path:
+    """A small CPU recipe over ``root`` written to ``tmp_path/recipe.yaml`` (run directory
+    ``tmp_path/run``); ``section__field=value`` overrides any field."""
+    import yaml
+
+    base = {"name": name, "data": {"source": "folder", "root": str(root), "image_size": 32, "batch_size": batch_size,
+                                   "threads": 1, "workers": 0, "scale": [0.5, 1.0]},
+            "model": {"arch": "resnet18", "input": "dct", "stem": "dct8"},
+            "optim": {"lr": 0.1, "lr_batch": batch_size, "epochs": 1, "warmup_epochs": 0.5},
+            "train": {"out": str(tmp_path / "run"), "progress": False, "torch_threads": 1}}
+    for key, value in over.items():
+        section, field = key.split("__")
+        base.setdefault(section, {})[field] = value
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(base))
+    return path

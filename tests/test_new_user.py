@@ -9,15 +9,11 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import threading
 import warnings
 
 import pytest
-import torch
-import yaml
 
 import dctnet
 from dctnet import data as D
@@ -25,22 +21,12 @@ from dctnet.synthetic import make_labelled_dataset, synthetic_jpeg
 from dctnet.train import RecipeError, Trainer, load_recipe
 from dctnet.train.trainer import train
 
-from conftest import ROOT
+from conftest import write_recipe
 
 
 def recipe(tmp_path, root, **over):
-    base = {"name": "u", "data": {"source": "folder", "root": str(root), "image_size": 32, "batch_size": 8,
-                                  "threads": 1, "workers": 0, "scale": [0.5, 1.0]},
-            "model": {"arch": "resnet18", "input": "dct", "stem": "dct8"},
-            "optim": {"lr": 0.05, "lr_batch": 8, "epochs": 1, "warmup_epochs": 0},
-            "train": {"out": str(tmp_path / "run"), "progress": False, "torch_threads": 1, "max_steps": 2}}
-    for key, value in over.items():
-        section, field = key.split("__")
-        base.setdefault(section, {})[field] = value
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(base))
-    return path
+    over = {"optim__lr": 0.05, "optim__warmup_epochs": 0, "train__max_steps": 2, **over}
+    return write_recipe(tmp_path, root, name="u", batch_size=8, **over)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-import yaml
 
 from dctnet import data as D
 from dctnet import transforms as T
@@ -19,7 +18,7 @@ from dctnet.synthetic import make_labelled_dataset
 from dctnet.train import RecipeError, Trainer, load_recipe
 from dctnet.train.pipeline import build_pipeline
 
-from conftest import ROOT
+from conftest import ROOT, write_recipe
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +29,7 @@ def shapes(tmp_path_factory):
 
 
 def tiny(shapes, tmp_path, **over):
-    base = {"name": "t", "data": {"source": "folder", "root": shapes, "image_size": 32, "batch_size": 16, "threads": 1,
-                                  "workers": 0, "scale": [0.5, 1.0]},
-            "model": {"arch": "resnet18", "input": "dct", "stem": "dct8"},
-            "optim": {"lr": 0.1, "lr_batch": 16, "epochs": 1, "warmup_epochs": 0.5},
-            "train": {"out": str(tmp_path / "run"), "progress": False, "torch_threads": 1}}
-    for key, value in over.items():
-        section, field = key.split("__")
-        base.setdefault(section, {})[field] = value
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(base))
-    return path
+    return write_recipe(tmp_path, shapes, **over)
 
 
 # ---------------------------------------------------------------------- recipes

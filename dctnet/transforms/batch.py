@@ -182,8 +182,22 @@ def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
     return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
 
 
+class _GroupedRows(_TensorFields):
+    """The tensor fields plus the per-group ``group_rows`` of a batch that still has to be
+    expanded on its device."""
+
+    def tensors(self) -> list[Tensor]:
+        return super().tensors() + list(self.group_rows)
+
+    def _map(self, fn: Callable[[Tensor], Tensor]):
+        return replace(super()._map(fn), group_rows=tuple(fn(r) for r in self.group_rows))
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+
 @dataclass
-class SparseJpegBatch(_TensorFields):
+class SparseJpegBatch(_GroupedRows):
     """A batch still in the cache's sparse form (see :mod:`dctnet.data.sparse`): the host only
     concatenates compressed records; :func:`expand_sparse` builds the :class:`JpegBatch` on the
     device. Records are whole images of any layout (up to 4 components).
@@ -218,14 +232,6 @@ class SparseJpegBatch(_TensorFields):
     _TENSORS = ("masks", "values", "escapes", "tables", "blocks", "offsets", "windows", "valid", "boxes", "labels",
                 "index")
 
-    def tensors(self) -> list[Tensor]:
-        return super().tensors() + list(self.group_rows)
-
-    def _map(self, fn: Callable[[Tensor], Tensor]) -> SparseJpegBatch:
-        return replace(super()._map(fn), group_rows=tuple(fn(r) for r in self.group_rows))
-
-    def __len__(self) -> int:
-        return self.labels.shape[0]
 
 
 def _window_blocks(dense: Tensor, offset: Tensor, bh: Tensor, bw: Tensor, r0: Tensor, rows: Tensor, c0: Tensor,
@@ -266,7 +272,7 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
 
 
 @dataclass
-class PackedJpegBatch(_TensorFields):
+class PackedJpegBatch(_GroupedRows):
     """A batch whose windows are packed without padding (a dense cache's ``device_expand``
     delivery): the host copies only the blocks inside each plane's window, and
     :func:`expand_packed` builds the zero-padded :class:`JpegBatch` on the device. The host then
@@ -295,14 +301,6 @@ class PackedJpegBatch(_TensorFields):
 
     _TENSORS = ("blocks", "offsets", "sizes", "valid", "boxes", "labels", "index")
 
-    def tensors(self) -> list[Tensor]:
-        return super().tensors() + list(self.group_rows)
-
-    def _map(self, fn: Callable[[Tensor], Tensor]) -> PackedJpegBatch:
-        return replace(super()._map(fn), group_rows=tuple(fn(r) for r in self.group_rows))
-
-    def __len__(self) -> int:
-        return self.labels.shape[0]
 
 
 def expand_packed(batch: PackedJpegBatch) -> JpegBatch:
