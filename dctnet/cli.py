@@ -193,18 +193,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from dctnet.nn.convert import convert_checkpoint
+    from dctnet.nn.convert import convert
 
+    if (args.mean is None) != (args.std is None):
+        print("error: --mean and --std go together (3 floats each)", file=sys.stderr)
+        return 2
     try:
         keep = int(args.keep) if args.keep and args.keep.isdigit() else args.keep
-        diff, rel = convert_checkpoint(args.src, args.dst, args.arch, stem=args.stem, image_size=args.image_size,
-                                       image=args.image, keep=keep)
-    except (OSError, ValueError, RuntimeError, JpegError) as exc:
+        r = convert(args.src, args.dst, args.arch, image_size=args.image_size, image=args.image, keep=keep,
+                    mean=tuple(args.mean) if args.mean else None, std=tuple(args.std) if args.std else None)
+    except (OSError, ValueError, RuntimeError, TypeError, JpegError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.arch}: max |logit difference| vs the RGB model {diff:.3g} ({rel:.2g} relative)"
+    def fmt(values: tuple[float, ...]) -> str:
+        return "(" + ", ".join(f"{v:g}" for v in values) + ")"
+
+    source = "--mean/--std" if r.source == "argument" else r.source
+    print(f"normalisation: mean {fmt(r.mean)} std {fmt(r.std)} (from {source})")
+    stem = "DCT patch embedding (converted conv)" if r.stem == "dct-patch" else "IDCT stem (device IDCT + original conv)"
+    print(f"stem: {stem}")
+    print(f"{args.arch}: max |logit difference| vs the RGB model {r.diff:.3g} ({r.rel:.2g} relative)"
           + (" — frequency truncation, not exact" if args.keep else ""))
-    print(f"wrote {args.dst} (load with dctnet.nn.swap_stem(model{', stem=' + repr(args.stem) if args.stem != 'exact' else ''}))")
+    print(f"wrote {args.dst} (load with {r.hint})")
     return 0
 
 
@@ -448,15 +458,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("convert", help="convert an RGB checkpoint to its DCT-stem model",
-                       description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem, "
-                                   "check the logits against the RGB model on a sample image, and write OUT.")
+                       description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem "
+                                   "(exact: converted patch embedding for ViT/Swin/ConvNeXt-style patchify stems, "
+                                   "device IDCT + the original conv otherwise), check the logits against the RGB "
+                                   "model on a sample image with the same normalisation, and write OUT.")
     p.add_argument("src", metavar="IN")
     p.add_argument("dst", metavar="OUT")
     p.add_argument("--arch", required=True, help="torchvision name (vit_b_16, resnet50, ...) or timm:NAME")
-    p.add_argument("--stem", default="exact", choices=["exact", "dct8", "dct-up"], help="ResNet stem (ViTs: exact)")
     p.add_argument("--image-size", type=int, help="input size the model was built for")
     p.add_argument("--image", help="JPEG to check equivalence on (default: a generated photo)")
     p.add_argument("--keep", help="keep only these frequencies: K (zigzag), square:K, zigzag:K")
+    p.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"),
+                   help="RGB mean the model was trained with (rgb in [0, 1]); default: the checkpoint's metadata, "
+                        "else timm's pretrained_cfg, else ImageNet's")
+    p.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"), help="RGB std, with --mean")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("cache", help="build, inspect and verify coefficient caches",
                        description="Decode a dataset once into a memory-mapped coefficient cache.")
@@ -471,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="sparse: ~2x the JPEG bytes, expanded in C; dense: int16 planes, ~13x, no work on read")
     b.add_argument("--workers", type=int, default=1, help="local build processes (ignored under torchrun)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build of OUT")
-    b.add_argument("--on-error", choices=["skip", "raise"], default="skip", help="unreadable source files")
+    b.add_argument("--on-error", choices=["skip", "raise"], default="raise", help="unreadable source files: stop with the file and the reason (default), or skip and record them in the cache")
     b.add_argument("--quiet", action="store_true", help="no progress line")
     for name, hlp in (("info", "print the sidecar summary"), ("verify", "re-decode a sample and compare bit for bit")):
         v = csub.add_parser(name, help=hlp, description=hlp)

@@ -269,3 +269,20 @@ def test_convert_cli_torchvision(tmp_path, arch, size):
     assert r.returncode == 0, r.stderr
     dct = N.swap_stem(build_model(arch, image_size=int(size) if size else None))
     dct.load_state_dict(torch.load(out, weights_only=True))
+
+
+def test_idct_stem_keep_truncates_like_a_patch_embedding():
+    """``keep`` on the IDCT stem (not block-aligned first convs) zeroes the dropped frequencies:
+    the truncated model on any input equals the full one on the input with them zeroed."""
+    torch.manual_seed(6)
+    model = torchvision.models.resnet18(num_classes=5).eval()
+    full = N.swap_stem(copy.deepcopy(model)).eval()
+    low = N.swap_stem(copy.deepcopy(model), keep=10).eval()
+    assert isinstance(low.conv1, N.IDCTStem) and N.stem_modules(low) == [low.conv1]
+    x = upsampled(*inputs("4:2:0", size=64, n=2))
+    x_low = torch.zeros_like(x)
+    idx = N.frequency_index(10)
+    x_low[..., idx] = x[..., idx]
+    with torch.no_grad():
+        check(low(x), full(x_low))
+        assert (low(x) - full(x)).abs().max() > 1e-3

@@ -1,8 +1,17 @@
 r"""Patch embeddings over DCT coefficient blocks, with exact conversion of pretrained convs.
 
-A ViT patch embedding is a conv with kernel = stride = p on normalised RGB. Everything between
-the JPEG's coefficients and that conv is affine, so the conv folds into a linear layer on the
-coefficients of the blocks under each patch (DESIGN.md §3):
+A patchify stem (a ViT's patch embedding, the 4×4 stride-4 stem of ConvNeXt and Swin) is a conv
+with kernel = stride = p on normalised RGB. Everything between the JPEG's coefficients and that
+conv is affine, so the conv folds into a linear layer on coefficients whenever its patches and
+the 8×8 blocks nest:
+
+* ``p = 8k`` (ViT-B/16, ViT-B/32, ...): each patch covers k×k blocks; one linear map of their
+  ``3·k²·64`` coefficients gives the patch's ``E`` outputs;
+* ``p`` divides 8 (``p = 4``: ConvNeXt, Swin): each block holds ``r×r`` patches (``r = 8/p``);
+  one linear map of its ``3·64`` coefficients gives all ``r²·E`` outputs, and a depth-to-space
+  (pixel shuffle by ``r``) puts them on the stride-p grid.
+
+The algebra, per output:
 
 * samples: :math:`s_k = \mathrm{IDCT}(S_k)` for k ∈ {Y, Cb, Cr} (level-shifted, 0..255 scale);
 * colour: :math:`\mathrm{rgb} = A s + 128` with JFIF's matrix ``A``;
@@ -28,7 +37,7 @@ from torch import Tensor, nn
 from dctnet import functional as F
 from dctnet.transforms import functional as TF
 
-__all__ = ["DCTPatchEmbed", "frequency_index", "JFIF_YCC_TO_RGB"]
+__all__ = ["DCTPatchEmbed", "JFIF_YCC_TO_RGB", "block_aligned", "frequency_index", "is_patchify"]
 
 #: RGB (0..255) = A · (Y, Cb, Cr) level-shifted samples + 128.
 JFIF_YCC_TO_RGB = ((1.0, 0.0, 1.402), (1.0, -0.344136, -0.714136), (1.0, 1.772, 0.0))
@@ -54,6 +63,22 @@ def frequency_index(keep: int | str | Sequence[int] | None) -> Tensor:
     return idx
 
 
+def block_aligned(p: int) -> bool:
+    """Whether p×p patches and 8×8 blocks nest (``p`` a multiple of 8, or a divisor of 8)."""
+    return p >= 1 and (p % 8 == 0 or 8 % p == 0)
+
+
+def is_patchify(conv: nn.Module) -> bool:
+    """Whether ``conv`` is a block-aligned patchify conv that :meth:`DCTPatchEmbed.from_conv`
+    converts exactly: ``nn.Conv2d`` with 3 input channels, square kernel = stride = p
+    (:func:`block_aligned`), no padding, no dilation, one group."""
+    if not isinstance(conv, nn.Conv2d):
+        return False
+    p = conv.kernel_size[0]
+    return (conv.kernel_size == (p, p) and conv.stride == (p, p) and conv.in_channels == 3 and conv.groups == 1
+            and conv.dilation == (1, 1) and conv.padding in ((0, 0), "valid") and block_aligned(p))
+
+
 def _blocks_of(w: Tensor) -> Tensor:
     """``(..., 8a, 8b)`` spatial weights → ``(..., a, b, 64)`` DCT coefficients per block."""
     return F.block_dct(w)
@@ -71,9 +96,13 @@ class DCTPatchEmbed(nn.Module):
         with the chroma factors ``(fh, fv)`` given at construction (``c=None``: grayscale).
 
     Args:
-        patch_size: 8 or 16.
+        patch_size: a multiple of 8 (8, 16, 32, ...) or a divisor of 8 (1, 2, 4). Below 8 the layer
+            maps each block to its ``(8/p)²`` patches and pixel-shuffles them: output
+            ``(B, E, Hb·8/p, Wb·8/p)``. Such a layer holds ``(8/p)²·E·3·64`` weights — 4× the conv's
+            FLOPs for p = 4 — the price of being exact without an IDCT.
         embed_dim: output channels.
-        chroma: ``"upsampled"`` or ``"native"``.
+        chroma: ``"upsampled"`` or ``"native"`` (native needs ``p ≥ 8`` and patches that nest with
+            the chroma blocks: ``p`` = 8 or a multiple of ``8·factor``).
         chroma_factor: ``(fh, fv)`` of the native chroma grid (``(2, 2)`` for 4:2:0).
         keep: frequencies to use (see :func:`frequency_index`).
     """
@@ -82,19 +111,29 @@ class DCTPatchEmbed(nn.Module):
                  chroma_factor: tuple[int, int] = (2, 2), keep: int | str | Sequence[int] | None = None,
                  bias: bool = True) -> None:
         super().__init__()
-        if patch_size not in (8, 16):
-            raise ValueError(f"patch_size must be 8 or 16, got {patch_size}")
+        if not block_aligned(patch_size):
+            raise ValueError(f"patch_size must be a multiple of 8 (8, 16, 32, ...) or divide 8 (1, 2, 4), "
+                             f"got {patch_size}")
         if chroma not in ("upsampled", "native"):
             raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
         fh, fv = chroma_factor
         if fh not in (1, 2) or fv not in (1, 2):
             raise ValueError(f"chroma_factor must be 1 or 2 per axis, got {chroma_factor}")
+        if chroma == "native":
+            if patch_size < 8:
+                raise ValueError(f"chroma='native' needs a patch size of at least 8, got {patch_size}")
+            for f in (fh, fv):  # a patch must cover whole chroma blocks, or a chroma block whole patches
+                if patch_size % (8 * f) and (8 * f) % patch_size:
+                    raise ValueError(f"chroma='native' with chroma factor {f}: patch size {patch_size} does not nest "
+                                     f"with {8 * f}-pixel chroma blocks (use 8 or a multiple of {8 * f})")
         self.patch_size, self.embed_dim, self.chroma = patch_size, embed_dim, chroma
         self.chroma_factor = (fh, fv)
         self.register_buffer("index", frequency_index(keep), persistent=False)
         k = self.index.numel()
-        n = patch_size // 8
-        self.luma = nn.Linear((3 if chroma == "upsampled" else 1) * n * n * k, embed_dim, bias=bias)
+        n = max(1, patch_size // 8)                       # blocks per patch side (p ≥ 8)
+        self._shuffle = max(1, 8 // patch_size)           # patches per block side (p < 8)
+        out = embed_dim * self._shuffle ** 2
+        self.luma = nn.Linear((3 if chroma == "upsampled" else 1) * n * n * k, out, bias=bias)
         if chroma == "native":
             # chroma footprint of a patch, in chroma blocks, and patches per chroma block
             self._foot = (max(1, patch_size // (8 * fv)), max(1, patch_size // (8 * fh)))
@@ -110,17 +149,33 @@ class DCTPatchEmbed(nn.Module):
         x = x.reshape(b, c, hb // n, n, wb // n, n, k).permute(0, 2, 4, 1, 3, 5, 6)
         return x.reshape(b, hb // n, wb // n, c * n * n * k)
 
+    def _check_grid(self, hb: int, wb: int, k: int) -> None:
+        n = max(1, self.patch_size // 8)
+        if k != 64:
+            raise ValueError(f"DCTPatchEmbed takes all 64 coefficients per block (it selects its own), got {k}")
+        if hb % n or wb % n:
+            raise ValueError(f"DCTPatchEmbed(patch_size={self.patch_size}) needs a block grid divisible by {n}, "
+                             f"got {hb}x{wb} blocks")
+
     def forward(self, x: Tensor | tuple[Tensor, Tensor | None]) -> Tensor:
-        n = self.patch_size // 8
+        n = max(1, self.patch_size // 8)
         if self.chroma == "upsampled":
-            if not isinstance(x, Tensor) or x.dim() != 5:
-                raise ValueError("chroma='upsampled' takes a coefficient image (B, 3, Hb, Wb, 64)")
+            if not isinstance(x, Tensor) or x.dim() != 5 or x.shape[1] not in (1, 3):
+                got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+                raise ValueError(f"chroma='upsampled' takes a coefficient image (B, 3, Hb, Wb, 64) "
+                                 f"(dctnet.transforms.crops_to_coefficients), got {got}")
+            self._check_grid(x.shape[2], x.shape[3], x.shape[4])
             if x.shape[1] == 1:  # grayscale: zero chroma
                 x = torch.cat([x, x.new_zeros(x.shape[0], 2, *x.shape[2:])], dim=1)
             x = x.index_select(-1, self.index).to(self.luma.weight.dtype)
-            out = self.luma(self._patches(x, n))
-            return out.permute(0, 3, 1, 2)
+            out = self.luma(self._patches(x, n)).permute(0, 3, 1, 2)    # (B, E·r², Hp, Wp)
+            if self._shuffle > 1:  # rows are ordered (E, r, r): depth-to-space puts them on the stride-p grid
+                out = nn.functional.pixel_shuffle(out, self._shuffle)
+            return out
+        if not isinstance(x, (tuple, list)) or len(x) != 2 or not isinstance(x[0], Tensor) or x[0].dim() != 4:
+            raise ValueError("chroma='native' takes a pair (y (B, Hb, Wb, 64), c (B, 2, Hc, Wc, 64) or None)")
         y, c = x
+        self._check_grid(y.shape[1], y.shape[2], y.shape[3])
         y = y.index_select(-1, self.index).to(self.luma.weight.dtype).unsqueeze(1)
         out = self.luma(self._patches(y, n))                                       # (B, Hp, Wp, E)
         if c is not None:
@@ -140,12 +195,13 @@ class DCTPatchEmbed(nn.Module):
     def from_conv(cls, conv: nn.Conv2d, mean: Sequence[float] = (0.0, 0.0, 0.0), std: Sequence[float] = (1.0, 1.0, 1.0),
                   *, chroma: str = "upsampled", chroma_factor: tuple[int, int] = (2, 2),
                   keep: int | str | Sequence[int] | None = None) -> "DCTPatchEmbed":
-        """Exact conversion of an RGB patch-embedding conv (kernel = stride = 8 or 16, 3 input
-        channels) whose input is ``(rgb/255 − mean)/std``. See the module docstring."""
+        """Exact conversion of an RGB patchify conv (3 input channels, square kernel = stride = p
+        with p a multiple of 8 or a divisor of 8, no padding) whose input is
+        ``(rgb/255 − mean)/std`` (``rgb`` in [0, 1]). See the module docstring."""
+        if not is_patchify(conv):
+            raise ValueError("not a block-aligned patch embedding (3 channels, square kernel = stride = p with p a "
+                             f"multiple of 8 or a divisor of 8, no padding, groups 1): {conv}")
         p = conv.kernel_size[0]
-        if (conv.kernel_size != (p, p) or conv.stride != (p, p) or conv.in_channels != 3 or conv.groups != 1
-                or conv.dilation != (1, 1) or tuple(conv.padding) != (0, 0)):
-            raise ValueError(f"not a patch embedding (3 channels, kernel = stride = 8 or 16, no padding): {conv}")
         out = cls(p, conv.out_channels, chroma=chroma, chroma_factor=chroma_factor, keep=keep, bias=True)
         out = out.to(device=conv.weight.device, dtype=conv.weight.dtype)  # before loading: no float32 detour
         w = conv.weight.detach().to(torch.float64)                              # (E, 3, p, p)
@@ -165,6 +221,19 @@ class DCTPatchEmbed(nn.Module):
         (Y, Cb, Cr) samples (0..255 scale) — the conv this layer is equivalent to."""
         e, p, idx = self.embed_dim, self.patch_size, self.index
         w = w_ycc.to(torch.float64)
+        r = self._shuffle
+        if r > 1:
+            # each block holds r×r patches: place the kernel at every patch position of an 8×8
+            # canvas (rows ordered (E, i, j) for the pixel shuffle) and transform the canvases
+            canvas = torch.zeros(e, r, r, 3, 8, 8, dtype=torch.float64, device=w.device)
+            for i in range(r):       # at most 8×8 positions, once at conversion time
+                for j in range(r):
+                    canvas[:, i, j, :, i * p:(i + 1) * p, j * p:(j + 1) * p] = w
+            coef = _blocks_of(canvas)[..., idx]                                  # (E, r, r, 3, 1, 1, K)
+            self.luma.weight.copy_(coef.reshape(e * r * r, -1))
+            if bias is not None and self.luma.bias is not None:
+                self.luma.bias.copy_(bias.to(torch.float64).repeat_interleave(r * r))
+            return
         coef = _blocks_of(w)[..., idx]                                           # (E, 3, p/8, p/8, K)
         if self.chroma == "upsampled":
             self.luma.weight.copy_(coef.reshape(e, -1))

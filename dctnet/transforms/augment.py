@@ -45,6 +45,7 @@ class Transform:
         raise NotImplementedError
 
     def __call__(self, x: Tensor, labels: Tensor | None = None, *, generator: torch.Generator | None = None) -> Any:
+        _check_input(self, x)
         params = self.draw(x.shape, generator or self.generator)
         params = {k: v.to(x.device, non_blocking=True) for k, v in params.items()}
         out, labels = self.apply(x, labels, params)
@@ -53,6 +54,19 @@ class Transform:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "generator" and not k.startswith("_"))
         return f"{type(self).__name__}({args})"
+
+
+def _check_input(t: Transform, x: object) -> None:
+    """A clear TypeError for what loaders hand out before the device crop (a ``JpegBatch`` and its
+    packed/sparse forms) or anything else that is not a coefficient tensor."""
+    if isinstance(x, Tensor):
+        return
+    name = type(x).__name__
+    if name in ("JpegBatch", "PackedJpegBatch", "SparseJpegBatch"):
+        raise TypeError(f"{type(t).__name__} takes a coefficient image tensor (B, 3, Hb, Wb, 64), got a {name} (the "
+                        "loader's undecoded crops): call dctnet.transforms.crops_to_coefficients(batch, size) first "
+                        "(or crops_to_rgb(batch, size) for RGB transforms)")
+    raise TypeError(f"{type(t).__name__} takes a coefficient image tensor (B, 3, Hb, Wb, 64), got {name}")
 
 
 def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
@@ -297,13 +311,30 @@ class SelectFrequencies(Transform):
 
 
 class ToRGB(Transform):
-    """Plan A output: RGB ``(B, 3, H, W)`` normalised like torchvision (``(rgb − mean) / std`` on
-    [0, 1] values; ImageNet statistics by default, ``mean=None`` for plain [0, 1])."""
+    """Plan A output: RGB ``(B, 3, H, W)`` normalised like torchvision, ``(rgb − mean) / std`` on
+    [0, 1] values (clamped like a decoder).
+
+    Normalisation rule (the same as :func:`dctnet.nn.swap_stem` folds into a DCT stem): a model's
+    normalisation is :func:`dctnet.nn.input_mean_std` of it — its timm ``pretrained_cfg`` mean/std,
+    else ImageNet's. ``ToRGB.for_model(model)`` applies that rule; ``ToRGB(mean, std)`` takes
+    explicit statistics; ``ToRGB()`` is ImageNet's (:data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`),
+    right for torchvision models and timm models with ImageNet statistics; ``mean=None``,
+    ``std=None`` gives plain [0, 1]."""
 
     def __init__(self, mean: Sequence[float] | None = IMAGENET_MEAN, std: Sequence[float] | None = IMAGENET_STD) -> None:
         super().__init__(0)
-        self.mean = None if mean is None else torch.tensor(mean).reshape(1, 3, 1, 1)
-        self.std = None if std is None else torch.tensor(std).reshape(1, 3, 1, 1)
+        if (mean is None) != (std is None):
+            raise ValueError("ToRGB takes mean and std together (or neither, for plain [0, 1] RGB)")
+        self.mean = None if mean is None else torch.tensor(mean, dtype=torch.float32).reshape(1, 3, 1, 1)
+        self.std = None if std is None else torch.tensor(std, dtype=torch.float32).reshape(1, 3, 1, 1)
+
+    @classmethod
+    def for_model(cls, model: Any) -> "ToRGB":
+        """``ToRGB`` with the normalisation ``model`` expects (an ``nn.Module`` or an architecture
+        name such as ``"resnet50"`` / ``"timm:vit_small_patch16_224"``): :func:`dctnet.nn.input_mean_std`."""
+        from dctnet.nn.normalization import input_mean_std  # dctnet.nn imports this module
+
+        return cls(*input_mean_std(model))
 
     def apply(self, x, labels, params):
         rgb = TF.to_rgb(x)
@@ -320,6 +351,7 @@ class Compose(Transform):
         self.transforms = list(transforms)
 
     def __call__(self, x, labels=None, *, generator=None):
+        _check_input(self, x)
         gen = generator or self.generator
         for t in self.transforms:
             out = t(x, labels, generator=gen)
