@@ -76,7 +76,7 @@ def test_read_back_is_bit_identical(tmp_path, folder, fmt):
 def test_corpus_through_the_cache(tmp_path, fmt):
     """Every corpus file: readable ones bit-identical, unreadable ones listed in the sidecar."""
     root = corpus_folder(tmp_path)
-    out = D.build_cache(root, tmp_path / "cache", format=fmt, progress=False, hash_sources=False)
+    out = D.build_cache(root, tmp_path / "cache", format=fmt, progress=False, hash_sources=False, on_error="skip")
     cache = D.open_cache(out)
     ds = D.ImageFolderDataset(root)
     bad = {b["path"] for b in cache.meta["bad"]}
@@ -147,7 +147,7 @@ def test_touched_but_identical_passes_hash_check(tmp_path, folder):
 
 def test_cache_dataset_matches_folder_dataset_and_policy(tmp_path, folder):
     (folder / "c0" / "broken.jpg").write_bytes(b"\xff\xd8 broken")
-    out = D.build_cache(folder, tmp_path / "cache", progress=False)
+    out = D.build_cache(folder, tmp_path / "cache", progress=False, on_error="skip")
     cache_ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), seed=5, on_error="skip")
     folder_ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=5, on_error="skip")
     a = list(D.ThreadLoader(cache_ds, 8, sampler=D.EpochSampler(len(cache_ds), seed=5), pin_memory=False))
@@ -311,7 +311,7 @@ def _write_shards(root, n_shards=3, per_shard=7):
 @pytest.mark.parametrize("fmt", ["dense", "sparse"])
 def test_cache_from_tar_shards(tmp_path, fmt):
     n = _write_shards(tmp_path / "shards")
-    out = D.build_cache(str(tmp_path / "shards" / "*.tar"), tmp_path / "cache", format=fmt, progress=False)
+    out = D.build_cache(str(tmp_path / "shards" / "*.tar"), tmp_path / "cache", format=fmt, progress=False, on_error="skip")
     cache = D.open_cache(out)
     assert len(cache) == n and [b["path"].endswith("s0005") for b in cache.meta["bad"]] == [True]
     # bit-identical to decoding the members straight from the shards
@@ -340,6 +340,10 @@ def test_cache_cli_with_shards(tmp_path):
     _write_shards(tmp_path / "shards", n_shards=2, per_shard=5)
     r = subprocess.run([sys.executable, "-m", "dctnet", "cache", "build", str(tmp_path / "shards"),
                         str(tmp_path / "cache"), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "train-001.tar:s0005" in r.stderr, r.stderr  # a bad member: on_error raise names it
+    r = subprocess.run([sys.executable, "-m", "dctnet", "cache", "build", str(tmp_path / "shards"),
+                        str(tmp_path / "cache"), "--quiet", "--on-error", "skip"], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, "-m", "dctnet", "cache", "verify", str(tmp_path / "cache")],
                        capture_output=True, text=True, timeout=300)
