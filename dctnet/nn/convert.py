@@ -203,7 +203,7 @@ def convert(src: str | Path, dst: str | Path, arch: str, *, image_size: int | No
     ImageNet's; the self-check normalises the RGB model's pixels the same way. Without ``keep`` a
     relative difference above ``tolerance`` raises ``RuntimeError`` and nothing is written; with
     ``keep`` the difference is the truncation's and only reported."""
-    from dctnet import functional as F
+    from dctnet.transforms import functional as TF
 
     state, meta = load_checkpoint(src)
     recorded, recorded_source = (None, "") if mean is not None or std is not None else checkpoint_mean_std(meta)
@@ -216,7 +216,7 @@ def convert(src: str | Path, dst: str | Path, arch: str, *, image_size: int | No
     x = sample_input(model, image, size)
     dct = swap_stem(copy.deepcopy(model), mean=mean, std=std, keep=keep).eval()
     with torch.no_grad():
-        rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255.0
+        rgb = TF.coefficient_image_to_rgb(x, clamp=False)
         ref = model((rgb - torch.tensor(mean).reshape(1, 3, 1, 1)) / torch.tensor(std).reshape(1, 3, 1, 1))
         out = dct(x)
     diff = (out - ref).abs().max().item()

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from dctnet import functional as F
+from dctnet.transforms import functional as TF
 from dctnet.nn.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
 from dctnet.nn.patch_embed import DCTPatchEmbed, frequency_index, is_patchify
 
@@ -84,13 +85,10 @@ class DCTToRGB(nn.Module):
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError("the IDCT stem takes a coefficient image (B, 3, Hb, Wb, 64) from "
                              f"dctnet.transforms.crops_to_coefficients, got {got}")
-        if x.shape[1] == 1:
-            x = torch.cat([x, x.new_zeros(x.shape[0], 2, *x.shape[2:])], dim=1)
         x = x.to(self.mean.dtype)
         if self.mask is not None:
             x = x * self.mask
-        rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255.0
-        return (rgb - self.mean) / self.std
+        return (TF.coefficient_image_to_rgb(x, clamp=False) - self.mean) / self.std
 
 
 class IDCTStem(nn.Sequential):

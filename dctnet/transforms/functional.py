@@ -182,10 +182,21 @@ def select_frequencies(x: Tensor, index: Tensor) -> Tensor:
     return x.index_select(-1, index.to(x.device))
 
 
-def to_rgb(x: Tensor) -> Tensor:
-    """Coefficient image → float RGB ``(B, 3, 8·Hb, 8·Wb)`` in [0, 1] (clamped like a decoder)."""
-    pix = F.block_idct(x) + 128.0
-    return (F.ycbcr_to_rgb(pix, dim=1).clamp(0.0, 255.0) / 255.0)
+def coefficient_image_to_rgb(x: Tensor, *, clamp: bool = True) -> Tensor:
+    """Coefficient image ``(B, 3, Hb, Wb, 64)`` (or ``(B, 1, ...)`` grayscale: zero chroma) → float
+    RGB ``(B, 3, 8·Hb, 8·Wb)`` on the 0..1 scale: block IDCT, +128, JFIF's YCbCr → RGB, /255.
+
+    ``clamp=True`` clips to [0, 1] as a decoder does (transforms, plan A). ``clamp=False`` keeps the
+    map affine — what converted stems need to give the RGB model's logits exactly (on in-range
+    images the two agree)."""
+    if x.shape[1] == 1:
+        x = torch.cat([x, x.new_zeros(x.shape[0], 2, *x.shape[2:])], dim=1)
+    rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1)
+    return (rgb.clamp(0.0, 255.0) if clamp else rgb) / 255.0
+
+
+#: the decoder-like (clamped) :func:`coefficient_image_to_rgb`
+to_rgb = coefficient_image_to_rgb
 
 
 def from_rgb(rgb: Tensor) -> Tensor:
