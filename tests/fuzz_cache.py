@@ -32,7 +32,7 @@ import numpy as np
 
 from dctnet.data import CacheDataset, CenterCrop, RandomResizedCrop
 from dctnet.data.cache import INDEX_DTYPE, CacheError, build_cache
-from dctnet.data.sparse import expand_torch
+from dctnet.batch import expand_torch
 from dctnet.synthetic import synthetic_jpeg
 from dctnet.transforms import PackedJpegBatch, expand_packed
 

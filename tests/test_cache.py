@@ -15,6 +15,7 @@ import torch
 
 import dctnet
 from dctnet import data as D
+from dctnet.batch import expand_torch
 from dctnet.data import sparse as S
 from dctnet.synthetic import synthetic_jpeg
 
@@ -104,7 +105,7 @@ def test_sparse_device_expansion_matches_host(tmp_path):
         values.append(rec.values)
         escapes.append(rec.escapes)
         tables.append(np.repeat(rec.tables, counts, axis=0))
-    out = S.expand_torch(*(torch.from_numpy(np.concatenate(a)) for a in (masks, values, escapes, tables)))
+    out = expand_torch(*(torch.from_numpy(np.concatenate(a)) for a in (masks, values, escapes, tables)))
     np.testing.assert_array_equal(out.numpy(), np.concatenate(refs))
     assert sum(len(e) for e in escapes) > 0  # quality 100 exercises escapes
 

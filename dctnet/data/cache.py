@@ -50,7 +50,7 @@ from dctnet.data.crop import draw_boxes
 from dctnet.data.loader import collate
 from dctnet.data.plan import COLOR_SPACES, BatchPlan, batch_storage, gather_collated, gather_items, plan_batch
 from dctnet.data.shards import IMAGE_EXTS, _key_of
-from dctnet.transforms.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
+from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
 from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
 
 __all__ = ["CacheDataset", "CacheError", "CachedCoefficients", "INDEX_DTYPE", "build_cache", "open_cache",

@@ -31,7 +31,7 @@ import torch
 from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
-from dctnet.transforms.batch import Sampling
+from dctnet.batch import Sampling
 
 __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation", "sample_from_coefficients",
            "samples_from_coefficients"]

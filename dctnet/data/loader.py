@@ -27,7 +27,7 @@ import torch
 
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, Sampling
 from dctnet.data.plan import batch_storage, layout_grid
-from dctnet.transforms.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
+from dctnet.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
 
 __all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "collate", "group_grids", "make_dataloader"]
 

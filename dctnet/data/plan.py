@@ -19,7 +19,7 @@ import torch
 
 from dctnet import _jpeg
 from dctnet.data.crop import MCU_MARGIN
-from dctnet.transforms.batch import JpegBatch, PlaneGroup
+from dctnet.batch import JpegBatch, PlaneGroup
 
 __all__ = ["COLOR_SPACES", "BatchPlan", "batch_storage", "gather_collated", "gather_items", "layout_grid", "plan_batch"]
 

@@ -19,12 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from dctnet import _jpeg
 
-__all__ = ["SparseRecord", "encode", "expand", "expand_torch"]
+__all__ = ["SparseRecord", "encode", "expand"]
 
 _BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
@@ -69,29 +67,3 @@ def expand(rec: SparseRecord, block_counts: list[int], out: np.ndarray | None = 
     table_of_block = np.repeat(np.arange(len(block_counts), dtype=np.uint8), block_counts)
     _jpeg.sparse_expand(rec.masks, rec.values, rec.escapes, np.ascontiguousarray(rec.tables), table_of_block, out)
     return out
-
-
-def expand_torch(masks: Tensor, values: Tensor, escapes: Tensor, block_tables: Tensor) -> Tensor:
-    """Batched expansion in torch (any device): concatenated records of many images at once.
-
-    Args:
-        masks: ``int64 (NB,)`` — the uint64 masks reinterpreted (bit 63 is the sign bit).
-        values: ``int8 (NV,)``, escapes: ``int16 (NE,)`` — concatenated in the same record order.
-        block_tables: ``(NB, 64)`` table of each block.
-
-    Returns ``int16 (NB, 64)``, identical to :func:`expand`.
-
-    Raises:
-        ValueError: the masks' set bits do not match the number of values, or the escapes do not
-            match the number of escaped values (a corrupt record; checked before any scatter)."""
-    k = torch.arange(64, device=masks.device)
-    bits = ((masks[:, None] >> k) & 1).bool()
-    # boolean-mask scatters below synchronise with the host anyway: checking their sizes is free
-    if int(bits.sum()) != values.numel() or int((values == -128).sum()) != escapes.numel():
-        raise ValueError(f"corrupt sparse records: {int(bits.sum())} coefficients marked, {values.numel()} values, "
-                         f"{int((values == -128).sum())} escapes marked, {escapes.numel()} escapes")
-    v = values.to(torch.int32)
-    v[values == -128] = escapes.to(torch.int32)
-    out = torch.zeros(masks.shape[0], 64, dtype=torch.int32, device=masks.device)
-    out[bits] = v * block_tables.to(torch.int32)[bits]
-    return out.to(torch.int16)

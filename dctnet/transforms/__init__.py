@@ -2,7 +2,7 @@
 
 - :mod:`dctnet.transforms.functional` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
 - :mod:`dctnet.transforms.augment` — transform objects (draw + apply), ``Compose``, ``RandAugment``;
-- :mod:`dctnet.transforms.batch` — ``JpegBatch`` (what loaders produce) and the crop/resize step.
+- :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
 from dctnet.transforms.augment import (
@@ -25,19 +25,17 @@ from dctnet.transforms.augment import (
     ToRGB,
     Transform,
 )
-from dctnet.transforms.batch import (
+from dctnet.batch import (  # the batch contract, re-exported where users meet it
     SAMPLING_420,
     JpegBatch,
-    PlaneGroup,
     PackedJpegBatch,
+    PlaneGroup,
     SparseJpegBatch,
     as_jpeg_batch,
-    crops_to_coefficients,
-    crops_to_rgb,
     expand_packed,
     expand_sparse,
-    native_chroma,
 )
+from dctnet.transforms.crops import crops_to_coefficients, crops_to_rgb, native_chroma
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",

@@ -1,17 +1,18 @@
-"""The batch the loaders hand to the device, and its first device step (decode, crop, resize).
+"""The batch contract: what the loaders hand to the device, and its expansion there.
 
-A ``JpegBatch`` holds int16 coefficient planes exactly as read, **in each file's own layout**:
-samples are grouped by layout (colour space and sampling factors — 4:2:0, 4:4:4, 4:2:2, gray,
-CMYK, …) into plane groups (:class:`PlaneGroup`), each with one plane tensor per component, every sample
-sliced on the host to an MCU-aligned window around its crop box and zero-padded to the group's
-grid. Per-sample metadata (valid size, box, label, index) is in batch order; a group's ``rows``
-say which batch positions its samples hold. The crop box is exact (torchvision's), in pixels
-relative to the window, so no snapping bias enters the augmentation distribution.
+A :class:`JpegBatch` holds int16 coefficient planes exactly as read, **in each file's own
+layout**: samples are grouped by layout (colour space and sampling factors — 4:2:0, 4:4:4, 4:2:2,
+gray, CMYK, …) into plane groups (:class:`PlaneGroup`), each with one plane tensor per component,
+every sample sliced on the host to an MCU-aligned window around its crop box and zero-padded to
+the group's grid. Per-sample metadata (valid size, box, label, index) is in batch order; a group's
+``rows`` say which batch positions its samples hold. The crop box is exact (torchvision's), in
+pixels relative to the window.
 
-The first device step (:func:`crops_to_rgb`) decodes each group batched — block IDCT, libjpeg's
-chroma upsampling, colour (CMYK/YCCK as Pillow does) — cuts and resizes every box with
-torchvision's antialiased bilinear weights, and merges the groups back into one tensor in batch
-order; everything after it sees one uniform tensor.
+Two forms leave the host before they are a :class:`JpegBatch` (``CacheDataset(device_expand=True)``):
+:class:`PackedJpegBatch` (windows without padding) and :class:`SparseJpegBatch` (a sparse cache's
+compressed records). :func:`as_jpeg_batch` expands either on the batch's device, bit-identical to
+the host gather. This module depends on torch only: the data layer builds these batches and the
+transforms consume them (``dctnet.transforms.crops_to_rgb``), and neither imports the other for it.
 """
 
 from __future__ import annotations
@@ -22,11 +23,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
-from dctnet.transforms import functional as TF
-
-__all__ = ["JpegBatch", "PackedJpegBatch", "PlaneGroup", "SAMPLING_420", "SparseJpegBatch", "as_jpeg_batch",
-           "crops_to_coefficients", "crops_to_rgb", "expand_packed", "expand_sparse", "native_chroma"]
+__all__ = ["JpegBatch", "PackedJpegBatch", "PlaneGroup", "SAMPLING_420", "Sampling", "SparseJpegBatch",
+           "as_jpeg_batch", "expand_packed", "expand_sparse", "expand_torch"]
 
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
 
@@ -123,65 +121,6 @@ class JpegBatch(_TensorFields):
         return None
 
 
-def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor], Tensor], shape: tuple[int, ...]) -> Tensor:
-    """Run ``per_group(group, valid, boxes)`` on each layout group and merge the outputs
-    ``(n, *shape)`` into one ``(B, *shape)`` tensor in batch order (no copy for one group)."""
-    if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
-        g = batch.groups[0]
-        return per_group(g, batch.valid, batch.boxes)
-    outs = [per_group(g, batch.valid[g.rows], batch.boxes[g.rows]) for g in batch.groups]
-    if not outs:
-        return torch.zeros((0, *shape), device=batch.valid.device)
-    out = outs[0].new_empty((len(batch), *shape))
-    for g, o in zip(batch.groups, outs):
-        out.index_copy_(0, g.rows, o)
-    return out
-
-
-def crops_to_rgb(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy", exact: bool = False) -> Tensor:
-    """Decode the windows on the device, one batched decode per layout group (block IDCT,
-    libjpeg's chroma upsampling, colour; CMYK/YCCK as Pillow does) and resize every crop box to
-    ``size``: float RGB ``(B, 3, *size)`` in [0, 1], in batch order — what torchvision's
-    ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image. ``exact``:
-    decode in libjpeg's integer arithmetic (:func:`dctnet.functional.to_rgb`), so the crops are
-    those of Pillow's very pixels. A :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is
-    expanded first (:func:`as_jpeg_batch`)."""
-    batch = as_jpeg_batch(batch)
-
-    def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor) -> Tensor:
-        rgb = F.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
-                       exact=exact)
-        return F.resized_crop(rgb, boxes, size)
-
-    return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
-
-
-def crops_to_coefficients(batch: JpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
-                          exact: bool = False, chroma: str = "upsampled") -> Tensor | tuple[Tensor, Tensor]:
-    """:func:`crops_to_rgb`, back in the DCT domain, for DCT-domain transforms and stems.
-
-    ``chroma="upsampled"``: the coefficient image ``(B, 3, h/8, w/8, 64)`` (Y, Cb, Cr on the luma
-    grid). ``chroma="native"``: ``(y, c)`` with ``y (B, h/8, w/8, 64)`` and 4:2:0 chroma
-    ``c (B, 2, h/16, w/16, 64)``, the input of ``chroma="native"`` stems; the chroma is the 2×2 box
-    average of the upsampled chroma, computed exactly in the DCT domain
-    (:func:`dctnet.functional.box_downsample_dct`) — a JPEG encoder's 4:2:0 downsampling."""
-    if size[0] % 8 or size[1] % 8:
-        raise ValueError(f"size must be a multiple of 8 for the DCT domain, got {size}")
-    if chroma not in ("upsampled", "native"):
-        raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
-    if chroma == "native" and (size[0] % 16 or size[1] % 16):
-        raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
-    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
-    return x if chroma == "upsampled" else native_chroma(x)
-
-
-def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Coefficient image ``(B, 3, Hb, Wb, 64)`` → ``(y, c)``: luma ``(B, Hb, Wb, 64)`` and 4:2:0
-    chroma ``(B, 2, Hb/2, Wb/2, 64)``, the 2×2 box average computed exactly in the DCT domain
-    (:func:`dctnet.functional.box_downsample_dct`)."""
-    return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
-
-
 class _GroupedRows(_TensorFields):
     """The tensor fields plus the per-group ``group_rows`` of a batch that still has to be
     expanded on its device."""
@@ -253,8 +192,6 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
     """Expand a :class:`SparseJpegBatch` on its device into the :class:`JpegBatch` the host path
     would have built (bit-identical): batched torch, one gather per plane of each layout group,
     no per-sample loop."""
-    from dctnet.data.sparse import expand_torch
-
     nb = batch.masks.shape[0]
     b = len(batch)
     counts = (batch.blocks[:, :, 0] * batch.blocks[:, :, 1])                      # (B, 4)
@@ -333,3 +270,29 @@ def as_jpeg_batch(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch) -> JpegB
     if isinstance(batch, JpegBatch):
         return batch
     raise TypeError(f"expected a JpegBatch, PackedJpegBatch or SparseJpegBatch, got {type(batch).__name__}")
+
+
+def expand_torch(masks: Tensor, values: Tensor, escapes: Tensor, block_tables: Tensor) -> Tensor:
+    """Batched expansion in torch (any device): concatenated records of many images at once.
+
+    Args:
+        masks: ``int64 (NB,)`` — the uint64 masks reinterpreted (bit 63 is the sign bit).
+        values: ``int8 (NV,)``, escapes: ``int16 (NE,)`` — concatenated in the same record order.
+        block_tables: ``(NB, 64)`` table of each block.
+
+    Returns ``int16 (NB, 64)``, identical to :func:`expand`.
+
+    Raises:
+        ValueError: the masks' set bits do not match the number of values, or the escapes do not
+            match the number of escaped values (a corrupt record; checked before any scatter)."""
+    k = torch.arange(64, device=masks.device)
+    bits = ((masks[:, None] >> k) & 1).bool()
+    # boolean-mask scatters below synchronise with the host anyway: checking their sizes is free
+    if int(bits.sum()) != values.numel() or int((values == -128).sum()) != escapes.numel():
+        raise ValueError(f"corrupt sparse records: {int(bits.sum())} coefficients marked, {values.numel()} values, "
+                         f"{int((values == -128).sum())} escapes marked, {escapes.numel()} escapes")
+    v = values.to(torch.int32)
+    v[values == -128] = escapes.to(torch.int32)
+    out = torch.zeros(masks.shape[0], 64, dtype=torch.int32, device=masks.device)
+    out[bits] = v * block_tables.to(torch.int32)[bits]
+    return out.to(torch.int16)

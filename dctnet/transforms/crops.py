@@ -1,0 +1,77 @@
+"""The first device step: decode each layout group of a :class:`dctnet.batch.JpegBatch`
+batched — block IDCT, libjpeg's chroma upsampling, colour (CMYK/YCCK as Pillow does) — cut and
+resize every crop box with torchvision's antialiased bilinear weights, and merge the groups back
+into one tensor in batch order; everything after it sees one uniform tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from dctnet import functional as F
+from dctnet.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
+from dctnet.transforms import functional as TF
+
+__all__ = ["crops_to_coefficients", "crops_to_rgb", "native_chroma"]
+
+
+def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor], Tensor], shape: tuple[int, ...]) -> Tensor:
+    """Run ``per_group(group, valid, boxes)`` on each layout group and merge the outputs
+    ``(n, *shape)`` into one ``(B, *shape)`` tensor in batch order (no copy for one group)."""
+    if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
+        g = batch.groups[0]
+        return per_group(g, batch.valid, batch.boxes)
+    outs = [per_group(g, batch.valid[g.rows], batch.boxes[g.rows]) for g in batch.groups]
+    if not outs:
+        return torch.zeros((0, *shape), device=batch.valid.device)
+    out = outs[0].new_empty((len(batch), *shape))
+    for g, o in zip(batch.groups, outs):
+        out.index_copy_(0, g.rows, o)
+    return out
+
+
+def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy", exact: bool = False) -> Tensor:
+    """Decode the windows on the device, one batched decode per layout group (block IDCT,
+    libjpeg's chroma upsampling, colour; CMYK/YCCK as Pillow does) and resize every crop box to
+    ``size``: float RGB ``(B, 3, *size)`` in [0, 1], in batch order — what torchvision's
+    ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image. ``exact``:
+    decode in libjpeg's integer arithmetic (:func:`dctnet.functional.to_rgb`), so the crops are
+    those of Pillow's very pixels. A :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is
+    expanded first (:func:`as_jpeg_batch`)."""
+    batch = as_jpeg_batch(batch)
+
+    def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor) -> Tensor:
+        rgb = F.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
+                       exact=exact)
+        return F.resized_crop(rgb, boxes, size)
+
+    return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
+
+
+def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
+                          exact: bool = False, chroma: str = "upsampled") -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`crops_to_rgb`, back in the DCT domain, for DCT-domain transforms and stems.
+
+    ``chroma="upsampled"``: the coefficient image ``(B, 3, h/8, w/8, 64)`` (Y, Cb, Cr on the luma
+    grid). ``chroma="native"``: ``(y, c)`` with ``y (B, h/8, w/8, 64)`` and 4:2:0 chroma
+    ``c (B, 2, h/16, w/16, 64)``, the input of ``chroma="native"`` stems; the chroma is the 2×2 box
+    average of the upsampled chroma, computed exactly in the DCT domain
+    (:func:`dctnet.functional.box_downsample_dct`) — a JPEG encoder's 4:2:0 downsampling."""
+    if size[0] % 8 or size[1] % 8:
+        raise ValueError(f"size must be a multiple of 8 for the DCT domain, got {size}")
+    if chroma not in ("upsampled", "native"):
+        raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
+    if chroma == "native" and (size[0] % 16 or size[1] % 16):
+        raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
+    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
+    return x if chroma == "upsampled" else native_chroma(x)
+
+
+def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Coefficient image ``(B, 3, Hb, Wb, 64)`` → ``(y, c)``: luma ``(B, Hb, Wb, 64)`` and 4:2:0
+    chroma ``(B, 2, Hb/2, Wb/2, 64)``, the 2×2 box average computed exactly in the DCT domain
+    (:func:`dctnet.functional.box_downsample_dct`)."""
+    return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)
