@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--record")
     ap.add_argument("--epochs", type=int, default=1)
     args = ap.parse_args()
-    import dctnet.data.cache as C
+    import dctnet.data.cache.build as C
     from dctnet import data as D
 
     rank = int(os.environ.get("RANK", 0))

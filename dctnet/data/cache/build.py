@@ -1,0 +1,302 @@
+"""Building a cache: decode every source once (folders or tar shards, local processes or torchrun
+ranks, resumable) and write parts, index, tables and ``meta.json`` atomically."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
+from dctnet.data import sparse as S
+from dctnet.data.dataset import ImageFolderDataset
+from dctnet.data.plan import COLOR_SPACES
+from dctnet.data.shards import IMAGE_EXTS, _key_of
+from dctnet.data.cache.format import BAD, FORMAT_VERSION, INDEX_DTYPE, CacheError, _file_hash, _part_name, _read_member
+
+
+CHUNK = 64  # samples between progress records
+
+
+def _dist_env() -> tuple[int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _encode_sample(coeffs, fmt: str) -> tuple[list[bytes], np.ndarray, int, int]:
+    """(chunks to write, tables (4, 64), nvalues, nescapes)."""
+    tables = np.zeros((4, 64), np.uint16)
+    if fmt == "dense":
+        tables[: coeffs.num_components] = coeffs.quant_tables.reshape(-1, 64)
+        return [p.tobytes() for p in coeffs.planes], tables, 0, 0
+    rec = S.encode(coeffs.planes, coeffs.quant_tables)
+    tables[: coeffs.num_components] = rec.tables
+    pad = b"\0" * (-(rec.masks.nbytes + rec.values.nbytes) % 2)
+    return [rec.masks.tobytes(), rec.values.tobytes(), pad, rec.escapes.tobytes()], tables, len(rec.values), len(
+        rec.escapes)
+
+
+def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, world: int, resume: bool,
+                 on_error: str, max_pixels: int | None, progress: bool) -> None:
+    """Decode samples [lo, hi) of ``src`` into this rank's part files (append, resumable)."""
+    n = len(src)
+    lo, hi = rank * n // world, (rank + 1) * n // world
+    name = _part_name(rank, world)
+    data_path, idx_path, tab_path, prog_path = (out / f"{name}.bin", out / f"{name}.idx", out / f"{name}.tab",
+                                                out / f"{name}.progress.json")
+    done, offset = 0, 0
+    if resume and prog_path.exists():
+        state = json.loads(prog_path.read_text())
+        done, offset = state["done"], state["offset"]
+    if done == hi - lo and (out / f"{name}.done").exists():
+        return
+    mode = "r+b" if resume and data_path.exists() else "wb"
+    with open(data_path, mode) as fd, open(idx_path, mode) as fi, open(tab_path, mode) as ft:
+        for f, size in ((fd, offset), (fi, done * INDEX_DTYPE.itemsize), (ft, done * 4 * 64 * 2)):
+            f.truncate(size)
+            f.seek(size)
+        t0 = time.time()
+        rec = np.zeros(1, INDEX_DTYPE)
+        for i in range(lo + done, hi):
+            path, label = src[i][0], src[i][1]
+            name_i = f"{path}:{src[i][4]}" if len(src[i]) > 2 else path
+            rec[:] = 0
+            rec["part"], rec["label"], rec["offset"] = rank, label, offset
+            try:
+                if len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
+                    coeffs = read_coefficients(_read_member(path, src[i][2], src[i][3]), max_pixels=max_pixels,
+                                               name=name_i)
+                else:
+                    coeffs = read_coefficients(path, max_pixels=max_pixels)
+            except (JpegError, OSError) as exc:
+                if on_error == "raise":
+                    raise
+                rec["status"] = BAD
+                with (out / f"{name}.bad.jsonl").open("a") as bad:
+                    bad.write(json.dumps({"index": i, "path": name_i, "reason": str(exc)}) + "\n")
+                tables = np.zeros((4, 64), np.uint16)
+            else:
+                chunks, tables, nv, ne = _encode_sample(coeffs, fmt)
+                nbytes = 0
+                for ch in chunks:
+                    fd.write(ch)
+                    nbytes += len(ch)
+                pad = -nbytes % 8
+                fd.write(b"\0" * pad)
+                rec["nbytes"], rec["nvalues"], rec["nescapes"] = nbytes, nv, ne
+                rec["ncomp"], rec["color"] = coeffs.num_components, COLOR_SPACES.index(coeffs.color_space)
+                rec["orient"] = coeffs.exif_orientation or 0
+                rec["height"], rec["width"] = coeffs.height, coeffs.width
+                for c, ((h, v), blk) in enumerate(zip(coeffs.sampling, coeffs.blocks)):
+                    rec["sampling"][0, c] = (h, v)
+                    rec["blocks"][0, c] = blk
+                offset += nbytes + pad
+            fi.write(rec.tobytes())
+            ft.write(tables.tobytes())
+            done += 1
+            if done % CHUNK == 0 or i == hi - 1:
+                for f in (fd, fi, ft):
+                    f.flush()
+                    os.fsync(f.fileno())
+                tmp = prog_path.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"done": done, "offset": offset}))
+                os.replace(tmp, prog_path)  # progress never claims more than is on disk
+                if progress and rank == 0:
+                    rate = (i + 1 - lo) / max(time.time() - t0, 1e-9)
+                    print(f"\r  rank 0: {done}/{hi - lo} images, {rate:.0f}/s", end="", file=sys.stderr, flush=True)
+    (out / f"{name}.done").write_text("")
+    if progress and rank == 0:
+        print(file=sys.stderr)
+
+
+
+def _shard_list(src: Any) -> list[str] | None:
+    """The tar shards ``src`` names (a list, a glob, one .tar, or a folder of .tar files), or None."""
+    if isinstance(src, (list, tuple)):
+        return [str(s) for s in src]
+    text = str(src)
+    if any(ch in text for ch in "*?["):
+        return sorted(glob.glob(text))
+    p = Path(text)
+    if p.is_file() and p.suffix == ".tar":
+        return [text]
+    if p.is_dir() and not any(d.is_dir() for d in p.iterdir()):
+        tars = sorted(str(t) for t in p.glob("*.tar"))
+        return tars or None
+    return None
+
+
+def _shard_pattern(src: Any, root: str) -> str | None:
+    """The glob (relative to ``root``) that names a shard cache's sources when it is checked for
+    new shards: the pattern it was built from, ``*.tar`` for a folder of shards, ``None`` for an
+    explicit list or file (only those shards belong to it)."""
+    if isinstance(src, (list, tuple, ImageFolderDataset)):
+        return None
+    text = str(src)
+    if any(ch in text for ch in "*?["):
+        return os.path.relpath(os.path.abspath(text), root)
+    return "*.tar" if Path(text).is_dir() else None
+
+
+def _scan_shards(shards: list[str]) -> list[tuple[str, int, int, int, str]]:
+    """(shard, label, data offset, size, key) of every image member, WebDataset grouping by key
+    (see :mod:`dctnet.data.shards`); labels from the ``.cls`` member (−1 without one)."""
+    items = []
+    for shard in shards:
+        try:
+            tar = tarfile.open(shard, "r:")  # uncompressed: members are read in place by offset
+        except tarfile.ReadError as exc:
+            raise CacheError(f"{shard}: not an uncompressed tar ({exc}); compressed shards cannot be cached in place")
+        with tar:
+            groups: dict[str, dict[str, Any]] = {}
+            for m in tar.getmembers():
+                if not m.isfile():
+                    continue
+                key, ext = _key_of(m.name)
+                g = groups.setdefault(key, {})
+                if ext in IMAGE_EXTS:
+                    g["image"] = (m.offset_data, m.size)
+                elif ext == "cls":
+                    g["label"] = int(tar.extractfile(m).read())  # type: ignore[union-attr]
+            for key, g in groups.items():
+                if "image" in g:
+                    items.append((shard, g.get("label", -1), g["image"][0], g["image"][1], key))
+    if not items:
+        raise CacheError(f"no JPEG members in {len(shards)} shard(s)")
+    return items
+
+
+def _sources(src: Any) -> tuple[list[tuple], list[str], str, list[str] | None]:
+    """(samples, classes, root, shards): samples are (path, label) for folders and
+    (shard, label, offset, size, key) for tar shards."""
+    if isinstance(src, ImageFolderDataset):
+        return src.samples, src.classes, str(src.root), None
+    shards = _shard_list(src)
+    if shards is None:
+        ds = ImageFolderDataset(src)
+        return ds.samples, ds.classes, str(ds.root), None
+    if not shards:
+        raise CacheError(f"no tar shards match {src!r}")
+    items = _scan_shards(shards)
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(s)) for s in shards])
+    classes = [str(c) for c in sorted({label for _, label, *_ in items})]
+    return items, classes, root, shards
+
+
+def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathLike, *, format: str = "sparse",
+                workers: int = 1, resume: bool = False, on_error: str = "raise",
+                max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = True,
+                hash_sources: bool = True) -> Path:
+    """Build a cache of an image folder (``root/<class>/<image>``) or of uncompressed WebDataset tar
+    shards (a list, a glob, or a folder of ``.tar`` files; ``KEY.jpg`` + ``KEY.cls`` members). See
+    the module docstring.
+
+    Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set, ``torch.distributed`` initialised or
+    initialisable with gloo) every rank builds its range and rank 0 finalises; otherwise
+    ``workers`` local processes split the work. Returns the cache path (on every rank)."""
+    if format not in ("dense", "sparse"):
+        raise ValueError(f"format must be 'dense' or 'sparse', not {format!r}")
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    samples, classes, root, shards = _sources(src)
+    rank, world = _dist_env()
+    distributed = world > 1
+    if distributed and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo")
+    if out.exists():
+        raise CacheError(f"{out} exists; remove it to rebuild")
+    if rank == 0:
+        if partial.exists() and not resume:
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True, exist_ok=True)
+        params = {"format": format, "world": world if distributed else workers, "n": len(samples), "root": root}
+        pfile = partial / "build.json"
+        if resume and pfile.exists() and json.loads(pfile.read_text()) != params:
+            raise CacheError(f"cannot resume {partial}: it was started with {pfile.read_text()}, now {params}")
+        pfile.write_text(json.dumps(params))
+    if distributed:
+        torch.distributed.barrier()
+        _build_range(samples, partial, format, rank, world, resume, on_error, max_pixels, progress)
+        torch.distributed.barrier()
+        parts = world
+    elif workers > 1:
+        import multiprocessing as mp
+
+        # fork where the platform has it (as torch's DataLoader does): spawn would re-run the
+        # caller's unguarded __main__ in every worker
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        procs = [ctx.Process(target=_build_range, args=(samples, partial, format, r, workers, resume, on_error,
+                                                         max_pixels, progress and r == 0)) for r in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a build worker failed; {partial} is left for --resume")
+        parts = workers
+    else:
+        _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress)
+        parts = 1
+    if rank == 0:
+        _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards,
+                  _shard_pattern(src, root) if shards is not None else None)
+    if distributed:
+        torch.distributed.barrier()
+    return out
+
+
+def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str], root: str, fmt: str,
+              parts: int, hash_sources: bool, shards: list[str] | None = None, shard_pattern: str | None = None) -> None:
+    index = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
+    tables = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
+    if len(index) != len(samples):
+        raise CacheError(f"build incomplete: {len(index)} of {len(samples)} samples in {partial}")
+    np.save(partial / "index.npy", index)
+    np.save(partial / "tables.npy", tables.reshape(-1, 4, 64))
+    bad = []
+    for r in range(parts):
+        f = partial / f"{_part_name(r, parts)}.bad.jsonl"
+        if f.exists():
+            bad += [json.loads(line) for line in f.read_text().splitlines()]
+    sources, shard_meta = [], None
+    if shards is None:
+        for path, label in samples:
+            st = os.stat(path)
+            sources.append({"path": os.path.relpath(path, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                            "label": label, "hash": _file_hash(path) if hash_sources else None})
+    else:
+        shard_meta = []
+        for shard in shards:
+            st = os.stat(shard)
+            shard_meta.append({"path": os.path.relpath(shard, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                               "hash": _file_hash(shard) if hash_sources else None})
+        for shard, label, offset, size, key in samples:
+            sources.append({"path": f"{os.path.relpath(shard, root)}:{key}", "shard": os.path.relpath(shard, root),
+                            "offset": offset, "size": size, "label": label})
+    src_bytes = sum(s["size"] for s in sources)
+    data_bytes = sum((partial / f"{_part_name(r, parts)}.bin").stat().st_size for r in range(parts))
+    import dctnet
+
+    meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
+            "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
+            "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
+            "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta,
+            "shard_pattern": shard_pattern}
+    for r in range(parts):  # build bookkeeping is not part of the cache
+        for suffix in (".idx", ".tab", ".progress.json", ".done", ".bad.jsonl"):
+            (partial / f"{_part_name(r, parts)}{suffix}").unlink(missing_ok=True)
+    (partial / "build.json").unlink(missing_ok=True)
+    tmp = partial / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta))
+    os.replace(tmp, partial / "meta.json")
+    os.replace(partial, out)  # the cache appears whole or not at all
+    print(f"cache {out}: {len(samples)} samples ({len(bad)} bad), {fmt}, {data_bytes / 2**20:.1f} MiB "
+          f"= {data_bytes / max(src_bytes, 1):.2f}x the {src_bytes / 2**20:.1f} MiB of JPEG", file=sys.stderr)

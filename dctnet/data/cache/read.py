@@ -1,0 +1,395 @@
+"""Reading a cache: open and check it against its sources, map its parts, gather batches (host
+or device expansion) and serve it as a dataset."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dctnet import _jpeg
+from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
+from dctnet.codec import JpegError
+from dctnet.data import sparse as S
+from dctnet.data.crop import draw_boxes
+from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
+from dctnet.data.loader import collate
+from dctnet.data.plan import COLOR_SPACES, BatchPlan, batch_storage, gather_collated, gather_items, plan_batch
+from dctnet.data.cache.format import (BAD, INDEX_DTYPE, OK, CacheError, _file_hash, _load_array, _load_meta,
+                                      _read_member, validate_index)
+
+
+@dataclass
+class CachedCoefficients:
+    """What a cache hands back per image: the parts of :class:`dctnet.JpegCoefficients` the data
+    pipeline uses (planes bit-identical to a direct read)."""
+
+    planes: tuple[np.ndarray, ...]
+    sampling: tuple[tuple[int, int], ...]
+    color_space: str
+    height: int
+    width: int
+    exif_orientation: int | None
+    quant_tables: np.ndarray
+
+    @property
+    def num_components(self) -> int:
+        return len(self.planes)
+
+    @property
+    def subsampling(self) -> str:
+        return "gray" if len(self.planes) == 1 else ",".join(f"{h}x{v}" for h, v in self.sampling)
+
+    def to_torch(self) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.from_numpy(p) for p in self.planes)
+
+
+class Cache:
+    """An opened, validated cache (see :func:`open_cache`).
+
+    The part files are memory-mapped when the cache is opened (and again when it is unpickled in
+    another process), never lazily: a mapping created on first use could be created by two loader
+    threads at once, one replacing — and unmapping — the other's while its C gather reads it."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        self.path, self.meta = path, meta
+        self.format = meta["format"]
+        n = meta["num_samples"]
+        self.index = _load_array(path / "index.npy", INDEX_DTYPE, (), n)
+        self.tables = _load_array(path / "tables.npy", np.dtype("<u2"), (4, 64), n)
+        self._map_parts()
+        found = validate_index(self.index, self.format, [len(p) for p in self._parts])
+        if found is not None:
+            i, reason = found
+            raise CacheError(f"{path / 'index.npy'}: record {i} ({self.meta['sources'][i]['path']}): {reason} "
+                             "(corrupt or tampered cache; rebuild it)")
+
+    def _map_parts(self) -> None:
+        parts = []
+        for name in self.meta["parts"]:
+            f = self.path / name
+            try:
+                size = f.stat().st_size
+                # a plain ndarray over the map (it keeps the map alive): slicing a np.memmap costs
+                # ~5 µs in its subclass hooks, once per record of a batch
+                parts.append(np.asarray(np.memmap(f, np.uint8, mode="r")) if size else np.zeros(0, np.uint8))
+            except (OSError, ValueError) as exc:
+                raise CacheError(f"{f}: cannot be mapped ({exc})") from None
+        self._parts: tuple[np.ndarray, ...] = tuple(parts)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _data(self, part: int) -> np.ndarray:
+        return self._parts[part]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_parts"] = None  # mappings belong to one process: remapped by __setstate__
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._map_parts()
+
+    def _record_error(self, i: int, what: str) -> CacheError:
+        return CacheError(f"{self.path}: record {i} ({self.meta['sources'][i]['path']}): {what} (corrupt cache; "
+                          "rebuild it)")
+
+    def _plan(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, grid: tuple[int, int] | None,
+              exif: str = "ignore") -> tuple[np.ndarray, np.ndarray, BatchPlan] | None:
+        """``(idx, records, plan)`` for any layout (:func:`dctnet.data.plan.plan_batch`); ``None``
+        when a sample is bad or needs an EXIF rotation (the per-sample path handles those)."""
+        if not keys:
+            return None
+        epochs = np.array([e for e, _ in keys], np.int64)
+        idx = np.array([i for _, i in keys], np.int64)
+        rec = np.asarray(self.index[idx])  # a plain array: field access on a memmap view is slow
+        if (rec["status"] != OK).any() or (exif == "apply" and (rec["orient"] > 1).any()):
+            return None
+        h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
+        boxes = draw_boxes(crop, h, w, seed, epochs, idx)
+        return idx, rec, plan_batch(rec["color"], rec["ncomp"], rec["sampling"], h, w, boxes, grid)
+
+    def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
+               grid: tuple[int, int] | None = None, pin_memory: bool = False, exif: str = "ignore") -> JpegBatch | None:
+        """Fast path of :meth:`CacheDataset.load_collated`, every layout: one C call per layout
+        group copies (dense) or expands (sparse) each plane's window straight into the batch.
+        ``None`` when the batch needs the per-sample path (bad samples, EXIF rotations)."""
+        planned = self._plan(keys, crop, seed, grid, exif)
+        if planned is None:
+            return None
+        idx, rec, plan = planned
+        items = gather_items(rec["part"], rec["ncomp"], rec["blocks"].astype(np.int64),
+                             offset=rec["offset"].astype(np.int64),  # validated < 2^63 when the cache was opened
+                             nbytes=rec["nbytes"].astype(np.int64), table=idx, nvalues=rec["nvalues"],
+                             nescapes=rec["nescapes"])
+        try:  # the C side checks every item against the part files, tables and outputs it is handed
+            fmt = 1 if self.format == "sparse" else 0
+            return gather_collated(plan, lambda _, it, outs: _jpeg.gather_planes(self._parts, self.tables, it, fmt, outs),
+                                   items, np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
+        except ValueError as exc:  # args: (message, batch position) for a bad record
+            j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+            raise self._record_error(int(idx[j]), "its data does not match the index") from None
+
+    def gather_packed(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
+                      grid: tuple[int, int] | None = None, pin_memory: bool = False,
+                      exif: str = "ignore") -> PackedJpegBatch | None:
+        """:meth:`gather` without the padding, for padding on the device
+        (:func:`dctnet.transforms.expand_packed`): one C call per layout group copies (dense) or
+        expands (sparse) each plane's window into one packed block array. ``None`` when the batch
+        needs the per-sample path."""
+        planned = self._plan(keys, crop, seed, grid, exif)
+        if planned is None:
+            return None
+        idx, rec, plan = planned
+        n = len(idx)
+        items = gather_items(rec["part"], rec["ncomp"], rec["blocks"].astype(np.int64),
+                             offset=rec["offset"].astype(np.int64), nbytes=rec["nbytes"].astype(np.int64), table=idx,
+                             nvalues=rec["nvalues"], nescapes=rec["nescapes"])
+        items[:, 15:31] = plan.pwin.reshape(n, 16)
+        sizes = np.stack([plan.pwin[:, 1] - plan.pwin[:, 0], plan.pwin[:, 3] - plan.pwin[:, 2]], axis=2)  # (B, 4, 2)
+        sizes[np.arange(4)[None, :] >= rec["ncomp"].astype(np.int64)[:, None]] = 0
+        counts = (sizes[:, :, 0] * sizes[:, :, 1]).reshape(-1)
+        offsets = (np.cumsum(counts) - counts).reshape(n, 4)
+        blocks = batch_storage((int(counts.sum()), 64), pin_memory)
+        fmt = 1 if self.format == "sparse" else 0
+        for (_, sampling), rows in zip(plan.layouts, plan.rows):
+            try:
+                _jpeg.gather_packed(self._parts, self.tables, np.ascontiguousarray(items[rows]), fmt, blocks.numpy(),
+                                    np.ascontiguousarray(offsets[rows, :len(sampling)]))
+            except ValueError as exc:
+                j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+                raise self._record_error(int(idx[rows[j]]), "its data does not match the index") from None
+        t = torch.from_numpy
+        meta = t(np.concatenate([offsets, sizes.reshape(n, 8), plan.valid, plan.rel,
+                                 np.asarray(targets, np.int64)[idx][:, None], idx[:, None]], axis=1))
+        rows_t = tuple(t(r) for r in plan.rows)
+        if pin_memory:
+            meta, rows_t = meta.pin_memory(), tuple(r.pin_memory() for r in rows_t)
+        return PackedJpegBatch(blocks=blocks, offsets=meta[:, 0:4], sizes=meta[:, 4:12].view(n, 4, 2),
+                               valid=meta[:, 12:14], boxes=meta[:, 14:18], labels=meta[:, 18], index=meta[:, 19],
+                               layouts=tuple((cs, sampling, g) for (cs, sampling), g in zip(plan.layouts, plan.grids)),
+                               group_rows=rows_t)
+
+    def gather_compressed(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
+                          grid: tuple[int, int] | None = None, pin_memory: bool = False,
+                          exif: str = "ignore") -> SparseJpegBatch | None:
+        """The batch in compressed form for device expansion (:func:`dctnet.transforms.expand_sparse`),
+        every layout: the host only concatenates records (their extents were checked when the
+        cache was opened; their streams are checked by the expansion, which raises ``ValueError``
+        on a mismatch). Sparse caches only; ``None`` when the batch needs the per-sample path."""
+        planned = self._plan(keys, crop, seed, grid, exif) if self.format == "sparse" else None
+        if planned is None:
+            return None
+        idx, rec, plan = planned
+        blocks = rec["blocks"].astype(np.int64)                                    # (B, 4, 2)
+        nb = (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1)
+        nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
+        # one buffer: every record's masks, then values, then (2-aligned) escapes; one C call
+        # copies the 3 ranges of each record (a Python loop over records cost ~20 µs a sample)
+        start, part = rec["offset"].astype(np.int64), rec["part"].astype(np.int64)
+        vb = 8 * nb + nv
+        m_end = 8 * int(nb.sum())
+        v_end = m_end + int(nv.sum())
+        e_start = v_end + v_end % 2
+        total = e_start + 2 * int(ne.sum())
+        ranges = np.empty((len(idx), 3, 4), np.int64)
+        ranges[:, :, 0] = part[:, None]
+        ranges[:, 0, 1], ranges[:, 0, 2] = start, 8 * nb
+        ranges[:, 1, 1], ranges[:, 1, 2] = start + 8 * nb, nv
+        ranges[:, 2, 1], ranges[:, 2, 2] = start + vb + vb % 2, 2 * ne
+        for k, base in enumerate((0, m_end, e_start)):
+            ranges[:, k, 3] = base + np.cumsum(ranges[:, k, 2]) - ranges[:, k, 2]
+        buf = batch_storage((-(-total // 2),), pin_memory).view(torch.uint8)
+        _jpeg.copy_ranges(self._parts, ranges.reshape(-1, 4), buf.numpy())
+        masks, values, escapes = buf[:m_end].view(torch.int64), buf[m_end:v_end].view(torch.int8), \
+            buf[e_start:total].view(torch.int16)
+        counts = blocks[:, :, 0] * blocks[:, :, 1]
+        first = np.concatenate([[0], np.cumsum(nb)[:-1]])
+        offsets = first[:, None] + np.concatenate([np.zeros((len(idx), 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]],
+                                                  axis=1)
+        t = torch.from_numpy
+        batch = SparseJpegBatch(
+            masks=masks, values=values, escapes=escapes,
+            tables=t(np.asarray(self.tables[idx], dtype=np.int32)), blocks=t(blocks), offsets=t(offsets),
+            windows=t(np.ascontiguousarray(plan.pwin)), valid=t(plan.valid), boxes=t(plan.rel),
+            labels=t(np.asarray(targets, np.int64)[idx]), index=t(idx),
+            layouts=tuple((cs, sampling, grid_) for (cs, sampling), grid_ in zip(plan.layouts, plan.grids)),
+            group_rows=tuple(t(r) for r in plan.rows))
+        return batch.pin_memory() if pin_memory else batch
+
+    def is_bad(self, i: int) -> bool:
+        return int(self.index[i]["status"]) == BAD
+
+    def coefficients(self, i: int) -> CachedCoefficients:
+        """Sample ``i``'s planes (views of the mmap for dense; expanded in C for sparse)."""
+        r = self.index[i]
+        if int(r["status"]) == BAD:
+            raise JpegError("unreadable when the cache was built", self.meta["sources"][i]["path"])
+        nc = int(r["ncomp"])
+        blocks = [tuple(int(v) for v in r["blocks"][c]) for c in range(nc)]
+        counts = [h * w for h, w in blocks]
+        raw = self._data(int(r["part"]))[int(r["offset"]): int(r["offset"]) + int(r["nbytes"])]
+        if self.format == "dense":
+            flat = raw.view(np.int16).reshape(-1, 64)
+        else:
+            nb = sum(counts)
+            nv, ne = int(r["nvalues"]), int(r["nescapes"])
+            masks = raw[: 8 * nb].view(np.uint64)
+            values = raw[8 * nb: 8 * nb + nv].view(np.int8)
+            start = 8 * nb + nv + (8 * nb + nv) % 2
+            escapes = raw[start: start + 2 * ne].view(np.int16)
+            rec = S.SparseRecord(masks, values, escapes, np.ascontiguousarray(self.tables[i, :nc]))
+            try:
+                flat = S.expand(rec, counts)
+            except ValueError:
+                raise self._record_error(i, "its sparse streams do not match its masks") from None
+        planes, start = [], 0
+        for (h, w), n in zip(blocks, counts):
+            planes.append(flat[start:start + n].reshape(h, w, 64))
+            start += n
+        return CachedCoefficients(
+            planes=tuple(planes), sampling=tuple(tuple(int(v) for v in r["sampling"][c]) for c in range(nc)),
+            color_space=COLOR_SPACES[int(r["color"])], height=int(r["height"]), width=int(r["width"]),
+            exif_orientation=int(r["orient"]) or None, quant_tables=np.asarray(self.tables[i, :nc]).reshape(nc, 8, 8))
+
+
+def source_bytes(meta: dict[str, Any], root: str | os.PathLike, i: int) -> bytes | str:
+    """What sample ``i`` was built from: a file path, or a tar member's bytes."""
+    s = meta["sources"][i]
+    if "offset" in s:
+        return _read_member(os.path.join(root, s["shard"]), s["offset"], s["size"])
+    return os.path.join(root, s["path"])
+
+
+def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = None, verify: str = "stat",
+               format: str | None = None) -> Cache:
+    """Open and validate a cache.
+
+    Args:
+        path: the cache directory.
+        source: the image folder it must match (default: the one recorded at build time).
+        verify: ``"stat"`` (sizes and mtimes), ``"hash"`` (also content hashes) or ``"none"``.
+        format: require this format.
+
+    Raises:
+        CacheError: incomplete build, changed/missing/new sources or other parameters — the
+            message says which (first few paths and counts)."""
+    path = Path(path)
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        hint = " (an unfinished build: rerun it with resume=True / --resume)" if path.name.endswith(".partial") or \
+            path.with_name(path.name + ".partial").exists() else ""
+        raise CacheError(f"{path} is not a finished dctnet cache: no meta.json{hint}")
+    meta = _load_meta(path)
+    if format is not None and meta["format"] != format:
+        raise CacheError(f"{path}: built as {meta['format']!r}, {format!r} requested")
+    root = Path(source) if source is not None else Path(meta["root"])
+    if verify != "none":
+        changed, missing = [], []
+        files = meta.get("shards") or meta["sources"]  # tar-shard caches check the shard files
+        for s in files:
+            p = root / s["path"]
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                missing.append(s["path"])
+                continue
+            if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
+                if verify == "hash" and s["hash"] and st.st_size == s["size"] and _file_hash(str(p)) == s["hash"]:
+                    continue  # touched but identical
+                what = f"size {s['size']} -> {st.st_size}" if st.st_size != s["size"] else "modified time"
+                changed.append(f"{s['path']} ({what})")
+            elif verify == "hash" and s["hash"] and _file_hash(str(p)) != s["hash"]:
+                changed.append(f"{s['path']} (content)")
+        known = {s["path"] for s in files}
+        if not root.is_dir():
+            current: set[str] = set()
+        elif meta.get("shards"):
+            # the shards the cache was built from: its glob (train-*.tar leaves val-*.tar out), a
+            # folder's *.tar (caches built before the pattern was recorded), or only those listed
+            pattern = meta["shard_pattern"] if "shard_pattern" in meta else "*.tar"
+            current = {os.path.relpath(p, root) for p in glob.glob(str(root / pattern))} if pattern else set()
+        else:
+            current = {os.path.relpath(p, root) for p, _ in ImageFolderDataset(root).samples}
+        added = sorted(current - known)
+        if changed or missing or added:
+            parts = []
+            for label, items in (("changed", changed), ("missing", missing), ("new", added)):
+                if items:
+                    parts.append(f"{len(items)} {label} (e.g. {', '.join(items[:3])})")
+            hint = "" if verify == "hash" or not any(c.endswith("(modified time)") for c in changed) else \
+                " (a file whose only change is its modified time is accepted by open_cache(..., verify='hash')," \
+                " and by `dctnet cache verify`, when its content hash is unchanged)"
+            raise CacheError(f"{path} is stale against {root}: " + "; ".join(parts) + ". Rebuild it" + hint + ".")
+    return Cache(path, meta)
+
+
+class CacheDataset(CropDataset):
+    """A cache as a dataset for the pipeline's loaders: same samples, crops and randomness as
+    :class:`ImageFolderDataset` over the source folder (``(seed, epoch, index)`` draws).
+
+    Indexing takes ``index`` or ``(epoch, index)``; bad samples follow ``on_error``.
+    ``device_expand=True`` (for training on a GPU): batches leave the host packed or compressed and
+    are padded / expanded on the device (see :meth:`load_collated`); the host then moves about
+    half the bytes (dense) or only the compressed records (sparse)."""
+
+    cheap_batches = True  # a batch is one C gather (~1 ms): loaders keep one ahead per thread
+
+    def __init__(self, path: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0, on_error: str = "raise",
+                 exif: str = "ignore", verify: str = "stat", source: str | os.PathLike | None = None,
+                 device_expand: bool = False) -> None:
+        super().__init__(crop, seed, on_error, exif)
+        self.cache = open_cache(path, source=source, verify=verify)
+        self.device_expand = bool(device_expand)
+        meta = self.cache.meta
+        self.classes = meta["classes"]
+        self.targets = np.array([s["label"] for s in meta["sources"]], np.int64)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def load(self, index: int, epoch: int) -> CoefficientSample | tuple[int, str, str]:
+        try:
+            coeffs = self.cache.coefficients(index)
+        except JpegError as exc:
+            if self.on_error == "raise":
+                raise
+            return index, str(exc.source), exc.reason
+        return sample_from_coefficients(coeffs, self.crop, int(self.targets[index]), index, seed=self.seed, epoch=epoch,
+                                        exif=self.exif)
+
+    def load_batch(self, keys: Sequence[tuple[int, int]]) -> list:
+        return [self.load(i, e) for e, i in keys]
+
+    def load_collated(self, keys: Sequence[tuple[int, int]], *, grid: tuple[int, int] | None = None,
+                      pin_memory: bool = False) -> JpegBatch | PackedJpegBatch | SparseJpegBatch:
+        """The collated batch for ``keys`` — the same batch as ``collate(load_batch(keys))`` —
+        built by one C call per layout group that copies (dense) or expands (sparse) only each
+        sample's windows straight into the batch. With ``device_expand``, the host does less
+        and the device finishes (:func:`dctnet.transforms.as_jpeg_batch`, which
+        :class:`DevicePrefetcher` and ``crops_to_rgb`` apply): a dense cache delivers its windows
+        packed without padding (:class:`PackedJpegBatch`), a sparse cache its compressed records
+        (:class:`SparseJpegBatch`). Batches with bad samples or EXIF rotations take the
+        per-sample path (a :class:`JpegBatch`)."""
+        kw = dict(grid=grid, pin_memory=pin_memory, exif=self.exif)
+        if not self.device_expand:
+            batch = self.cache.gather(keys, self.crop, self.seed, self.targets, **kw)
+        elif self.cache.format == "dense":
+            batch = self.cache.gather_packed(keys, self.crop, self.seed, self.targets, **kw)
+        else:
+            batch = self.cache.gather_compressed(keys, self.crop, self.seed, self.targets, **kw)
+        if batch is None:
+            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
+        return batch
+
+    def __getitems__(self, keys: Sequence[tuple[int, int] | int]) -> JpegBatch:
+        """Batched fetch for ``DataLoader`` (its collate passes a JpegBatch through)."""
+        return self.load_collated(self._keys(keys))
