@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
+from dctnet.distributed import placement
 from dctnet.data.dataset import CoefficientSample, ImageFolderDataset, Sampling
 from dctnet.data.plan import batch_storage, layout_grid
 from dctnet.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
@@ -102,10 +103,7 @@ class EpochSampler(torch.utils.data.Sampler):
 
     def __init__(self, n: int, *, shuffle: bool = True, seed: int = 0, rank: int | None = None,
                  world_size: int | None = None, drop_last: bool = False) -> None:
-        dist = torch.distributed
-        initialised = dist.is_available() and dist.is_initialized()
-        self.world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
-        self.rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+        self.rank, self.world_size, _ = placement(rank, world_size)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside world size {self.world_size}")
         self.n, self.shuffle, self.seed, self.drop_last = n, shuffle, seed, drop_last

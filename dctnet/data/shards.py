@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from dctnet.distributed import placement
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import CoefficientSample, sample_from_coefficients
@@ -140,10 +141,7 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         self.shards = sorted(glob.glob(shards)) if isinstance(shards, str) else [str(s) for s in shards]
         if not self.shards:
             raise FileNotFoundError(f"no shards match {shards!r}")
-        dist = torch.distributed
-        initialised = dist.is_available() and dist.is_initialized()
-        self.world_size = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
-        self.rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+        self.rank, self.world_size, _ = placement(rank, world_size)
         self.decode = WdsDecode(crop, seed=seed, label_key=label_key, on_error=on_error, exif=exif,
                                 max_pixels=max_pixels)
         self.seed, self.shuffle, self.buffer = seed, shuffle, max(1, buffer)

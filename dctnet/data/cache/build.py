@@ -21,14 +21,11 @@ from dctnet.data import sparse as S
 from dctnet.data.dataset import ImageFolderDataset
 from dctnet.data.plan import COLOR_SPACES
 from dctnet.data.shards import IMAGE_EXTS, _key_of
+from dctnet.distributed import placement
 from dctnet.data.cache.format import BAD, FORMAT_VERSION, INDEX_DTYPE, CacheError, _file_hash, _part_name, _read_member
 
 
 CHUNK = 64  # samples between progress records
-
-
-def _dist_env() -> tuple[int, int]:
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 def _encode_sample(coeffs, fmt: str) -> tuple[list[bytes], np.ndarray, int, int]:
@@ -207,7 +204,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
     samples, classes, root, shards = _sources(src)
-    rank, world = _dist_env()
+    rank, world, _ = placement()
     distributed = world > 1
     if distributed and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo")
