@@ -22,7 +22,7 @@ from torch import nn
 
 import dctnet
 import dctnet.functional as F
-import dctnet.nn as N
+import dctnet.models as M
 from dctnet.transforms import functional as TF
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,14 +65,14 @@ def main() -> None:
         model.eval()
         with torch.no_grad():
             ref = model(norm(rgb, mean, std))
-        rgb_flops = N.count_flops(conv, torch.zeros(1, 3, 224, 224))
+        rgb_flops = M.count_flops(conv, torch.zeros(1, 3, 224, 224))
         rows.append((f"{name}: RGB conv (original)", params(conv), rgb_flops, "—"))
         for label, kw in (("DCT patch embed, chroma upsampled", {}),
                           ("DCT patch embed, native 4:2:0 chroma", {"chroma": "native"}),
                           ("DCT patch embed, zigzag-15 frequencies", {"keep": 15}),
                           ("DCT patch embed, square 4×4 frequencies", {"keep": "square:4"})):
-            dct = N.swap_stem(copy.deepcopy(model), **kw).eval()
-            stem = N.stem_modules(dct)[0]
+            dct = M.swap_stem(copy.deepcopy(model), **kw).eval()
+            stem = M.stem_modules(dct)[0]
             if kw.get("chroma") == "native":
                 y = x[:, 0]  # 4:2:0 planes: chroma box-downsampled 2×2, as an encoder would store it
                 c = torch.stack([F.block_dct(nn.functional.avg_pool2d(F.block_idct(x[:, k]).unsqueeze(1), 2)[:, 0])
@@ -86,35 +86,35 @@ def main() -> None:
             with torch.no_grad():
                 out = dct(inp)
             err = (out - r).abs().max().item() / r.abs().max().item()
-            rows.append((f"{name}: {label}", params(stem), N.count_flops(stem, inp1), f"{err:.1e}"))
+            rows.append((f"{name}: {label}", params(stem), M.count_flops(stem, inp1), f"{err:.1e}"))
 
     tv = torchvision.models.vit_b_16()
     nn.init.normal_(tv.heads.head.weight, std=0.02)
-    vit_rows("torchvision vit_b_16", tv, tv.conv_proj, N.stems.IMAGENET_MEAN, N.stems.IMAGENET_STD)
+    vit_rows("torchvision vit_b_16", tv, tv.conv_proj, M.IMAGENET_MEAN, M.IMAGENET_STD)
     tm = timm.create_model("vit_small_patch16_224", pretrained=False)
     vit_rows("timm vit_small_patch16_224", tm, tm.patch_embed.proj, (0.5,) * 3, (0.5,) * 3)
 
     for arch in ("resnet18", "resnet50"):
         model = getattr(torchvision.models, arch)().eval()
-        total_rgb = N.count_flops(model, torch.zeros(1, 3, 224, 224))
+        total_rgb = M.count_flops(model, torch.zeros(1, 3, 224, 224))
         stem_rgb = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
         rows.append((f"{arch}: RGB conv1+bn+pool (original; model {total_rgb / 1e9:.2f} GFLOPs)", params(stem_rgb),
-                     N.count_flops(stem_rgb, torch.zeros(1, 3, 224, 224)), "—"))
+                     M.count_flops(stem_rgb, torch.zeros(1, 3, 224, 224)), "—"))
         with torch.no_grad():
-            ref = model(norm(rgb, N.stems.IMAGENET_MEAN, N.stems.IMAGENET_STD))
-        for stem in ("exact", "dct-up", "dct8"):
-            dct = N.swap_stem(copy.deepcopy(model), stem=stem).eval()
-            total = N.count_flops(dct, x1)
-            if stem == "exact":
+            ref = model(norm(rgb, M.IMAGENET_MEAN, M.IMAGENET_STD))
+        for stem in ("converted", "dct-up", "dct8"):
+            dct = M.swap_stem(copy.deepcopy(model), stem=stem).eval()
+            total = M.count_flops(dct, x1)
+            if stem == "converted":
                 with torch.no_grad():
                     err = f"{(dct(x) - ref).abs().max().item() / ref.abs().max().item():.1e}"
             else:
                 err = "learned (trained, not converted)"
-            s = N.stem_modules(dct)[0]
-            label = {"exact": "exact stem (device IDCT + colour + original conv1)",
+            s = M.stem_modules(dct)[0]
+            label = {"converted": "converted stem (device IDCT + colour + original conv1)",
                      "dct-up": "learned DCT stem, upsampled into layer1",
                      "dct8": "learned DCT stem at 1/8, replaces conv1..layer1"}[stem]
-            rows.append((f"{arch}: {label}; model {total / 1e9:.2f} GFLOPs", params(s), N.count_flops(s, x1), err))
+            rows.append((f"{arch}: {label}; model {total / 1e9:.2f} GFLOPs", params(s), M.count_flops(s, x1), err))
 
     print("| stem | parameters | stem FLOPs (224²) | max logit error vs RGB (relative) |")
     print("|---|---:|---:|---:|")

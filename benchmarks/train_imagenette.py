@@ -62,8 +62,7 @@ def conversion_check(out: Path) -> dict:
 
     from dctnet import data as D
     from dctnet import transforms as T
-    from dctnet.nn import swap_stem
-    from dctnet.nn.convert import build_model, input_mean_std, load_state_dict
+    from dctnet.models import build_model, input_mean_std, load_state_dict, swap_stem
     from dctnet.train import load_recipe
     from dctnet.train.pipeline import _torchvision_loaders, data_root
 

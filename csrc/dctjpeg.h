@@ -4,7 +4,7 @@
  * Pure C (no Python), so the same code serves the extension module, the raw-floor timer and the
  * fuzz harness. A decoder object is reusable and owns its libjpeg state; one decoder per thread.
  *
- * Output layout (DESIGN.md section 2): one int16 plane per component, stored back to back,
+ * Output layout: one int16 plane per component, stored back to back,
  * each (blocks_h, blocks_w, 64) in natural (row-major, k = 8*v + u) coefficient order, where
  * blocks_h = mcu_rows * v_samp and blocks_w = mcu_cols * h_samp ("MCU-aligned"), so the grid of
  * every component is an exact multiple of the others. Blocks beyond a component's coded size

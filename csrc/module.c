@@ -165,7 +165,7 @@ static void raise_jpeg_error(const char *reason, PyObject *source) {
  *
  * The default output (no caller buffer) is a CoefBuffer: a plain writable buffer object whose
  * memory comes from a small free list. Fresh 0.1-1 MB mallocs are served by mmap and page-
- * faulted in on first write, which costs as much as the entropy decode itself (DESIGN.md §7);
+ * faulted in on first write, which costs as much as the entropy decode itself;
  * recycling buffers keeps them resident. The pool has its own lock so that memory can be taken
  * without the GIL, letting one read() call release the GIL just once. */
 

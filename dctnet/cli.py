@@ -193,7 +193,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from dctnet.nn.convert import convert
+    from dctnet.models import convert
 
     if (args.mean is None) != (args.std is None):
         print("error: --mean and --std go together (3 floats each)", file=sys.stderr)
@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("convert", help="convert an RGB checkpoint to its DCT-stem model",
                        description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem "
-                                   "(exact: converted patch embedding for ViT/Swin/ConvNeXt-style patchify stems, "
+                                   "(the converted stem: a patch embedding for ViT/Swin/ConvNeXt-style patchify stems, "
                                    "device IDCT + the original conv otherwise), check the logits against the RGB "
                                    "model on a sample image with the same normalisation, and write OUT.")
     p.add_argument("src", metavar="IN")

@@ -7,7 +7,7 @@ The work is done by the C extension ``dctnet._jpeg`` (``csrc/``), which drives l
 - :func:`read_coefficients` — header facts plus one int16 plane per component.
 - :func:`read_coefficients_batch` — the same over many sources with a thread pool.
 
-Plane layout (DESIGN.md §2): component ``c`` is an ``int16`` array of shape
+Plane layout: component ``c`` is an ``int16`` array of shape
 ``(blocks_h[c], blocks_w[c], 64)``, natural coefficient order ``k = 8*v + u`` (``v`` vertical
 frequency), holding ``q * Q`` — quantized value times its quantization-table entry, saturated to
 the int16 range (``saturated`` says whether that ever happened). Planes are MCU-aligned:
@@ -64,7 +64,7 @@ class JpegError(ValueError):
 def _load_extension() -> Any:
     # RTLD_DEEPBIND makes the extension bind its jpeg_* calls to the libjpeg it was linked
     # against even when another package has put a different libjpeg into the global symbol
-    # scope first (DESIGN.md §7); RTLD_LOCAL keeps ours out of that scope in turn.
+    # scope first (its ABI and struct sizes may differ); RTLD_LOCAL keeps ours out of that scope in turn.
     # DCTNET_NO_DEEPBIND=1 turns it off (sanitizer runtimes do not support DEEPBIND).
     flags = sys.getdlopenflags()
     deep = 0 if os.environ.get("DCTNET_NO_DEEPBIND") else getattr(os, "RTLD_DEEPBIND", 0)

@@ -1,7 +1,7 @@
 r"""Pure tensor maths on 8×8 DCT blocks: the device side of dctnet.
 
 Every function here is plain, batched ``torch`` (matmul / einsum / indexing, no per-sample or
-per-block Python loops) and runs on any device. Conventions (DESIGN.md §2):
+per-block Python loops) and runs on any device. Conventions:
 
 - A *plane* is ``(..., Hb, Wb, 64)``: a grid of blocks, coefficients in natural order
   ``k = 8·v + u`` (``v`` vertical, ``u`` horizontal frequency).

@@ -14,9 +14,9 @@ import timm
 import torch
 import torchvision
 
-import dctnet.nn as N
+import dctnet.models as M
 from dctnet.cli import main
-from dctnet.nn.convert import build_model
+from dctnet.models import build_model
 from dctnet.synthetic import synthetic_jpeg
 from dctnet.transforms import functional as TF
 
@@ -46,8 +46,8 @@ def normalize(rgb, mean, std):
 
 
 def hint_kwargs(stdout: str) -> dict:
-    """The keyword arguments of the printed ``dctnet.nn.swap_stem(model, ...)`` hint."""
-    call = re.search(r"load with dctnet\.nn\.swap_stem\(model(.*?)\)\)\s*$", stdout, re.M)
+    """The keyword arguments of the printed ``dctnet.models.swap_stem(model, ...)`` hint."""
+    call = re.search(r"load with dctnet\.models\.swap_stem\(model(.*?)\)\)\s*$", stdout, re.M)
     assert call, stdout
     return eval(f"dict({call.group(1).lstrip(', ')})")  # the hint is Python, by design
 
@@ -65,12 +65,12 @@ def test_mean_std_override_is_folded_in_and_reported(capsys, tmp_path, image, ar
     assert kind in out
     kwargs = hint_kwargs(out)
     assert kwargs == {"mean": mean, "std": std}
-    dct = N.swap_stem(build_model(arch, num_classes=10), **kwargs).eval()
+    dct = M.swap_stem(build_model(arch, num_classes=10), **kwargs).eval()
     dct.load_state_dict(torch.load(dst, weights_only=True))
     rgb, x = coefficients()
     with torch.no_grad():
         ref = model(normalize(rgb, mean, std))
-        default = model(normalize(rgb, *N.input_mean_std(model)))
+        default = model(normalize(rgb, *M.input_mean_std(model)))
         got = dct(x)
     scale = ref.abs().max().item()
     assert (got - ref).abs().max().item() <= 1e-4 * scale
@@ -89,7 +89,7 @@ def test_reported_normalisation_source(capsys, tmp_path, image):
     common = ("--arch", "timm:vit_tiny_patch16_224", "--image-size", "64", "--image", image)
     code, out, err = run(capsys, plain, dst, *common)
     assert code == 0 and "mean (0.5, 0.5, 0.5) std (0.5, 0.5, 0.5) (from timm pretrained_cfg" in out, err
-    assert "load with dctnet.nn.swap_stem(model))" in out
+    assert "load with dctnet.models.swap_stem(model))" in out
     code, out, err = run(capsys, wrapped, dst, *common)
     assert code == 0 and "(from checkpoint metadata (dctnet recipe, model.arch=timm:vit_tiny_patch16_224))" in out, err
     code, out, err = run(capsys, recorded, dst, *common)
@@ -120,11 +120,11 @@ def test_keep_hint_is_the_call_that_loads_the_file(capsys, tmp_path, image):
     torch.save(model.state_dict(), src)
     code, out, err = run(capsys, src, dst, "--arch", "timm:convnext_atto", "--image", image, "--keep", "10")
     assert code == 0, err
-    assert "load with dctnet.nn.swap_stem(model, keep=10))" in out and "frequency truncation" in out
+    assert "load with dctnet.models.swap_stem(model, keep=10))" in out and "frequency truncation" in out
     state = torch.load(dst, weights_only=True)
-    N.swap_stem(build_model("timm:convnext_atto", num_classes=10), **hint_kwargs(out)).load_state_dict(state)
+    M.swap_stem(build_model("timm:convnext_atto", num_classes=10), **hint_kwargs(out)).load_state_dict(state)
     with pytest.raises(RuntimeError):  # the hint matters: without keep the stem has other shapes
-        N.swap_stem(build_model("timm:convnext_atto", num_classes=10)).load_state_dict(state)
+        M.swap_stem(build_model("timm:convnext_atto", num_classes=10)).load_state_dict(state)
     code, out, err = run(capsys, src, dst, "--arch", "timm:convnext_atto", "--image", image, "--keep", "square:4")
     assert code == 0 and "swap_stem(model, keep='square:4'))" in out, err
 
@@ -147,7 +147,7 @@ def test_wrong_torchvision_arch_is_a_short_error(capsys, tmp_path):
     assert re.search(r"does not fit resnet34: 122 checkpoint keys vs 218 model keys; 96 keys missing \(e\.g\. layer", err)
     # a converted file fed back in: said so
     dst = tmp_path / "dct.pt"
-    torch.save(N.swap_stem(torchvision.models.resnet18()).state_dict(), dst)
+    torch.save(M.swap_stem(torchvision.models.resnet18()).state_dict(), dst)
     code, out, err = run(capsys, dst, tmp_path / "out.pt", "--arch", "resnet18")
     assert code == 1 and "already converted" in err and len(err) < 600
 
@@ -164,5 +164,5 @@ def test_new_families_convert(capsys, tmp_path, image, arch, extra):
     assert code == 0, err
     rel = float(re.search(r"\(([0-9.e+-]+) relative\)", out).group(1))
     assert rel <= 1e-4
-    dct = N.swap_stem(build_model(arch, image_size=size, num_classes=10))
+    dct = M.swap_stem(build_model(arch, image_size=size, num_classes=10))
     dct.load_state_dict(torch.load(dst, weights_only=True))

@@ -21,6 +21,7 @@ from torch import nn
 
 import dctnet
 import dctnet.functional as F
+import dctnet.models as M
 import dctnet.nn as N
 from dctnet import data as D
 from dctnet import transforms as T
@@ -62,7 +63,7 @@ def relative_logit_error(model: nn.Module, rgb: torch.Tensor, x: torch.Tensor, s
     model = model.double().eval()
     with torch.no_grad():
         ref = model(normalized(rgb, model))
-        dct = N.swap_stem(copy.deepcopy(model)).eval()
+        dct = M.swap_stem(copy.deepcopy(model)).eval()
         out = dct(x)
     assert dct.dctnet_stem == stem
     scale = ref.abs().max().item()
@@ -107,14 +108,14 @@ def test_converted_family_reproduces_logits_on_photos(photos, name, build, stem)
 
 def test_patchify_stem_keeps_what_follows_the_conv():
     """ConvNeXt's LayerNorm and Swin's norm + NHWC layout stay; only the conv is replaced."""
-    convnext = N.swap_stem(timm_model("convnext_atto"))
+    convnext = M.swap_stem(timm_model("convnext_atto"))
     assert isinstance(convnext.stem[0], N.DCTPatchEmbed) and type(convnext.stem[1]).__name__ == "LayerNorm2d"
-    swin = N.swap_stem(timm_model("swin_tiny_patch4_window7_224", img_size=SIZE))
+    swin = M.swap_stem(timm_model("swin_tiny_patch4_window7_224", img_size=SIZE))
     assert isinstance(swin.patch_embed.proj, N.DCTPatchEmbed) and isinstance(swin.patch_embed.norm, nn.LayerNorm)
     with torch.no_grad():
         tokens = swin.patch_embed(torch.zeros(1, 3, SIZE // 8, SIZE // 8, 64))
     assert tokens.shape == (1, SIZE // 4, SIZE // 4, 96)  # NHWC, as timm's Swin stages expect
-    assert N.stem_modules(convnext) == [convnext.stem[0]]
+    assert M.stem_modules(convnext) == [convnext.stem[0]]
 
 
 @pytest.mark.parametrize("patch", [2, 4, 32])
@@ -152,14 +153,14 @@ def test_torgb_for_model_and_swap_stem_share_one_normalisation():
     """The documented rule: ``ToRGB.for_model(model)`` + the RGB model == ``swap_stem(model)`` on
     the coefficients, for a timm model whose statistics are not ImageNet's (0.5/0.5)."""
     model = timm_model("vit_small_patch16_224", img_size=32).double().eval()
-    assert N.input_mean_std(model) == ((0.5,) * 3, (0.5,) * 3)
-    assert N.input_mean_std("timm:vit_small_patch16_224") == N.input_mean_std(model)
-    assert N.input_mean_std("resnet50") == (T.IMAGENET_MEAN, T.IMAGENET_STD)
+    assert M.input_mean_std(model) == ((0.5,) * 3, (0.5,) * 3)
+    assert M.input_mean_std("timm:vit_small_patch16_224") == M.input_mean_std(model)
+    assert M.input_mean_std("resnet50") == (T.IMAGENET_MEAN, T.IMAGENET_STD)
     rgb = torch.rand(2, 3, 32, 32, dtype=torch.float64)
     x = T.functional.from_rgb(rgb)
     with torch.no_grad():
         ref = model(T.ToRGB.for_model(model)(x))
-        out = N.swap_stem(copy.deepcopy(model)).eval()(x)
+        out = M.swap_stem(copy.deepcopy(model)).eval()(x)
     torch.testing.assert_close(out, ref, atol=1e-6 * ref.abs().max().item(), rtol=0)
     assert torch.equal(T.ToRGB().mean, torch.tensor(T.IMAGENET_MEAN).reshape(1, 3, 1, 1))  # default unchanged
 
@@ -167,17 +168,17 @@ def test_torgb_for_model_and_swap_stem_share_one_normalisation():
 def test_swapping_twice_says_the_model_already_has_a_dct_stem():
     for model in (timm_model("vit_small_patch16_224", img_size=32), torchvision.models.resnet18(),
                   timm_model("convnext_atto")):
-        N.swap_stem(model)
+        M.swap_stem(model)
         with pytest.raises(ValueError, match="already has a DCT stem"):
-            N.swap_stem(model)
+            M.swap_stem(model)
 
 
 def test_a_grid_that_does_not_fit_names_expected_and_got_sizes():
-    vit = N.swap_stem(timm_model("vit_small_patch16_224")).eval()  # 224² = 14x14 tokens
+    vit = M.swap_stem(timm_model("vit_small_patch16_224")).eval()  # 224² = 14x14 tokens
     with pytest.raises(ValueError, match=r"224x224 pixels = a 28x28 block grid, 14x14 patches; got a 34x34 block grid "
                                          r"\(272x272 pixels, 17x17 patches\)"):
         vit(torch.zeros(1, 3, 34, 34, 64))
-    tv = N.swap_stem(tv_model("vit_b_32", image_size=SIZE)).eval()
+    tv = M.swap_stem(tv_model("vit_b_32", image_size=SIZE)).eval()
     with pytest.raises(ValueError, match=r"expects 64x64 pixels.*got a 10x10 block grid"):
         tv(torch.zeros(1, 3, 10, 10, 64))
     with pytest.raises(ValueError, match="coefficient image"):

@@ -1,5 +1,5 @@
 """DCT stems against the unconverted model (the oracle): converted ViTs give the RGB model's
-logits; ResNet exact stem likewise; learned stems train; checkpoints round-trip.
+logits; ResNet converted (IDCT) stem likewise; learned stems train; checkpoints round-trip.
 
 Reference input: ``model(normalize(rgb))`` with ``rgb`` the linear (unclamped) reconstruction of the
 coefficients — the affine map the conversion folds in. Bound: float32 models agree to
@@ -18,8 +18,10 @@ from torch import nn
 
 import dctnet
 import dctnet.functional as F
+import dctnet.models as M
 import dctnet.nn as N
 from dctnet.synthetic import synthetic_jpeg
+from dctnet.train.optim import param_groups
 
 from conftest import imagenette_files
 
@@ -97,11 +99,11 @@ def test_converted_vit_reproduces_logits(arch, sub, chroma):
     with torch.no_grad():
         ref = model(normalize(linear_rgb(planes, sampling, (64, 64)), mean, std))
         if chroma == "upsampled":
-            dct = N.swap_stem(copy.deepcopy(model)).eval()
+            dct = M.swap_stem(copy.deepcopy(model)).eval()
             out = dct(upsampled(planes, sampling))
         else:
             factor = (1, 1) if sub == "gray" else (sampling[0][0], sampling[0][1])
-            dct = N.swap_stem(copy.deepcopy(model), chroma="native", chroma_factor=factor).eval()
+            dct = M.swap_stem(copy.deepcopy(model), chroma="native", chroma_factor=factor).eval()
             c = torch.stack(planes[1:], 1) if len(planes) > 1 else None
             out = dct((planes[0], c))
     check(out, ref)
@@ -141,7 +143,7 @@ def test_converted_vit_on_real_photos_fancy_decode():
     with torch.no_grad():
         rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255
         ref = model(normalize(rgb, (0.5,) * 3, (0.5,) * 3))
-        out = N.swap_stem(copy.deepcopy(model)).eval()(x)
+        out = M.swap_stem(copy.deepcopy(model)).eval()(x)
     check(out, ref)
     assert (out.argmax(1) == ref.argmax(1)).all()
 
@@ -164,25 +166,25 @@ def test_frequency_truncation_drops_columns_and_reports_error():
     torch.testing.assert_close(emb(x), full(x_low), atol=1e-4, rtol=1e-5)  # exact when dropped coefs are 0
 
 
-@pytest.mark.parametrize("stem", ["exact", "dct8", "dct-up"])
+@pytest.mark.parametrize("stem", ["converted", "dct8", "dct-up"])
 def test_resnet_stems(stem):
     torch.manual_seed(3)
     model = torchvision.models.resnet18(num_classes=5).eval()
     planes, sampling = inputs("4:2:0", size=64, n=4)
     x = upsampled(planes, sampling)
-    swapped = N.swap_stem(copy.deepcopy(model), stem=stem)
-    if stem == "exact":
+    swapped = M.swap_stem(copy.deepcopy(model), stem=stem)
+    if stem == "converted":
         with torch.no_grad():
-            ref = model(normalize(linear_rgb(planes, sampling, (64, 64)), N.stems.IMAGENET_MEAN, N.stems.IMAGENET_STD))
+            ref = model(normalize(linear_rgb(planes, sampling, (64, 64)), M.IMAGENET_MEAN, M.IMAGENET_STD))
             check(swapped.eval()(x), ref)
         return
     # learned stems: output shape right, FLOPs below the original, and they train
     assert swapped.eval()(x).shape == (4, 5)
-    flops_rgb = N.count_flops(model, torch.zeros(1, 3, 64, 64))
-    flops_dct = N.count_flops(swapped, torch.zeros(1, 3, 8, 8, 64))
+    flops_rgb = M.count_flops(model, torch.zeros(1, 3, 64, 64))
+    flops_dct = M.count_flops(swapped, torch.zeros(1, 3, 8, 8, 64))
     assert flops_dct < flops_rgb
     swapped.train()
-    opt = torch.optim.SGD(N.param_groups(swapped, 0.05, stem_lr_mult=0.2), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(param_groups(swapped, 0.05, stem_lr_mult=0.2), lr=0.05, momentum=0.9)
     labels = torch.tensor([0, 1, 2, 3])
     losses = []
     for _ in range(15):
@@ -194,39 +196,57 @@ def test_resnet_stems(stem):
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_param_groups_and_stem_init():
-    model = N.swap_stem(timm_vit())
-    groups = N.param_groups(model, 1e-3, stem_lr_mult=0.1)
-    assert groups[1]["lr"] == pytest.approx(1e-4)
-    stem_ids = {id(p) for p in groups[1]["params"]}
-    assert stem_ids == {id(p) for p in model.patch_embed.proj.parameters()}
-    assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(model.parameters()))
+def test_patch_embed_spatial_init_has_the_conv_scale():
     emb = N.DCTPatchEmbed(16, 64)
     emb.init_from_spatial(torch.Generator().manual_seed(0))
     # same output scale as the spatial conv it came from, on coefficient inputs of pixel noise
     conv = nn.Conv2d(3, 64, 16, 16)
     x = torch.randn(8, 3, 64, 64) * 60
-    from dctnet.transforms import functional as TF
-
     coeffs = F.block_dct(x)  # level-shifted samples, no colour transform: compare spreads only
     ratio = emb(coeffs).std() / (conv(x / 255).std())
     assert 0.3 < ratio < 3, ratio
     with pytest.raises(ValueError):
         N.DCTPatchEmbed.from_conv(nn.Conv2d(3, 8, 7, 2))
-    _ = TF
+
+
+def test_the_old_stem_name_says_the_new_one():
+    """``stem="exact"`` was renamed ``"converted"`` (``exact`` is the libjpeg integer decode)."""
+    with pytest.raises(ValueError, match="stem='exact' is now stem='converted'"):
+        M.swap_stem(torchvision.models.resnet18(), stem="exact")
+    with pytest.raises(ValueError, match="stem='converted'"):
+        M.convert_checkpoint("in.pt", "out.pt", "resnet18", stem="exact")
+    with pytest.raises(AttributeError, match="dctnet.models.swap_stem"):  # a clear break, not an upward import
+        N.swap_stem
 
 
 def test_state_dict_round_trip(tmp_path):
-    model = N.swap_stem(tv_vit())
+    model = M.swap_stem(tv_vit())
     path = tmp_path / "dct.pt"
     torch.save(model.state_dict(), path)
-    fresh = N.swap_stem(tv_vit().apply(lambda m: None))
+    fresh = M.swap_stem(tv_vit().apply(lambda m: None))
     for p in fresh.parameters():
         nn.init.zeros_(p)
     fresh.load_state_dict(torch.load(path, weights_only=True))
     x = upsampled(*inputs("4:2:0"))
     with torch.no_grad():
         torch.testing.assert_close(fresh.eval()(x), model.eval()(x))
+
+
+def test_torchvision_vit_takes_coefficients_through_its_own_forward():
+    """The swapped torchvision ViT is a VisionTransformer subclass (no per-instance patch): its
+    inherited forward runs on coefficients, and it survives pickling and deepcopy."""
+    import io
+
+    model = M.swap_stem(tv_vit()).eval()
+    assert isinstance(model, torchvision.models.VisionTransformer) and "_process_input" not in vars(model)
+    x = upsampled(*inputs("4:2:0"))
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(torch.load(buf, weights_only=False)(x), want, atol=0, rtol=0)
+        torch.testing.assert_close(copy.deepcopy(model)(x), want, atol=0, rtol=0)
 
 
 def test_convert_cli_round_trip(tmp_path):
@@ -244,7 +264,7 @@ def test_convert_cli_round_trip(tmp_path):
                         "--image", str(img)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "max |logit difference|" in r.stdout
-    dct = N.swap_stem(timm.create_model("vit_small_patch16_224", pretrained=False))
+    dct = M.swap_stem(timm.create_model("vit_small_patch16_224", pretrained=False))
     dct.load_state_dict(torch.load(out, weights_only=True))
     r = subprocess.run([sys.executable, "-m", "dctnet", "convert", str(tmp_path / "missing.pt"), str(out), "--arch",
                         "resnet50"], capture_output=True, text=True, timeout=120)
@@ -256,10 +276,8 @@ def test_convert_cli_torchvision(tmp_path, arch, size):
     import subprocess
     import sys
 
-    from dctnet.nn.convert import build_model
-
     torch.manual_seed(5)
-    model = build_model(arch, image_size=int(size) if size else None)
+    model = M.build_model(arch, image_size=int(size) if size else None)
     src, out = tmp_path / "in.pt", tmp_path / "out.pt"
     torch.save({"state_dict": {"module." + k: v for k, v in model.state_dict().items()}}, src)  # DDP-style wrapper
     cmd = [sys.executable, "-m", "dctnet", "convert", str(src), str(out), "--arch", arch]
@@ -267,7 +285,7 @@ def test_convert_cli_torchvision(tmp_path, arch, size):
         cmd += ["--image-size", size]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    dct = N.swap_stem(build_model(arch, image_size=int(size) if size else None))
+    dct = M.swap_stem(M.build_model(arch, image_size=int(size) if size else None))
     dct.load_state_dict(torch.load(out, weights_only=True))
 
 
@@ -276,9 +294,9 @@ def test_idct_stem_keep_truncates_like_a_patch_embedding():
     the truncated model on any input equals the full one on the input with them zeroed."""
     torch.manual_seed(6)
     model = torchvision.models.resnet18(num_classes=5).eval()
-    full = N.swap_stem(copy.deepcopy(model)).eval()
-    low = N.swap_stem(copy.deepcopy(model), keep=10).eval()
-    assert isinstance(low.conv1, N.IDCTStem) and N.stem_modules(low) == [low.conv1]
+    full = M.swap_stem(copy.deepcopy(model)).eval()
+    low = M.swap_stem(copy.deepcopy(model), keep=10).eval()
+    assert isinstance(low.conv1, N.IDCTStem) and M.stem_modules(low) == [low.conv1]
     x = upsampled(*inputs("4:2:0", size=64, n=2))
     x_low = torch.zeros_like(x)
     idx = N.frequency_index(10)

@@ -36,12 +36,12 @@ def test_the_adopting_section_runs(tmp_path):
     # on the same crops, when the RGB path is normalised by ToRGB.for_model (the one rule)
     import timm
 
-    from dctnet import nn as N, transforms as T
+    from dctnet import models as M, transforms as T
 
     torch.manual_seed(1)
     ref = timm.create_model("convnext_atto", pretrained=False, num_classes=2).eval().double()
     torch.manual_seed(1)
-    swapped = N.swap_stem(timm.create_model("convnext_atto", pretrained=False, num_classes=2).double()).eval()
+    swapped = M.swap_stem(timm.create_model("convnext_atto", pretrained=False, num_classes=2).double()).eval()
     # on the crops before augmentation: jitter can push pixels past [0, 1], which ToRGB clamps
     crops = T.crops_to_coefficients(scope["batch"], (64, 64)).double()
     with torch.no_grad():

@@ -71,6 +71,51 @@ def test_recipe_errors_name_the_key(tmp_path):
         del os.environ["DCTNET_TEST_ROOT"]
 
 
+# ---------------------------------------------------------------------- optimizer groups
+def weight_decay_by_name(model, groups) -> dict[str, tuple[float, float]]:
+    """``name → (lr, weight_decay)`` of every parameter, from the groups it landed in."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)]: (g["lr"], g["weight_decay"]) for g in groups for p in g["params"]}
+
+
+def test_param_groups_put_the_dct_stem_apart():
+    import timm
+
+    from dctnet.models import swap_stem
+    from dctnet.train.optim import param_groups
+
+    model = swap_stem(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32))
+    groups = param_groups(model, 1e-3, stem_lr_mult=0.1)
+    assert [g["lr"] for g in groups] == [1e-3, pytest.approx(1e-4)]  # weight_decay 0: [rest, stem]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in model.patch_embed.proj.parameters()}
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_param_groups_honour_no_weight_decay():
+    """timm's convention: the names ``model.no_weight_decay()`` returns (a ViT's ``pos_embed`` and
+    ``cls_token``), biases and 1-d (norm) parameters get no weight decay; torchvision's ViT tokens
+    likewise; weights, the DCT stem's included, do."""
+    import timm
+    import torchvision
+
+    from dctnet.models import swap_stem
+    from dctnet.train.optim import param_groups
+
+    vit = swap_stem(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32))
+    assert {"pos_embed", "cls_token"} <= set(vit.no_weight_decay())
+    wd = weight_decay_by_name(vit, param_groups(vit, 1e-3, stem_lr_mult=0.5, weight_decay=0.05))
+    assert wd["pos_embed"] == wd["cls_token"] == (1e-3, 0.0)
+    assert wd["blocks.0.norm1.weight"] == wd["blocks.0.attn.qkv.bias"] == (1e-3, 0.0)
+    assert wd["blocks.0.attn.qkv.weight"] == (1e-3, 0.05)
+    assert wd["patch_embed.proj.luma.weight"] == (5e-4, 0.05) and wd["patch_embed.proj.luma.bias"] == (5e-4, 0.0)
+    everything = weight_decay_by_name(vit, param_groups(vit, 1e-3, weight_decay=0.05, decay_norms_and_biases=True))
+    assert everything["pos_embed"][1] == everything["blocks.0.norm1.weight"][1] == 0.05
+    tv = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=16,
+                                              mlp_dim=32)
+    wd = weight_decay_by_name(tv, param_groups(tv, 1e-3, weight_decay=0.05))
+    assert wd["class_token"][1] == wd["encoder.pos_embedding"][1] == 0.0 and wd["conv_proj.weight"][1] == 0.05
+
+
 # ---------------------------------------------------------------------- pipelines
 def test_device_inputs_match_their_references(shapes, tmp_path):
     """Without augmentation: plan A = device crops normalised with the model's statistics;

@@ -5,18 +5,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dctnet.nn import param_groups, stem_modules, swap_stem
-from dctnet.nn.convert import build_model
+from dctnet.models import build_model, stem_modules, swap_stem
 from dctnet.train.recipe import Recipe
 
-__all__ = ["build_recipe_model", "optimizer_groups"]
+__all__ = ["build_recipe_model"]
 
 
 def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
     """``model.arch`` with ``num_classes`` outputs for ``data.image_size`` inputs.
 
-    ``input: rgb`` and ``device-rgb`` keep the model unchanged (the exact stem: the device decode
-    is the same function as ``swap_stem(model, stem="exact")`` puts in front of conv1).
+    ``input: rgb`` and ``device-rgb`` keep the model unchanged (the device decode is the same
+    function as the converted stem, ``swap_stem(model, stem="converted")``, puts in front of conv1).
     ``input: dct``: ResNets get :class:`dctnet.nn.ResNetDCTStem` (``dct8``/``dct-up``; it starts
     with a BatchNorm over the coefficient channels, so it needs no input statistics); ViTs get
     :class:`dctnet.nn.DCTPatchEmbed`. With ``normalize: stats`` the ViT's input is standardised
@@ -37,9 +36,3 @@ def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
                     torch.nn.init.uniform_(embed.chroma_weight, -fan_in ** -0.5, fan_in ** -0.5)
         return model
     return swap_stem(model, stem=m.stem, keep=m.keep)
-
-
-def optimizer_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
-    """Parameter groups: weight decay on weights only, the DCT stem at ``lr · stem_lr_mult``."""
-    return param_groups(model, lr, stem_lr_mult=recipe.optim.stem_lr_mult, weight_decay=recipe.optim.weight_decay,
-                        decay_norms_and_biases=False)

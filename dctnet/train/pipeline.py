@@ -26,8 +26,8 @@ from torch import Tensor
 
 from dctnet import data as D
 from dctnet import transforms as T
-from dctnet.nn.convert import input_mean_std
 from dctnet.transforms import functional as TF
+from dctnet.transforms.normalization import input_mean_std
 from dctnet.train.recipe import Recipe
 
 __all__ = ["Pipeline", "build_pipeline", "data_root"]

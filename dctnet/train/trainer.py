@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dctnet.train.models import build_recipe_model, optimizer_groups
+from dctnet.train.models import build_recipe_model
+from dctnet.train.optim import optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.recipe import Recipe
 

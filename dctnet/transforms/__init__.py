@@ -8,6 +8,7 @@
 from dctnet.transforms.augment import (
     IMAGENET_MEAN,
     IMAGENET_STD,
+    TRANSFORMS,
     ColorJitter,
     Compose,
     CutMix,
@@ -24,6 +25,9 @@ from dctnet.transforms.augment import (
     SelectFrequencies,
     ToRGB,
     Transform,
+    build_transform,
+    describe_transforms,
+    step_generator,
 )
 from dctnet.batch import (  # the batch contract, re-exported where users meet it
     SAMPLING_420,
@@ -38,6 +42,7 @@ from dctnet.batch import (  # the batch contract, re-exported where users meet i
 from dctnet.transforms.crops import crops_to_coefficients, crops_to_rgb, native_chroma
 
 __all__ = [
+    "TRANSFORMS", "build_transform", "describe_transforms", "step_generator",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
     "JpegBatch", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
     "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",

@@ -2,11 +2,11 @@ r"""DCT-domain augmentation kernels: pure functions of (batch, per-sample parame
 
 The tensor every kernel here takes is a *coefficient image* ``x (B, 3, Hb, Wb, 64)``, float:
 channels Y, Cb, Cr all on the luma block grid ("4:4:4"), each block the orthonormal DCT of the
-level-shifted samples ``(s − 128)`` (DESIGN.md §2), natural order ``k = 8v + u``. Parameters are
+level-shifted samples ``(s − 128)``, natural order ``k = 8v + u``. Parameters are
 tensors with one entry per sample (drawn on the host by the classes in
 :mod:`dctnet.transforms.augment`); kernels are batched torch with no Python loop over samples or
 blocks, and are exact against the pixel-domain operation unless a docstring says otherwise
-(DESIGN.md §3):
+(the identities, pixel domain → DCT domain):
 
 - flips reverse the block grid and negate odd frequencies: ``F'[v,u] = (−1)^u F[v,u]``;
 - transpose swaps grid axes and transposes each 8×8 block; rot90 = transpose ∘ flip;

@@ -9,22 +9,23 @@ feeds a model or folds that normalisation into a stem takes it from the same pla
 3. the model's timm ``pretrained_cfg`` (e.g. 0.5/0.5 for timm's ViTs);
 4. ImageNet's statistics (:data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`) — torchvision's models.
 
-:func:`input_mean_std` gives steps 3–4 for a model or an architecture name,
-:func:`resolve_mean_std` all of them with where the answer came from. :func:`dctnet.nn.swap_stem`
-folds ``input_mean_std(model)`` unless given ``mean``/``std``; for the RGB path use
-``dctnet.transforms.ToRGB.for_model(model)`` (``ToRGB()`` alone is ImageNet's, step 4).
+:func:`input_mean_std` gives steps 3–4 for a model or an architecture name, :func:`resolve_mean_std`
+all of them with where the answer came from. The rule reads a model's attributes (or timm's config
+registry) and needs no model class, so it lives at the transforms layer: ``ToRGB.for_model(model)``
+applies it to the RGB path, :func:`dctnet.models.swap_stem` folds ``input_mean_std(model)`` into a
+DCT stem unless given ``mean``/``std``, and ``dctnet convert`` resolves all four steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from torch import nn
+from typing import Any
 
 from dctnet.transforms.augment import IMAGENET_MEAN, IMAGENET_STD
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "input_mean_std", "resolve_mean_std"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "MeanStd", "input_mean_std", "resolve_mean_std"]
 
+#: ``(mean, std)``, 3 floats each (R, G, B), for ``rgb`` in [0, 1]
 MeanStd = tuple[tuple[float, float, float], tuple[float, float, float]]
 
 
@@ -37,8 +38,9 @@ def _triple(v: Sequence[float], name: str) -> tuple[float, float, float]:
     return out  # type: ignore[return-value]
 
 
-def _timm_cfg(model: nn.Module | str) -> tuple[dict | None, str]:
-    """timm's pretrained config of a model (its ``pretrained_cfg``) or of ``timm:NAME``."""
+def _timm_cfg(model: Any) -> tuple[dict | None, str]:
+    """timm's pretrained config of a model (its ``pretrained_cfg``) or of ``timm:NAME``, and a name
+    for messages."""
     if isinstance(model, str):
         if not model.startswith("timm:"):
             return None, model
@@ -55,26 +57,28 @@ def _timm_cfg(model: nn.Module | str) -> tuple[dict | None, str]:
     return cfg, f"timm:{name}" if name else type(model).__name__
 
 
-def _resolve_model(model: nn.Module | str) -> tuple[MeanStd, str]:
+def _resolve_model(model: Any) -> tuple[MeanStd, str]:
     cfg, name = _timm_cfg(model)
     if cfg and cfg.get("mean") and cfg.get("std"):
         return (_triple(cfg["mean"], "mean"), _triple(cfg["std"], "std")), f"timm pretrained_cfg of {name}"
     return (tuple(IMAGENET_MEAN), tuple(IMAGENET_STD)), "ImageNet default"  # type: ignore[return-value]
 
 
-def input_mean_std(model: nn.Module | str) -> MeanStd:
+def input_mean_std(model: Any) -> MeanStd:
     """The RGB normalisation ``model`` expects: its timm ``pretrained_cfg`` mean/std when it has one
     (a timm model, or an architecture name ``"timm:NAME"``), else ImageNet's — torchvision models
-    and names. Returns ``(mean, std)``, 3 floats each, for ``rgb`` in [0, 1]."""
+    and names. ``model``: an ``nn.Module`` or an architecture name. Returns ``(mean, std)``, 3
+    floats each, for ``rgb`` in [0, 1]."""
     return _resolve_model(model)[0]
 
 
-def resolve_mean_std(model: nn.Module | str, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+def resolve_mean_std(model: Any, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                      *, metadata: MeanStd | None = None, metadata_source: str = "checkpoint metadata"
                      ) -> tuple[tuple[float, float, float], tuple[float, float, float], str]:
     """``(mean, std, source)`` by the module rule: explicit ``mean``+``std`` (both or neither), then
     ``metadata`` (a checkpoint's own, described by ``metadata_source``), then
-    :func:`input_mean_std`. ``source`` says which one answered, for messages."""
+    :func:`input_mean_std` of ``model`` (an ``nn.Module`` or an architecture name). ``source`` says
+    which one answered, for messages."""
     if (mean is None) != (std is None):
         raise ValueError("give mean and std together (3 floats each), or neither")
     if mean is not None and std is not None:

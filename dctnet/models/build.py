@@ -1,0 +1,34 @@
+"""Models by architecture name, randomly initialised, nothing downloaded."""
+
+from __future__ import annotations
+
+from torch import nn
+
+__all__ = ["build_model"]
+
+
+def build_model(arch: str, *, image_size: int | None = None, num_classes: int | None = None) -> nn.Module:
+    """Randomly initialised ``arch``: a torchvision model name (``vit_b_16``, ``resnet50``,
+    ``convnext_tiny``, ...) or ``timm:NAME``. ``image_size`` goes to the models that fix it at
+    construction (torchvision ViTs, timm models with ``img_size``); ``num_classes`` to the head.
+    ``ValueError`` for an unknown name."""
+    if arch.startswith("timm:"):
+        import timm
+
+        kwargs = {"img_size": image_size} if image_size else {}
+        if num_classes:
+            kwargs["num_classes"] = num_classes
+        try:
+            return timm.create_model(arch[5:], pretrained=False, **kwargs)
+        except RuntimeError as exc:  # timm: "Unknown model (...)"
+            raise ValueError(f"unknown architecture {arch!r}: {exc}") from exc
+    import torchvision
+
+    try:
+        builder = torchvision.models.get_model_builder(arch)
+    except ValueError as exc:
+        raise ValueError(f"unknown architecture {arch!r} (torchvision name, or timm:NAME)") from exc
+    kwargs = {"image_size": image_size} if image_size and arch.startswith("vit") else {}
+    if num_classes:
+        kwargs["num_classes"] = num_classes
+    return builder(weights=None, **kwargs)
