@@ -93,7 +93,7 @@ def jpeglib_components(path: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 def write_recipe(tmp_path: Path, root: str, *, name: str = "t", batch_size: int = 16, **over) -> Path:
     """A small CPU recipe over ``root`` written to ``tmp_path/recipe.yaml`` (run directory
-    ``tmp_path/run``); ``section__field=value`` overrides any field."""
+    ``tmp_path/run``); ``section__field=value`` overrides any field, ``augment=[...]`` the list."""
     import yaml
 
     base = {"name": name, "data": {"source": "folder", "root": str(root), "image_size": 32, "batch_size": batch_size,
@@ -102,6 +102,9 @@ def write_recipe(tmp_path: Path, root: str, *, name: str = "t", batch_size: int 
             "optim": {"lr": 0.1, "lr_batch": batch_size, "epochs": 1, "warmup_epochs": 0.5},
             "train": {"out": str(tmp_path / "run"), "progress": False, "torch_threads": 1}}
     for key, value in over.items():
+        if "__" not in key:  # a top-level key (augment, name)
+            base[key] = value
+            continue
         section, field = key.split("__")
         base.setdefault(section, {})[field] = value
     tmp_path.mkdir(parents=True, exist_ok=True)

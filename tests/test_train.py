@@ -120,11 +120,13 @@ def test_param_groups_honour_no_weight_decay():
 def test_device_inputs_match_their_references(shapes, tmp_path):
     """Without augmentation: plan A = device crops normalised with the model's statistics;
     the DCT input = the orthonormal block DCT of those same crops (YCbCr, level-shifted)."""
-    r = load_recipe(tiny(shapes, tmp_path, augment__hflip=0.0, model__input="device-rgb"))
+    r = load_recipe(tiny(shapes, tmp_path, augment=[], model__input="device-rgb"))
     pipe = build_pipeline(r, torch.device("cpu"))
     pipe.set_epoch(0)
-    raw, labels = next(pipe.batches(train=True))
-    x_rgb, y = pipe.inputs(raw, labels, train=True)
+    assert pipe.augment is None
+    raw = next(iter(pipe.train_loader))
+    labels = raw.labels
+    x_rgb, y, _ = pipe.device_step(raw, pipe.augment, None)
     crops = T.crops_to_rgb(raw, (32, 32))
     mean = torch.tensor(T.IMAGENET_MEAN).reshape(1, 3, 1, 1)
     std = torch.tensor(T.IMAGENET_STD).reshape(1, 3, 1, 1)
@@ -132,7 +134,7 @@ def test_device_inputs_match_their_references(shapes, tmp_path):
     assert torch.equal(y, labels.long())
     r.model.input = "dct"
     pipe.recipe = r
-    x_dct, _ = pipe.inputs(raw, labels, train=True)
+    x_dct, _, _ = pipe.device_step(raw, None, None)
     # numpy-free oracle: YCbCr by JFIF's matrix, level shift, 8x8 DCT-II as an explicit sum
     rgb = crops.double() * 255
     ycc = torch.stack([0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2],
@@ -145,23 +147,24 @@ def test_device_inputs_match_their_references(shapes, tmp_path):
     torch.testing.assert_close(x_dct.double(), coef, atol=1e-3, rtol=1e-4)
     # data.decode: exact switches the device decode to libjpeg's integer one (Pillow's pixels)
     r.model.input, r.data.decode = "device-rgb", "exact"
-    x_exact, _ = pipe.inputs(raw, labels, train=True)
+    x_exact, _, _ = pipe.device_step(raw, None, None)
     torch.testing.assert_close(x_exact, (T.crops_to_rgb(raw, (32, 32), exact=True) - mean) / std)
     assert not torch.equal(x_exact, x_rgb)
 
 
 def test_torchvision_pipeline_and_flip_augmentation(shapes, tmp_path):
-    r = load_recipe(tiny(shapes, tmp_path, model__input="rgb", augment__hflip=1.0))
+    flip = [{"name": "RandomHorizontalFlip", "p": 1.0}]
+    r = load_recipe(tiny(shapes, tmp_path, model__input="rgb", augment=flip))
     pipe = build_pipeline(r, torch.device("cpu"))
     pipe.set_epoch(0)
-    x, y = next(pipe.batches(train=True))
+    x, y, _ = next(pipe.batches(train=True))
     assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
     # DCT-domain flip of the dct input = pixel flip of the device crops (p = 1)
-    r2 = load_recipe(tiny(shapes, tmp_path, augment__hflip=1.0))
+    r2 = load_recipe(tiny(shapes, tmp_path, augment=flip))
     pipe2 = build_pipeline(r2, torch.device("cpu"))
     pipe2.set_epoch(0)
-    raw, labels = next(pipe2.batches(train=True))
-    flipped, _ = pipe2.inputs(raw, labels, train=True)
+    raw = next(iter(pipe2.train_loader))
+    flipped, _, _ = pipe2.device_step(raw, pipe2.augment, T.step_generator(0, 0, 0))
     want = T.crops_to_coefficients(raw, (32, 32))
     back = T.functional.hflip(flipped)
     torch.testing.assert_close(back, want, atol=1e-3, rtol=1e-4)
@@ -189,7 +192,8 @@ def test_training_learns_and_writes_its_outputs(shapes, tmp_path):
 def test_other_models_and_inputs_run(shapes, tmp_path, arch, inp):
     stem = "dct-patch" if "vit" in arch else "dct8"
     path = tiny(shapes, tmp_path, model__arch=arch, model__input=inp, model__stem=stem, train__max_steps=2,
-                optim__optimizer="adamw", optim__lr=1e-3, augment__color_jitter=0.2, augment__mixup=0.2,
+                optim__optimizer="adamw", optim__lr=1e-3, augment=[{"name": "ColorJitter", "brightness": 0.2, "contrast": 0.2,
+                                                                "saturation": 0.2}, {"name": "Mixup", "alpha": 0.2}],
                 model__stats_batches=2)
     record = Trainer(load_recipe(path)).fit()
     assert record["val_images"] == 60 and record["train_loss"] > 0
@@ -203,7 +207,7 @@ def test_native_chroma_vit_trains_on_mixed_layouts(shapes, tmp_path):
     the input statistics are those of the native inputs (y in channel 0, c in 1-2)."""
     path = tiny(shapes, tmp_path, model__arch="timm:vit_tiny_patch16_224", model__input="dct", model__stem="dct-patch",
                 model__chroma="native", train__max_steps=2, optim__optimizer="adamw", optim__lr=1e-3,
-                augment__mixup=0.2, model__stats_batches=2)
+                augment=[{"name": "Mixup", "alpha": 0.2}], model__stats_batches=2)
     trainer = Trainer(load_recipe(path))
     embed = trainer.model.patch_embed.proj
     assert embed.chroma == "native" and embed.luma.in_features == 4 * 64 and embed.chroma_weight.shape[-1] == 2 * 64
@@ -322,7 +326,7 @@ def test_training_from_a_coefficient_cache_matches_the_folder(shapes, tmp_path):
     runs = {}
     for source, root in (("folder", shapes), ("cache", str(caches))):
         path = tiny(shapes, tmp_path / source, data__source=source, data__root=root, train__max_steps=3,
-                    augment__hflip=0.0)
+                    augment=[])
         runs[source] = Trainer(load_recipe(path)).fit()
     for key in ("train_loss", "train_acc", "val_top1", "val_loss"):
         assert runs["cache"][key] == pytest.approx(runs["folder"][key], rel=1e-5, abs=1e-6), key

@@ -32,6 +32,7 @@ from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients, read_coefficients_batch
 from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
 from dctnet.batch import Sampling
+from dctnet.transforms import functional as TF
 
 __all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation", "sample_from_coefficients",
            "samples_from_coefficients"]
@@ -105,20 +106,6 @@ _ORIENTATION = {1: (False, False, False), 2: (False, True, False), 3: (False, Tr
                 5: (True, False, False), 6: (True, True, False), 7: (True, True, True), 8: (True, False, True)}
 
 
-def _flip_blocks(p: np.ndarray, axis: int) -> np.ndarray:
-    """Mirror a plane ``(..., hb, wb, 64)`` along a block axis, exactly: reverse the blocks and
-    negate the odd frequencies of that direction."""
-    k = np.arange(64)
-    freq = k % 8 if axis == -2 else k // 8
-    return np.flip(p, axis=axis) * np.where(freq % 2 == 1, -1, 1).astype(np.int16)
-
-
-def _transpose_blocks(p: np.ndarray) -> np.ndarray:
-    """Transpose a plane ``(hb, wb, 64)``: swap the grid axes and transpose every 8×8 block."""
-    hb, wb, _ = p.shape
-    return p.transpose(1, 0, 2).reshape(wb, hb, 8, 8).transpose(0, 1, 3, 2).reshape(wb, hb, 64)
-
-
 def apply_orientation(planes: Sequence[np.ndarray], sampling: Sampling, height: int, width: int,
                       orientation: int | None) -> tuple[tuple[np.ndarray, ...], Sampling, int, int]:
     """Rotate/flip the planes of any layout as EXIF ``orientation`` (1..8) asks, in the DCT domain.
@@ -128,16 +115,16 @@ def apply_orientation(planes: Sequence[np.ndarray], sampling: Sampling, height: 
     shifted by less than one MCU, as with ``jpegtran -trim`` off. Returns the new planes, sampling
     and the displayed (height, width)."""
     t, hf, vf = _ORIENTATION.get(orientation or 1, (False, False, False))
-    out = list(planes)
+    out = [torch.from_numpy(np.ascontiguousarray(p)) for p in planes]  # the device kernels, on host planes
     if t:
-        out = [_transpose_blocks(p) for p in out]
+        out = [TF.transpose_blocks(p) for p in out]
         sampling = tuple((v, h) for h, v in sampling)
         height, width = width, height
     if hf:
-        out = [_flip_blocks(p, -2) for p in out]
+        out = [TF.flip_blocks(p, -2) for p in out]
     if vf:
-        out = [_flip_blocks(p, -3) for p in out]
-    return tuple(np.ascontiguousarray(p) for p in out), sampling, height, width
+        out = [TF.flip_blocks(p, -3) for p in out]
+    return tuple(np.ascontiguousarray(p.numpy()) for p in out), sampling, height, width
 
 
 def samples_from_coefficients(coeffs: Sequence[Any], crop: Any, labels: Sequence[int], indices: Sequence[int], *,

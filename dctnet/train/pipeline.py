@@ -5,10 +5,15 @@ Three input paths (``model.input``):
 * ``rgb`` — the baseline users come from: torchvision ``ImageFolder`` + Pillow decode +
   ``v2`` RandomResizedCrop/flip/normalize in ``DataLoader`` worker processes.
 * ``device-rgb`` (plan A) — dctnet's reader delivers MCU windows of coefficients; the device
-  decodes, crops, resizes (``crops_to_rgb``), flips and normalizes; the model is unchanged.
-* ``dct`` — as ``device-rgb`` up to the resized crop, which is handed over as coefficients
-  (``crops_to_coefficients``); flips and colour jitter act in the DCT domain, then the optional
-  per-(c,u,v) standardisation; the model's stem takes coefficients.
+  decodes, crops and resizes them, runs the recipe's augmentation and hands the model normalised
+  RGB (``ToRGB.for_model``); the model is unchanged.
+* ``dct`` — as ``device-rgb`` up to the augmented crop, which is handed over as coefficients,
+  after the optional per-(c,u,v) standardisation; the model's stem takes coefficients.
+
+The augmentation is the recipe's ``augment`` list built into a :class:`dctnet.transforms.Compose`
+(``build_transform``) and run in the device step a user would write
+(``DevicePrefetcher(loader, device, transform=step)``); every draw comes from
+``step_generator(seed, epoch, step, rank)``, so runs repeat bit for bit and ``--resume`` is exact.
 
 Host CPU spent on the data (decode, crop windows, collate) is measured per epoch: loader-thread
 CPU time for dctnet, worker-process CPU time for torchvision.
@@ -69,7 +74,15 @@ class Pipeline:
     normalize: T.Normalize | None = None
 
     def __post_init__(self) -> None:
+        r = self.recipe
         self.skipped: list[tuple[str, str, str]] = []
+        #: the recipe's augmentation (None: no augment list); built with the trainer's public API
+        self.augment: T.Transform | None = (T.build_transform(r.augment, num_classes=self.num_classes, seed=r.train.seed)
+                                            .to(self.device) if r.augment and r.model.input != "rgb" else None)
+        #: coefficient image → the unchanged model's normalised RGB (device-rgb), by the one rule
+        self.to_rgb = T.ToRGB.for_model(r.model.arch).to(self.device)
+        #: the torchvision baseline's batch-level mixing (MixUp / CutMix of torchvision v2)
+        self.rgb_mixing = _torchvision_mixing(r, self.num_classes) if r.model.input == "rgb" else []
         self.set_epoch(0)
 
     # ------------------------------------------------------------------ epochs
@@ -80,25 +93,39 @@ class Pipeline:
                 loader.set_epoch(epoch)
             elif hasattr(getattr(loader, "sampler", None), "set_epoch"):
                 loader.sampler.set_epoch(epoch)
-        # augmentation draws: a function of (seed, epoch, rank), so a resumed run repeats them
-        self.generator = torch.Generator().manual_seed(hash((self.recipe.train.seed, epoch, self.rank)) & (2**62 - 1))
+        self.step = 0
 
     def data_cpu_seconds(self) -> float:
         """Host CPU seconds spent producing batches so far (loader threads or worker processes)."""
         return _cpu_of(self.train_loader) + _cpu_of(self.val_loader)
 
-    def batches(self, train: bool) -> Iterator[tuple[Tensor, Tensor]]:
-        """Host batches moved to the device: ``(raw, labels)``; call :meth:`inputs` on ``raw``."""
+    def batches(self, train: bool) -> Iterator[tuple[Tensor | tuple[Tensor, Tensor], Tensor, Tensor]]:
+        """``(inputs, targets, labels)`` on the device: model inputs after the device step, the
+        loss targets (soft under mixup/cutmix) and the class indices (for accuracy)."""
         loader = self.train_loader if train else self.val_loader
         split = "train" if train else "val"
+        self.step = 0
         if self.recipe.model.input == "rgb":
             for x, y, (_, _, skipped) in loader:  # (worker, CPU seconds, skipped samples)
                 self._note_skipped(split, skipped)
-                yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                yield (*self._mix_rgb(x, y), y) if train else (x, y, y)
             return
-        for batch in D.DevicePrefetcher(loader, self.device):
-            self._note_skipped(split, batch.skipped)
-            yield batch, batch.labels
+        step = self.train_step if train else self.eval_step
+        for x, target, labels in D.DevicePrefetcher(loader, self.device, transform=step):
+            yield x, target, labels
+
+    def _generator(self) -> torch.Generator:
+        """This step's augmentation draws: a function of (seed, epoch, step, rank) only."""
+        gen = T.step_generator(self.recipe.train.seed, self.epoch, self.step, self.rank)
+        self.step += 1
+        return gen
+
+    def _mix_rgb(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """The torchvision baseline's batch-level mixing (its per-sample ops ran in the workers)."""
+        for mix in self.rgb_mixing:
+            x, y = mix(x, y)
+        return x, y.float() if y.dim() == 2 else y
 
     def _note_skipped(self, split: str, skipped) -> None:
         """Remember the samples a loader dropped under ``data.on_error: skip`` (the trainer
@@ -111,76 +138,40 @@ class Pipeline:
         out, self.skipped = self.skipped, []
         return out
 
-    # ------------------------------------------------------------------ device transforms
-    def inputs(self, raw, labels: Tensor, train: bool) -> tuple[Tensor, Tensor]:
-        """Model inputs and (possibly soft) targets from a device batch; augmentation when ``train``."""
-        r, a = self.recipe, self.recipe.augment
-        size = (r.data.image_size, r.data.image_size)
-        kind = r.model.input
-        if kind == "rgb":
-            x = raw  # already cropped, flipped and normalized by torchvision in the workers
-        elif kind == "device-rgb":
-            x = T.crops_to_rgb(raw, size, exact=r.data.decode == "exact")
-            if train:
-                x = self._augment_rgb(x)
-            mean, std = (torch.tensor(v, device=x.device).reshape(1, 3, 1, 1) for v in input_mean_std(r.model.arch))
-            x = (x - mean) / std
-        else:
-            x = T.crops_to_coefficients(raw, size, exact=r.data.decode == "exact")
-            if train:
-                x = self._augment_dct(x)
-            if r.model.chroma == "native":  # after the augmentation: flips and jitter commute with it
-                x = T.native_chroma(x)
-            if self.normalize is not None:
-                x = normalize_input(x, self.normalize.mean.to(labels.device), self.normalize.std.to(labels.device))
-        target = labels.long()
-        if train and a.mixup > 0:
-            parts = x if isinstance(x, tuple) else (x,)
-            lam = torch.distributions.Beta(a.mixup, a.mixup).sample((parts[0].shape[0],)).to(labels.device)
-            perm = torch.randperm(parts[0].shape[0], generator=self.generator).to(labels.device)
-            onehot = torch.nn.functional.one_hot(target, self.num_classes).float()
+    # ------------------------------------------------------------------ device steps
+    def train_step(self, batch) -> tuple[Tensor | tuple[Tensor, Tensor], Tensor, Tensor]:
+        """The device step of a training batch: :meth:`device_step` with the augmentation."""
+        self._note_skipped("train", batch.skipped)
+        return self.device_step(batch, self.augment, self._generator())
 
-            def mix(t: Tensor) -> Tensor:
-                shape = (-1,) + (1,) * (t.dim() - 1)
-                return lam.reshape(shape) * t + (1 - lam.reshape(shape)) * t[perm]
+    def eval_step(self, batch) -> tuple[Tensor | tuple[Tensor, Tensor], Tensor, Tensor]:
+        self._note_skipped("val", batch.skipped)
+        return self.device_step(batch, None, None)
 
-            x = tuple(mix(p) for p in parts) if isinstance(x, tuple) else mix(x)
-            target = lam[:, None] * onehot + (1 - lam[:, None]) * onehot[perm]
-        return x, target
+    def device_step(self, batch, augment: T.Transform | None, generator: torch.Generator | None):
+        """``JpegBatch`` → ``(inputs, targets, labels)``: the resized crops as coefficients, the
+        augmentation (DCT-domain transforms; labels become soft targets under mixing), then what
+        the model takes — normalised RGB for ``device-rgb``, coefficients (native chroma,
+        per-(c,u,v) standardisation as the recipe says) for ``dct``."""
+        r = self.recipe
+        size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
+        labels = batch.labels
+        if r.model.input == "device-rgb" and augment is None:  # no augmentation: no round trip through the DCT
+            return self.rgb_normalize(T.crops_to_rgb(batch, size, exact=exact)), labels, labels
+        x, target = T.crops_to_coefficients(batch, size, exact=exact), labels
+        if augment is not None:
+            x, target = augment(x, labels, generator=generator)
+        if r.model.input == "device-rgb":
+            return self.to_rgb(x), target, labels
+        if r.model.chroma == "native":  # after the augmentation: every transform acts on the full chroma grid
+            x = T.native_chroma(x)
+        if self.normalize is not None:
+            x = normalize_input(x, self.normalize.mean.to(labels.device), self.normalize.std.to(labels.device))
+        return x, target, labels
 
-    def _flip_mask(self, n: int, device: torch.device) -> Tensor:
-        return (torch.rand(n, generator=self.generator) < self.recipe.augment.hflip).to(device, non_blocking=True)
-
-    def _jitter(self, n: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-        s = self.recipe.augment.color_jitter
-        f = 1 + s * (2 * torch.rand(3, n, generator=self.generator) - 1)
-        f = f.to(device, non_blocking=True)
-        return f[0], f[1], f[2]
-
-    def _augment_rgb(self, x: Tensor) -> Tensor:
-        a = self.recipe.augment
-        if a.hflip > 0:
-            m = self._flip_mask(x.shape[0], x.device).reshape(-1, 1, 1, 1)
-            x = torch.where(m, x.flip(-1), x)
-        if a.color_jitter > 0:
-            from torchvision.transforms.v2 import functional as TVF
-
-            b, c, s = self._jitter(x.shape[0], x.device)
-            x = (x * b.reshape(-1, 1, 1, 1)).clamp(0, 1)
-            gray = TVF.rgb_to_grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
-            x = ((x - gray) * c.reshape(-1, 1, 1, 1) + gray).clamp(0, 1)
-            g = TVF.rgb_to_grayscale(x)
-            x = ((x - g) * s.reshape(-1, 1, 1, 1) + g).clamp(0, 1)
-        return x
-
-    def _augment_dct(self, x: Tensor) -> Tensor:
-        a = self.recipe.augment
-        if a.hflip > 0:
-            x = TF.hflip(x, self._flip_mask(x.shape[0], x.device))
-        if a.color_jitter > 0:
-            b, c, s = self._jitter(x.shape[0], x.device)
-            x = TF.adjust_saturation(TF.adjust_contrast(TF.adjust_brightness(x, b), c), s)
-        return x
+    def rgb_normalize(self, rgb: Tensor) -> Tensor:
+        """``(rgb − mean) / std`` with the model's normalisation (:meth:`ToRGB.for_model`'s)."""
+        return (rgb - self.to_rgb.mean.to(rgb)) / self.to_rgb.std.to(rgb)
 
 
 # ---------------------------------------------------------------------- CPU accounting
@@ -335,17 +326,80 @@ def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor
     return TF.normalize(x, mean, std)
 
 
+#: the torchvision baseline's counterpart of each dctnet transform a recipe can name: (class name,
+#: argument map); ``None``: DCT-only (no pixel-domain counterpart in torchvision)
+_TORCHVISION_OPS = {
+    "RandomHorizontalFlip": ("RandomHorizontalFlip", {"p": "p"}),
+    "RandomVerticalFlip": ("RandomVerticalFlip", {"p": "p"}),
+    "RandomGrayscale": ("RandomGrayscale", {"p": "p"}),
+    "ColorJitter": ("ColorJitter", {"brightness": "brightness", "contrast": "contrast", "saturation": "saturation"}),
+    "RandAugment": ("RandAugment", {"num_ops": "num_ops", "magnitude": "magnitude", "num_magnitude_bins": "num_magnitude_bins"}),
+    "RandomRequantize": ("JPEG", {"quality": "quality"}),
+    "RandomErasing": ("RandomErasing", {"p": "p", "scale": "scale", "ratio": "ratio"}),
+    "Mixup": ("MixUp", {"alpha": "alpha"}),
+    "CutMix": ("CutMix", {"alpha": "alpha"}),
+}
+
+
+def _torchvision_ops(r: Recipe) -> list[tuple[str, object]]:
+    """The recipe's augment list as torchvision v2 objects ``(dctnet name, op)``, in order."""
+    from torchvision.transforms import v2
+
+    ops = []
+    for spec in r.augment:
+        name = spec["name"]
+        if _TORCHVISION_OPS.get(name) is None:
+            raise ValueError(f"augment: {name} has no torchvision counterpart for model.input 'rgb' (a DCT-domain "
+                             "transform); use it with input 'dct' or 'device-rgb'")
+        cls, args = _TORCHVISION_OPS[name]
+        extra = [k for k, v in spec.items() if k != "name" and k not in args and not (k == "p" and v == 1.0)
+                 and not (k == "p" and name in ("ColorJitter", "RandomRequantize", "Mixup", "CutMix"))]
+        if extra:
+            raise ValueError(f"augment: {name}'s {', '.join(extra)} has no torchvision counterpart for model.input 'rgb'")
+        kwargs = {args[k]: (tuple(v) if isinstance(v, list) else v) for k, v in spec.items()
+                  if k != "name" and k in args}
+        if name == "ColorJitter" and spec.get("p", 1.0) != 1.0:
+            ops.append((name, v2.RandomApply([v2.ColorJitter(**kwargs)], p=spec["p"])))
+            continue
+        if name == "RandomRequantize":
+            op = v2.RandomApply([v2.JPEG(tuple(spec.get("quality", (30, 95))))], p=spec.get("p", 0.5))
+        elif name in ("Mixup", "CutMix"):
+            op = getattr(v2, cls)(num_classes=r.model.num_classes or 1000, **kwargs)
+        else:
+            op = getattr(v2, cls)(**kwargs)
+        ops.append((name, op))
+    return ops
+
+
+def _torchvision_augment(r: Recipe) -> tuple[list, list]:
+    """Per-sample torchvision ops for the workers: (before normalisation, after it — erasing)."""
+    ops = [(n, op) for n, op in _torchvision_ops(r) if n not in ("Mixup", "CutMix")]
+    return [op for n, op in ops if n != "RandomErasing"], [op for n, op in ops if n == "RandomErasing"]
+
+
+def _torchvision_mixing(r: Recipe, num_classes: int) -> list:
+    """Batch-level MixUp / CutMix for the torchvision baseline (with the data's class count)."""
+    from torchvision.transforms import v2
+
+    out = []
+    for spec in r.augment:
+        if spec["name"] in ("Mixup", "CutMix"):
+            cls = v2.MixUp if spec["name"] == "Mixup" else v2.CutMix
+            mix = cls(alpha=spec.get("alpha", 0.2 if spec["name"] == "Mixup" else 1.0), num_classes=num_classes)
+            out.append(v2.RandomApply([mix], p=spec["p"]) if spec.get("p", 1.0) != 1.0 else mix)
+    # torchvision's mixers take class indices, not each other's soft targets: one of them per batch
+    return [v2.RandomChoice(out)] if len(out) > 1 else out
+
+
 def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
-    import torchvision
     from torchvision.transforms import v2
 
     size = r.data.image_size
     # the model's own normalisation (timm ViTs: 0.5/0.5), which `dctnet convert` folds into the stem
     norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(*input_mean_std(r.model.arch))]
-    train_tf = v2.Compose([v2.RandomResizedCrop(size, scale=r.data.scale, antialias=True),
-                           v2.RandomHorizontalFlip(r.augment.hflip)]
-                          + ([v2.ColorJitter(r.augment.color_jitter, r.augment.color_jitter, r.augment.color_jitter)]
-                             if r.augment.color_jitter > 0 else []) + norm)
+    before, after = _torchvision_augment(r)
+    train_tf = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(size, scale=r.data.scale, antialias=True), *before,
+                           *norm[1:], *after])
     # evaluation: the centre square of side crop_fraction·min(H, W), resized to the input size in
     # float — the geometry and arithmetic dctnet's CenterCrop + device resize give the other input
     # paths, so every row of a comparison sees the same pixels up to the decoders' rounding.

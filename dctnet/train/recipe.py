@@ -82,11 +82,8 @@ class OptimConfig:
     grad_clip: float = 0.0            # max gradient norm (0: off)
 
 
-@dataclass
-class AugmentConfig:
-    hflip: float = 0.5                # probability of a horizontal flip
-    color_jitter: float = 0.0         # brightness/contrast/saturation strength (0: off)
-    mixup: float = 0.0                # mixup alpha (0: off)
+#: the training augmentation when a recipe names none: a horizontal flip of half the samples
+DEFAULT_AUGMENT: tuple[dict[str, Any], ...] = ({"name": "RandomHorizontalFlip", "p": 0.5},)
 
 
 @dataclass
@@ -110,7 +107,8 @@ class Recipe:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    # training augmentation on the device: dctnet.transforms by name with their arguments, in order
+    augment: list[dict[str, Any]] = field(default_factory=lambda: [dict(t) for t in DEFAULT_AUGMENT])
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -178,6 +176,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if number is None:
             raise RecipeError(f"{where}: expected a number, got {value!r}")
         return float(number)
+    if origin is list:  # the augment list: mappings with a name (their arguments are checked in _check)
+        if not isinstance(value, list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in value):
+            raise RecipeError(f"{where}: expected a list of transforms such as [{{name: RandomHorizontalFlip, p: 0.5}}, "
+                              f"{{name: Mixup, alpha: 0.8}}] (recipes/README.md lists them), got {value!r}")
+        return [dict(v) for v in value]
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise RecipeError(f"{where}: expected a string, got {value!r}")
@@ -278,8 +281,6 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "optim.weight_decay": (0, _INF, False, True), "optim.epochs": (1, _INF, False, True),
     "optim.warmup_epochs": (0, _INF, False, True), "optim.label_smoothing": (0, 1, False, True),
     "optim.stem_lr_mult": (0, _INF, False, True), "optim.grad_clip": (0, _INF, False, True),
-    "augment.hflip": (0, 1, False, False), "augment.color_jitter": (0, 1, False, False),
-    "augment.mixup": (0, _INF, False, True),
     "train.seed": (0, 2**63 - 1, False, False), "train.eval_every": (1, _INF, False, True),
     "train.log_every": (1, _INF, False, True), "train.torch_threads": (0, 4096, False, False),
     "train.max_steps": (0, _INF, False, True),
@@ -304,6 +305,13 @@ def _check(r: Recipe, where: str) -> None:
         bad(f"data.scale must satisfy 0 < lo <= hi <= 1, got {r.data.scale}")
     if not 8 <= r.data.synthetic_size[0] <= r.data.synthetic_size[1]:
         bad(f"data.synthetic_size must satisfy 8 <= lo <= hi, got {r.data.synthetic_size}")
+    from dctnet.transforms import build_transform
+
+    for i, spec in enumerate(r.augment):  # built once here, so a typo fails before any data is read
+        try:
+            build_transform(spec, num_classes=max(2, r.model.num_classes), seed=0)
+        except (TypeError, ValueError) as exc:
+            bad(f"augment[{i}] ({spec.get('name')}): {exc}")
     if r.data.source in ("cache", "shards") and r.model.input == "rgb":
         bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
             "baseline) reads image folders — use 'dct' or 'device-rgb'")

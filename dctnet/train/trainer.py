@@ -168,10 +168,9 @@ class Trainer:
         t0 = last = time.perf_counter()
         steps = 0
         seen = 0
-        for raw, labels in self.pipe.batches(train=True):
+        for x, target, labels in self.pipe.batches(train=True):
             now = time.perf_counter()
             wait += now - last
-            x, target = self.pipe.inputs(raw, labels, train=True)
             with self._autocast():
                 out = self.train_model(x)
                 loss = self.criterion(out.float(), target)
@@ -217,8 +216,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss·n, top1, top5, n
-        for raw, labels in self.pipe.batches(train=False):
-            x, target = self.pipe.inputs(raw, labels, train=False)
+        for x, target, labels in self.pipe.batches(train=False):
             with self._autocast():
                 out = self.model(x).float()
             k = min(5, out.shape[1])

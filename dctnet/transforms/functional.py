@@ -25,18 +25,30 @@ from torch import Tensor
 from dctnet import functional as F
 
 __all__ = [
-    "adjust_brightness", "adjust_contrast", "adjust_saturation", "cutmix", "erase", "frequency_dropout",
-    "hflip", "ijg_tables", "mixup", "normalize", "requantize", "rgb_to_grayscale", "rotate_chroma",
+    "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_to_rgb", "cutmix", "erase",
+    "flip_blocks", "frequency_dropout", "transpose_blocks", "hflip", "ijg_tables", "mixup", "normalize", "requantize", "rgb_to_grayscale", "rotate_chroma",
     "select_frequencies", "square_indices", "to_rgb", "from_rgb", "transpose", "vflip", "zigzag_first",
 ]
 
 _DC_SHIFT = 8.0 * 128.0  # a constant block of level s has DC 8·(s − 128): scaling s by b adds 8·128·(b − 1)
 
 
-def _sign(parity_of: str, device: torch.device, dtype: torch.dtype) -> Tensor:
-    k = torch.arange(64, device=device)
-    freq = k % 8 if parity_of == "u" else k // 8
-    return (1 - 2 * (freq % 2)).to(dtype)
+def flip_blocks(x: Tensor, axis: int) -> Tensor:
+    """Mirror blocks ``(..., Hb, Wb, 64)`` along a block axis (``-2``: left–right, ``-3``:
+    top–bottom), exactly: reverse the blocks and negate the frequencies that are odd in that
+    direction (a mirrored 8×8 DCT-II basis function of odd order changes sign)."""
+    if axis not in (-2, -3):
+        raise ValueError(f"axis must be -2 (columns) or -3 (rows), got {axis}")
+    k = torch.arange(64, device=x.device)
+    freq = k % 8 if axis == -2 else k // 8
+    return x.flip(axis) * (1 - 2 * (freq % 2)).to(x.dtype)
+
+
+def transpose_blocks(x: Tensor) -> Tensor:
+    """Transpose blocks ``(..., Hb, Wb, 64)`` → ``(..., Wb, Hb, 64)``: swap the grid axes and
+    transpose every 8×8 block (coefficient ``(v, u)`` becomes ``(u, v)``). Exact."""
+    *lead, hb, wb, _ = x.shape
+    return x.transpose(-3, -2).reshape(*lead, wb, hb, 8, 8).transpose(-1, -2).reshape(*lead, wb, hb, 64)
 
 
 def _select(mask: Tensor | None, new: Tensor, old: Tensor) -> Tensor:
@@ -47,18 +59,17 @@ def _select(mask: Tensor | None, new: Tensor, old: Tensor) -> Tensor:
 
 def hflip(x: Tensor, mask: Tensor | None = None) -> Tensor:
     """Horizontal flip of the samples where ``mask (B,)`` is True (all if None). Exact."""
-    return _select(mask, x.flip(-2) * _sign("u", x.device, x.dtype), x)
+    return _select(mask, flip_blocks(x, -2), x)
 
 
 def vflip(x: Tensor, mask: Tensor | None = None) -> Tensor:
     """Vertical flip. Exact."""
-    return _select(mask, x.flip(-3) * _sign("v", x.device, x.dtype), x)
+    return _select(mask, flip_blocks(x, -3), x)
 
 
 def transpose(x: Tensor, mask: Tensor | None = None) -> Tensor:
     """Swap image rows and columns (needs a square block grid when ``mask`` is given). Exact."""
-    b, c, hb, wb, _ = x.shape
-    t = x.transpose(-3, -2).reshape(b, c, wb, hb, 8, 8).transpose(-1, -2).reshape(b, c, wb, hb, 64)
+    t = transpose_blocks(x)
     return _select(mask, t, x) if mask is not None else t
 
 
