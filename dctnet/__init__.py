@@ -5,7 +5,8 @@ reconstruction, augmentation, normalization, DCT-domain stems — is batched tor
 (:mod:`dctnet.functional` and up).
 """
 
-from dctnet.codec import (
+from dctnet import codec as _codec
+from dctnet.codec import (  # noqa: F401  (re-exported: __all__ below)
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
     JpegCoefficients,
@@ -19,15 +20,5 @@ from dctnet.codec import (
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_PIXELS",
-    "JpegCoefficients",
-    "JpegError",
-    "JpegHeader",
-    "__version__",
-    "libjpeg_version",
-    "read_coefficients",
-    "read_coefficients_batch",
-    "read_header",
-]
+# the reader's public names (its Source type alias aside), plus the version
+__all__ = [name for name in _codec.__all__ if name != "Source"] + ["__version__"]

@@ -121,9 +121,21 @@ class JpegBatch(_TensorFields):
         return None
 
 
+@dataclass(kw_only=True)
 class _GroupedRows(_TensorFields):
-    """The tensor fields plus the per-group ``group_rows`` of a batch that still has to be
-    expanded on its device."""
+    """What a batch that still has to be expanded on its device shares with :class:`JpegBatch`:
+    per-sample metadata, the layout groups and their batch rows (keyword-only fields, so each
+    subclass lists its own data first)."""
+
+    valid: Tensor
+    boxes: Tensor
+    labels: Tensor
+    index: Tensor
+    layouts: tuple = ()
+    group_rows: tuple = ()
+    skipped: tuple = field(default=())
+
+    _META = ("valid", "boxes", "labels", "index")
 
     def tensors(self) -> list[Tensor]:
         return super().tensors() + list(self.group_rows)
@@ -135,7 +147,7 @@ class _GroupedRows(_TensorFields):
         return self.labels.shape[0]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SparseJpegBatch(_GroupedRows):
     """A batch still in the cache's sparse form (see :mod:`dctnet.data.sparse`): the host only
     concatenates compressed records; :func:`expand_sparse` builds the :class:`JpegBatch` on the
@@ -160,16 +172,8 @@ class SparseJpegBatch(_GroupedRows):
     blocks: Tensor
     offsets: Tensor
     windows: Tensor
-    valid: Tensor
-    boxes: Tensor
-    labels: Tensor
-    index: Tensor
-    layouts: tuple = ()
-    group_rows: tuple = ()
-    skipped: tuple = field(default=())
 
-    _TENSORS = ("masks", "values", "escapes", "tables", "blocks", "offsets", "windows", "valid", "boxes", "labels",
-                "index")
+    _TENSORS = ("masks", "values", "escapes", "tables", "blocks", "offsets", "windows", *_GroupedRows._META)
 
 
 
@@ -208,7 +212,7 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
                      index=batch.index, skipped=batch.skipped)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PackedJpegBatch(_GroupedRows):
     """A batch whose windows are packed without padding (a dense cache's ``device_expand``
     delivery): the host copies only the blocks inside each plane's window, and
@@ -228,15 +232,8 @@ class PackedJpegBatch(_GroupedRows):
     blocks: Tensor
     offsets: Tensor
     sizes: Tensor
-    valid: Tensor
-    boxes: Tensor
-    labels: Tensor
-    index: Tensor
-    layouts: tuple = ()
-    group_rows: tuple = ()
-    skipped: tuple = field(default=())
 
-    _TENSORS = ("blocks", "offsets", "sizes", "valid", "boxes", "labels", "index")
+    _TENSORS = ("blocks", "offsets", "sizes", *_GroupedRows._META)
 
 
 
