@@ -81,4 +81,4 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not unplaced, f"modules in no layer: {sorted(set(unplaced))}"
     assert not upward, "upward imports:\n" + "\n".join(upward)
     top = [m for _, m in imports_of(ROOT / "dctnet" / "__init__.py", "dctnet")]
-    assert all(layer_of(m) == 0 for m in top), top
+    assert all(layer_of(m) == 0 for m in top if m != "dctnet"), top
