@@ -177,7 +177,7 @@ class Pipeline:
 # ---------------------------------------------------------------------- CPU accounting
 class _WorkerCpu:
     """Collate for torchvision DataLoaders that stamps each batch with its worker's CPU time and
-    the samples :class:`_JpegImageFolder` skipped: ``(x, y, (worker, cpu_seconds, skipped))``."""
+    the samples :func:`_jpeg_image_folder` skipped: ``(x, y, (worker, cpu_seconds, skipped))``."""
 
     def __call__(self, samples):
         skipped = tuple(tuple(s) for s in samples if isinstance(s, _Skipped))
