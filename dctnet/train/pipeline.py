@@ -326,54 +326,53 @@ def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor
     return TF.normalize(x, mean, std)
 
 
-#: the torchvision baseline's counterpart of each dctnet transform a recipe can name: (class name,
-#: argument map); ``None``: DCT-only (no pixel-domain counterpart in torchvision)
+#: the torchvision baseline's counterpart of each dctnet transform a recipe can name: (torchvision
+#: v2 class, the arguments both take); the others are DCT-only
 _TORCHVISION_OPS = {
-    "RandomHorizontalFlip": ("RandomHorizontalFlip", {"p": "p"}),
-    "RandomVerticalFlip": ("RandomVerticalFlip", {"p": "p"}),
-    "RandomGrayscale": ("RandomGrayscale", {"p": "p"}),
-    "ColorJitter": ("ColorJitter", {"brightness": "brightness", "contrast": "contrast", "saturation": "saturation"}),
-    "RandAugment": ("RandAugment", {"num_ops": "num_ops", "magnitude": "magnitude", "num_magnitude_bins": "num_magnitude_bins"}),
-    "RandomRequantize": ("JPEG", {"quality": "quality"}),
-    "RandomErasing": ("RandomErasing", {"p": "p", "scale": "scale", "ratio": "ratio"}),
-    "Mixup": ("MixUp", {"alpha": "alpha"}),
-    "CutMix": ("CutMix", {"alpha": "alpha"}),
+    "RandomHorizontalFlip": ("RandomHorizontalFlip", ("p",)),
+    "RandomVerticalFlip": ("RandomVerticalFlip", ("p",)),
+    "RandomGrayscale": ("RandomGrayscale", ("p",)),
+    "ColorJitter": ("ColorJitter", ("brightness", "contrast", "saturation")),
+    "RandAugment": ("RandAugment", ("num_ops", "magnitude", "num_magnitude_bins")),
+    "RandomRequantize": ("JPEG", ("quality",)),
+    "RandomErasing": ("RandomErasing", ("p", "scale", "ratio")),
+    "Mixup": ("MixUp", ("alpha",)),
+    "CutMix": ("CutMix", ("alpha",)),
 }
+#: transforms whose ``p`` torchvision's class lacks: a RandomApply gives it
+_RANDOM_APPLY = ("ColorJitter", "RandomRequantize", "Mixup", "CutMix")
+#: batch-level mixers (applied to the collated batch, not in the workers)
+_MIXERS = ("Mixup", "CutMix")
 
 
-def _torchvision_ops(r: Recipe) -> list[tuple[str, object]]:
-    """The recipe's augment list as torchvision v2 objects ``(dctnet name, op)``, in order."""
+def _torchvision_op(spec: dict, num_classes: int):
+    """One augment entry as its torchvision v2 op, with dctnet's defaults for what it leaves out
+    (so both pipelines draw from the same ranges)."""
+    import inspect
+
     from torchvision.transforms import v2
 
-    ops = []
-    for spec in r.augment:
-        name = spec["name"]
-        if _TORCHVISION_OPS.get(name) is None:
-            raise ValueError(f"augment: {name} has no torchvision counterpart for model.input 'rgb' (a DCT-domain "
-                             "transform); use it with input 'dct' or 'device-rgb'")
-        cls, args = _TORCHVISION_OPS[name]
-        extra = [k for k, v in spec.items() if k != "name" and k not in args and not (k == "p" and v == 1.0)
-                 and not (k == "p" and name in ("ColorJitter", "RandomRequantize", "Mixup", "CutMix"))]
-        if extra:
-            raise ValueError(f"augment: {name}'s {', '.join(extra)} has no torchvision counterpart for model.input 'rgb'")
-        kwargs = {args[k]: (tuple(v) if isinstance(v, list) else v) for k, v in spec.items()
-                  if k != "name" and k in args}
-        if name == "ColorJitter" and spec.get("p", 1.0) != 1.0:
-            ops.append((name, v2.RandomApply([v2.ColorJitter(**kwargs)], p=spec["p"])))
-            continue
-        if name == "RandomRequantize":
-            op = v2.RandomApply([v2.JPEG(tuple(spec.get("quality", (30, 95))))], p=spec.get("p", 0.5))
-        elif name in ("Mixup", "CutMix"):
-            op = getattr(v2, cls)(num_classes=r.model.num_classes or 1000, **kwargs)
-        else:
-            op = getattr(v2, cls)(**kwargs)
-        ops.append((name, op))
-    return ops
+    name = spec["name"]
+    if name not in _TORCHVISION_OPS:
+        raise ValueError(f"augment: {name} has no torchvision counterpart for model.input 'rgb' (a DCT-domain "
+                         "transform); use it with input 'dct' or 'device-rgb'")
+    cls, shared = _TORCHVISION_OPS[name]
+    extra = [k for k, v in spec.items() if k not in ("name", *shared)
+             and not (k == "p" and (v == 1.0 or name in _RANDOM_APPLY))]
+    if extra:
+        raise ValueError(f"augment: {name}'s {', '.join(extra)} has no torchvision counterpart for model.input 'rgb'")
+    args = {k: v.default for k, v in inspect.signature(T.TRANSFORMS[name]).parameters.items()
+            if v.default is not inspect.Parameter.empty}
+    args.update({k: v for k, v in spec.items() if k != "name"})
+    kwargs = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in args.items() if k in shared}
+    op = getattr(v2, cls)(**kwargs, **({"num_classes": num_classes} if name in _MIXERS else {}))
+    p = args.get("p", 1.0)
+    return v2.RandomApply([op], p=p) if name in _RANDOM_APPLY and p != 1.0 else op
 
 
 def _torchvision_augment(r: Recipe) -> tuple[list, list]:
     """Per-sample torchvision ops for the workers: (before normalisation, after it — erasing)."""
-    ops = [(n, op) for n, op in _torchvision_ops(r) if n not in ("Mixup", "CutMix")]
+    ops = [(s["name"], _torchvision_op(s, 0)) for s in r.augment if s["name"] not in _MIXERS]
     return [op for n, op in ops if n != "RandomErasing"], [op for n, op in ops if n == "RandomErasing"]
 
 
@@ -381,12 +380,7 @@ def _torchvision_mixing(r: Recipe, num_classes: int) -> list:
     """Batch-level MixUp / CutMix for the torchvision baseline (with the data's class count)."""
     from torchvision.transforms import v2
 
-    out = []
-    for spec in r.augment:
-        if spec["name"] in ("Mixup", "CutMix"):
-            cls = v2.MixUp if spec["name"] == "Mixup" else v2.CutMix
-            mix = cls(alpha=spec.get("alpha", 0.2 if spec["name"] == "Mixup" else 1.0), num_classes=num_classes)
-            out.append(v2.RandomApply([mix], p=spec["p"]) if spec.get("p", 1.0) != 1.0 else mix)
+    out = [_torchvision_op(s, num_classes) for s in r.augment if s["name"] in _MIXERS]
     # torchvision's mixers take class indices, not each other's soft targets: one of them per batch
     return [v2.RandomChoice(out)] if len(out) > 1 else out
 

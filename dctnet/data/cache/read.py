@@ -126,17 +126,30 @@ class Cache:
         if planned is None:
             return None
         idx, rec, plan = planned
-        items = gather_items(rec["part"], rec["ncomp"], rec["blocks"].astype(np.int64),
-                             offset=rec["offset"].astype(np.int64),  # validated < 2^63 when the cache was opened
-                             nbytes=rec["nbytes"].astype(np.int64), table=idx, nvalues=rec["nvalues"],
-                             nescapes=rec["nescapes"])
+        items, fmt = self._items(idx, rec), self._fmt
         try:  # the C side checks every item against the part files, tables and outputs it is handed
-            fmt = 1 if self.format == "sparse" else 0
             return gather_collated(plan, lambda _, it, outs: _jpeg.gather_planes(self._parts, self.tables, it, fmt, outs),
                                    items, np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
-        except ValueError as exc:  # args: (message, batch position) for a bad record
-            j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
-            raise self._record_error(int(idx[j]), "its data does not match the index") from None
+        except ValueError as exc:
+            raise self._mismatch(exc, idx) from None
+
+    @property
+    def _fmt(self) -> int:
+        """The C gathers' record format code: 0 dense, 1 sparse."""
+        return 1 if self.format == "sparse" else 0
+
+    def _items(self, idx: np.ndarray, rec: np.ndarray) -> np.ndarray:
+        """The C gathers' item rows for index records ``rec`` (plane windows filled in later)."""
+        return gather_items(rec["part"], rec["ncomp"], rec["blocks"].astype(np.int64),
+                            offset=rec["offset"].astype(np.int64),  # validated < 2^63 when the cache was opened
+                            nbytes=rec["nbytes"].astype(np.int64), table=idx, nvalues=rec["nvalues"],
+                            nescapes=rec["nescapes"])
+
+    def _mismatch(self, exc: ValueError, positions: np.ndarray) -> CacheError:
+        """A C gather's ``ValueError(message, position)`` as the error naming the bad record;
+        ``positions`` maps the call's positions to dataset indices."""
+        j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+        return self._record_error(int(positions[j]), "its data does not match the index")
 
     def gather_packed(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
                       grid: tuple[int, int] | None = None, pin_memory: bool = False,
@@ -150,23 +163,19 @@ class Cache:
             return None
         idx, rec, plan = planned
         n = len(idx)
-        items = gather_items(rec["part"], rec["ncomp"], rec["blocks"].astype(np.int64),
-                             offset=rec["offset"].astype(np.int64), nbytes=rec["nbytes"].astype(np.int64), table=idx,
-                             nvalues=rec["nvalues"], nescapes=rec["nescapes"])
+        items = self._items(idx, rec)
         items[:, 15:31] = plan.pwin.reshape(n, 16)
         sizes = np.stack([plan.pwin[:, 1] - plan.pwin[:, 0], plan.pwin[:, 3] - plan.pwin[:, 2]], axis=2)  # (B, 4, 2)
         sizes[np.arange(4)[None, :] >= rec["ncomp"].astype(np.int64)[:, None]] = 0
         counts = (sizes[:, :, 0] * sizes[:, :, 1]).reshape(-1)
         offsets = (np.cumsum(counts) - counts).reshape(n, 4)
         blocks = batch_storage((int(counts.sum()), 64), pin_memory)
-        fmt = 1 if self.format == "sparse" else 0
         for (_, sampling), rows in zip(plan.layouts, plan.rows):
             try:
-                _jpeg.gather_packed(self._parts, self.tables, np.ascontiguousarray(items[rows]), fmt, blocks.numpy(),
-                                    np.ascontiguousarray(offsets[rows, :len(sampling)]))
+                _jpeg.gather_packed(self._parts, self.tables, np.ascontiguousarray(items[rows]), self._fmt,
+                                    blocks.numpy(), np.ascontiguousarray(offsets[rows, :len(sampling)]))
             except ValueError as exc:
-                j = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
-                raise self._record_error(int(idx[rows[j]]), "its data does not match the index") from None
+                raise self._mismatch(exc, idx[rows]) from None
         t = torch.from_numpy
         meta = t(np.concatenate([offsets, sizes.reshape(n, 8), plan.valid, plan.rel,
                                  np.asarray(targets, np.int64)[idx][:, None], idx[:, None]], axis=1))
@@ -190,7 +199,8 @@ class Cache:
             return None
         idx, rec, plan = planned
         blocks = rec["blocks"].astype(np.int64)                                    # (B, 4, 2)
-        nb = (blocks[:, :, 0] * blocks[:, :, 1]).sum(axis=1)
+        counts = blocks[:, :, 0] * blocks[:, :, 1]                                 # (B, 4) blocks per plane
+        nb = counts.sum(axis=1)
         nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
         # one buffer: every record's masks, then values, then (2-aligned) escapes; one C call
         # copies the 3 ranges of each record (a Python loop over records cost ~20 µs a sample)
@@ -211,10 +221,8 @@ class Cache:
         _jpeg.copy_ranges(self._parts, ranges.reshape(-1, 4), buf.numpy())
         masks, values, escapes = buf[:m_end].view(torch.int64), buf[m_end:v_end].view(torch.int8), \
             buf[e_start:total].view(torch.int16)
-        counts = blocks[:, :, 0] * blocks[:, :, 1]
-        first = np.concatenate([[0], np.cumsum(nb)[:-1]])
-        offsets = first[:, None] + np.concatenate([np.zeros((len(idx), 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]],
-                                                  axis=1)
+        flat = counts.reshape(-1)  # planes follow each other, record after record
+        offsets = (np.cumsum(flat) - flat).reshape(counts.shape)
         t = torch.from_numpy
         batch = SparseJpegBatch(
             masks=masks, values=values, escapes=escapes,
