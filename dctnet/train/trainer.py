@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dctnet.distributed import placement
 from dctnet.train.models import build_recipe_model
 from dctnet.train.optim import optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
@@ -34,17 +35,12 @@ from dctnet.train.recipe import Recipe
 __all__ = ["Trainer", "train"]
 
 
-def _dist_env() -> tuple[int, int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
 class Trainer:
     """Builds everything a recipe names and trains it: ``Trainer(recipe).fit()``."""
 
     def __init__(self, recipe: Recipe, *, resume: bool = False, log=None) -> None:
         self.recipe = r = recipe
-        self.rank, self.world_size, local = _dist_env()
+        self.rank, self.world_size, local = placement()
         want = r.train.device
         if want == "auto":
             want = f"cuda:{local}" if torch.cuda.is_available() else "cpu"

@@ -115,12 +115,16 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
 
 
 
+def _is_glob(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
 def _shard_list(src: Any) -> list[str] | None:
     """The tar shards ``src`` names (a list, a glob, one .tar, or a folder of .tar files), or None."""
     if isinstance(src, (list, tuple)):
         return [str(s) for s in src]
     text = str(src)
-    if any(ch in text for ch in "*?["):
+    if _is_glob(text):
         return sorted(glob.glob(text))
     p = Path(text)
     if p.is_file() and p.suffix == ".tar":
@@ -138,7 +142,7 @@ def _shard_pattern(src: Any, root: str) -> str | None:
     if isinstance(src, (list, tuple, ImageFolderDataset)):
         return None
     text = str(src)
-    if any(ch in text for ch in "*?["):
+    if _is_glob(text):
         return os.path.relpath(os.path.abspath(text), root)
     return "*.tar" if Path(text).is_dir() else None
 
