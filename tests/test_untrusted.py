@@ -175,7 +175,9 @@ def test_hostile_meta_json_is_refused(cache420):
     cache = cache420["dense"]
     meta = json.loads((cache / "meta.json").read_text())
     for key, value in (("parts", ["../../../etc/passwd"]), ("parts", ["/etc/passwd"]), ("num_samples", 10**9),
-                       ("format", "raw"), ("sources", None), ("classes", [1, 2])):
+                       ("format", "raw"), ("sources", None), ("classes", [1, 2]),
+                       ("shard_pattern", "../../*.tar"), ("shard_pattern", "/etc/*"), ("shard_pattern", 3),
+                       ("shard_pattern", "")):
         bad = dict(meta, **{key: value})
         (cache / "meta.json").write_text(json.dumps(bad))
         with pytest.raises(D.CacheError, match="meta.json|format"):
