@@ -170,6 +170,23 @@ def test_torchvision_pipeline_and_flip_augmentation(shapes, tmp_path):
     torch.testing.assert_close(back, want, atol=1e-3, rtol=1e-4)
 
 
+def test_torchvision_baseline_runs_the_cpu_recipes_augment_list(shapes, tmp_path):
+    """The evidence recipes' list (flip, RandAugment, Mixup, CutMix, erasing) maps onto torchvision
+    v2 in the RGB baseline: per-sample ops on the PIL crop, one mixer per batch with soft targets."""
+    import yaml
+
+    listed = yaml.safe_load((ROOT / "recipes" / "imagenette" / "resnet18_rgb_cpu.yaml").read_text())["augment"]
+    assert {a["name"] for a in listed} >= {"RandAugment", "Mixup", "CutMix", "RandomErasing"}
+    r = load_recipe(tiny(shapes, tmp_path, model__input="rgb", augment=listed))
+    pipe = build_pipeline(r, torch.device("cpu"))
+    pipe.set_epoch(0)
+    x, target, labels = next(pipe.batches(train=True))
+    assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and torch.isfinite(x).all()
+    assert labels.dtype == torch.int64 and target.shape[0] == 16
+    if target.is_floating_point():  # a mixer ran: rows are distributions over the classes
+        torch.testing.assert_close(target.sum(1), torch.ones(16))
+
+
 # ---------------------------------------------------------------------- training
 def test_training_learns_and_writes_its_outputs(shapes, tmp_path):
     path = tiny(shapes, tmp_path, optim__epochs=5, optim__lr=0.02, data__image_size=48)
