@@ -356,3 +356,30 @@ def test_resume_refuses_a_checkpoint_of_another_model(shapes, tmp_path):
     with pytest.raises(ValueError, match="different model or optimizer"):
         Trainer(load_recipe(path, ["model.stem=dct-up"]), resume=True)
     assert (tmp_path / "run" / "recipe.yaml").read_text() == before
+
+
+def test_data_wait_counts_only_the_host_loader():
+    """The data wait is the time ``next`` blocks on the host loader; whatever the consumer does
+    with a batch (on a CPU device: the device step and the model) is not waiting (a fake clock:
+    each host batch costs 1 tick, each consumer step 10)."""
+    from types import SimpleNamespace
+
+    from dctnet.train.pipeline import _TimedLoader
+
+    now = [0.0]
+
+    class Host:
+        def __len__(self):
+            return 3
+
+        def __iter__(self):
+            for i in range(3):
+                now[0] += 1.0
+                yield i
+
+    owner = SimpleNamespace(wait_seconds=0.0)
+    timed = _TimedLoader(Host(), owner, clock=lambda: now[0])
+    assert len(timed) == 3
+    for _ in timed:
+        now[0] += 10.0
+    assert owner.wait_seconds == 3.0 and now[0] == 33.0

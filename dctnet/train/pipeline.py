@@ -83,6 +83,8 @@ class Pipeline:
         self.to_rgb = T.ToRGB.for_model(r.model.arch).to(self.device)
         #: the torchvision baseline's batch-level mixing (MixUp / CutMix of torchvision v2)
         self.rgb_mixing = _torchvision_mixing(r, self.num_classes) if r.model.input == "rgb" else []
+        #: seconds the training loop spent blocked on the host loaders (see :class:`_TimedLoader`)
+        self.wait_seconds = 0.0
         self.set_epoch(0)
 
     # ------------------------------------------------------------------ epochs
@@ -95,6 +97,12 @@ class Pipeline:
                 loader.sampler.set_epoch(epoch)
         self.step = 0
 
+    def data_wait_seconds(self) -> float:
+        """Seconds spent blocked on the next host batch so far. The device step (crop, resize,
+        augmentation) is not part of it: on a CPU device it runs on the training cores, and
+        counting it as waiting would blame the loader for the model's own input work."""
+        return self.wait_seconds
+
     def data_cpu_seconds(self) -> float:
         """Host CPU seconds spent producing batches so far (loader threads or worker processes)."""
         return _cpu_of(self.train_loader) + _cpu_of(self.val_loader)
@@ -102,7 +110,7 @@ class Pipeline:
     def batches(self, train: bool) -> Iterator[tuple[Tensor | tuple[Tensor, Tensor], Tensor, Tensor]]:
         """``(inputs, targets, labels)`` on the device: model inputs after the device step, the
         loss targets (soft under mixup/cutmix) and the class indices (for accuracy)."""
-        loader = self.train_loader if train else self.val_loader
+        loader = _TimedLoader(self.train_loader if train else self.val_loader, self)
         split = "train" if train else "val"
         self.step = 0
         if self.recipe.model.input == "rgb":
@@ -236,6 +244,31 @@ class _RgbLoader:
             if wid >= 0:
                 self.seen[wid] = max(self.seen.get(wid, 0.0), cpu)
             yield x, y, (wid, cpu, skipped)
+
+
+class _TimedLoader:
+    """Iterates ``loader`` and adds the time each ``next`` blocks to ``owner.wait_seconds``.
+
+    The device prefetcher pulls host batches from the training thread itself, so this is exactly
+    the time the step waited for data, whatever the prefetcher then does on the device."""
+
+    def __init__(self, loader, owner, clock=time.perf_counter) -> None:
+        self.loader, self.owner, self.clock = loader, owner, clock
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        it = iter(self.loader)
+        while True:
+            t = self.clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            finally:
+                self.owner.wait_seconds += self.clock() - t
+            yield batch
 
 
 def _cpu_of(loader) -> float:
