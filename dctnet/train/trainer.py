@@ -3,10 +3,11 @@
 Per step: wait for the next host batch (timed: the *data wait*, the device step excluded), device
 transforms, forward and backward under autocast, optimizer and per-step schedule (linear warm-up,
 cosine to zero). Running sums stay on the device (no host sync inside the step); they are read
-every ``log_every`` steps and at the end of the epoch. After each epoch: evaluation (sums all-reduced across ranks, so the
-validation set counts once in total), one JSON line in ``metrics.jsonl``, and an atomic
-``last.pt`` with everything ``--resume`` needs. Data order, crops and augmentation draws are
-functions of ``(seed, epoch, index/rank)``, so a resumed run continues exactly where it stopped.
+every ``log_every`` steps and at the end of the epoch. After each epoch: evaluation (sums
+all-reduced across ranks, so the validation set counts once in total), one JSON line in
+``metrics.jsonl``, and an atomic ``last.pt`` with everything ``--resume`` needs. Data order,
+crops and augmentation draws are functions of ``(seed, epoch, index/rank)``, so a resumed run
+continues exactly where it stopped.
 """
 
 from __future__ import annotations
@@ -160,12 +161,10 @@ class Trainer:
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss·n, correct, n
         bar = self._progress(self.steps_per_epoch, f"epoch {epoch + 1}/{r.optim.epochs}")
         cpu0, wait0 = self.pipe.data_cpu_seconds(), self.pipe.data_wait_seconds()
-        wait = 0.0
         t0 = time.perf_counter()
         steps = 0
         seen = 0
         for x, target, labels in self.pipe.batches(train=True):
-            wait = self.pipe.data_wait_seconds() - wait0
             with self._autocast():
                 out = self.train_model(x)
                 loss = self.criterion(out.float(), target)
@@ -188,6 +187,7 @@ class Trainer:
                 if steps % r.train.log_every == 0:
                     el = time.perf_counter() - t0
                     s = sums.tolist()  # host sync, once every log_every steps
+                    wait = self.pipe.data_wait_seconds() - wait0
                     bar.set_postfix_str(f"loss {s[0] / s[2]:.3f} acc {s[1] / s[2]:.3f} "
                                         f"{seen * self.world_size / el:.0f} img/s wait {wait / el:.0%}")
             if steps >= self.steps_per_epoch:
