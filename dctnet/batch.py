@@ -37,10 +37,10 @@ class _TensorFields:
     _TENSORS: tuple[str, ...] = ()
 
     def tensors(self) -> list[Tensor]:
-        return [getattr(self, n) for n in self._TENSORS]
+        return [t for t in (getattr(self, n) for n in self._TENSORS) if t is not None]
 
-    def _map(self, fn: Callable[[Tensor], Tensor]):
-        return replace(self, **{n: fn(getattr(self, n)) for n in self._TENSORS})
+    def _map(self, fn: Callable[[Tensor], Tensor]):  # optional fields (None) stay None
+        return replace(self, **{n: fn(t) for n in self._TENSORS if (t := getattr(self, n)) is not None})
 
     def pin_memory(self):
         """Page-locked copies (``DataLoader(pin_memory=True)`` calls this)."""
@@ -89,10 +89,18 @@ class JpegBatch(_TensorFields):
         groups: one :class:`PlaneGroup` per layout present, in order of first appearance.
         valid: ``int64 (B, 2)`` (height, width) in pixels of real image content in each window
             (the image edge, where decoders replicate samples); the rest is padding.
-        boxes: ``int64 (B, 4)`` crop box (top, left, height, width) in pixels within the window.
+        boxes: ``int64 (B, 4)`` crop box (top, left, height, width) in pixels relative to the
+            window: the region resized. Without ``resize`` it lies in the window. With it, it is
+            the whole image, and may start before the window and end past it.
         labels: ``int64 (B,)`` class indices.
         index: ``int64 (B,)`` dataset indices of the samples (for bookkeeping and tests).
         skipped: ``(index, name, reason)`` of samples the loader dropped under ``on_error="skip"``.
+        resize: ``None`` (training crops): each box is resized straight to the output size. Or
+            ``int64 (B, 4)`` = (height, width, top, left) (an eval crop,
+            :class:`dctnet.data.ResizeCenterCrop`): each box is resized to height × width and the
+            output-size crop at (top, left) of that is kept — timm's and torchvision's
+            ``Resize`` + ``CenterCrop``. A negative top/left or a crop past the end is padding.
+            The window still holds every pixel the kept crop reads.
     """
 
     groups: tuple[PlaneGroup, ...]
@@ -101,8 +109,9 @@ class JpegBatch(_TensorFields):
     labels: Tensor
     index: Tensor
     skipped: tuple = field(default=())
+    resize: Tensor | None = None
 
-    _TENSORS = ("valid", "boxes", "labels", "index")
+    _TENSORS = ("valid", "boxes", "labels", "index", "resize")
 
     def tensors(self) -> list[Tensor]:
         return [t for g in self.groups for t in g.tensors()] + super().tensors()
@@ -134,8 +143,9 @@ class _GroupedRows(_TensorFields):
     layouts: tuple = ()
     group_rows: tuple = ()
     skipped: tuple = field(default=())
+    resize: Tensor | None = None
 
-    _META = ("valid", "boxes", "labels", "index")
+    _META = ("valid", "boxes", "labels", "index", "resize")
 
     def tensors(self) -> list[Tensor]:
         return super().tensors() + list(self.group_rows)
@@ -160,7 +170,7 @@ class SparseJpegBatch(_GroupedRows):
             ``int64 (B, 4)`` first block of each plane.
         windows: ``int64 (B, 4, 4)`` each plane's window in blocks: rows ``[0]..[1]``, columns
             ``[2]..[3]``, per component.
-        valid, boxes, labels, index, skipped: as :class:`JpegBatch`.
+        valid, boxes, labels, index, skipped, resize: as :class:`JpegBatch`.
         layouts: per group ``(color_space, sampling, (R, C))``: layout and grid in MCUs.
         group_rows: per group ``int64 (n,)`` batch positions.
     """
@@ -209,7 +219,7 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
                                       gc * h) for c, (h, v) in enumerate(sampling))
         groups.append(PlaneGroup(color_space, tuple(sampling), planes, rows))
     return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
-                     index=batch.index, skipped=batch.skipped)
+                     index=batch.index, skipped=batch.skipped, resize=batch.resize)
 
 
 @dataclass(kw_only=True)
@@ -225,7 +235,7 @@ class PackedJpegBatch(_GroupedRows):
         offsets: ``int64 (B, 4)`` first block of each component's window in ``blocks``.
         sizes: ``int64 (B, 4, 2)`` each component's window (rows, columns) in blocks (zero for
             absent components).
-        valid, boxes, labels, index, skipped: as :class:`JpegBatch`.
+        valid, boxes, labels, index, skipped, resize: as :class:`JpegBatch`.
         layouts, group_rows: as :class:`SparseJpegBatch`.
     """
 
@@ -254,7 +264,7 @@ def expand_packed(batch: PackedJpegBatch) -> JpegBatch:
             planes.append(_window_blocks(batch.blocks, offsets[:, c], rh, rw, zero, rh, zero, rw, out_h, out_w))
         groups.append(PlaneGroup(color_space, tuple(sampling), tuple(planes), rows))
     return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
-                     index=batch.index, skipped=batch.skipped)
+                     index=batch.index, skipped=batch.skipped, resize=batch.resize)
 
 
 def as_jpeg_batch(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch) -> JpegBatch:

@@ -306,6 +306,47 @@ def test_batch_size_does_not_change_kernel_count():
     assert count(2) == count(32)
 
 
+def _old_bilinear_matrices(starts, lengths, in_size, out_size):
+    """The bilinear resize matrices as dctnet computed them before bicubic (the reference for
+    "bit-identical": training crops must not move)."""
+    lengths = lengths.to(torch.float64)
+    scale = (lengths / out_size)[:, None]
+    i = torch.arange(out_size, dtype=torch.float64)[None, :]
+    centre = scale * (i + 0.5)
+    support = torch.clamp(scale, min=1.0)
+    lo = torch.clamp(torch.trunc(centre - support + 0.5), min=0.0)
+    hi = torch.minimum(torch.trunc(centre + support + 0.5), lengths[:, None])
+    j = torch.arange(in_size, dtype=torch.float64)[None, None, :] - starts.to(torch.float64)[:, None, None]
+    w = torch.clamp(1.0 - torch.abs((j - centre[..., None] + 0.5) / support[..., None]), min=0.0)
+    w = w * ((j >= lo[..., None]) & (j < hi[..., None]))
+    return (w / w.sum(-1, keepdim=True).clamp(min=1e-12)).float()
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_resize_matrices_are_torch_antialiased_interpolate(interpolation):
+    """Every window/output size pair from 1 to 40 (up, down, odd ratios): the matrix applied to
+    the window == ``interpolate(mode, antialias=True, align_corners=False)`` of the window, float64."""
+    g = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for length in range(1, 41, 3):
+        for out in range(1, 41, 2):
+            start = int(torch.randint(0, 5, (1,), generator=g))
+            x = torch.rand(start + length + 3, generator=g, dtype=torch.float64)
+            m = F.resize_matrices(torch.tensor([start]), torch.tensor([length]), x.shape[0], out,
+                                  interpolation=interpolation, dtype=torch.float64)[0]
+            want = torch.nn.functional.interpolate(x[start:start + length].reshape(1, 1, 1, -1), size=(1, out),
+                                                   mode=interpolation, antialias=True, align_corners=False).flatten()
+            worst = max(worst, (m @ x - want).abs().max().item())
+    assert worst < 1e-12, worst
+
+
+def test_bilinear_resize_matrices_are_unchanged():
+    g = torch.Generator().manual_seed(1)
+    starts, lengths = torch.randint(0, 50, (64,), generator=g), torch.randint(1, 300, (64,), generator=g)
+    for out in (7, 64, 224, 333):
+        assert torch.equal(F.resize_matrices(starts, lengths, 360, out), _old_bilinear_matrices(starts, lengths, 360, out))
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_to_rgb_on_cuda_matches_cpu():

@@ -10,7 +10,16 @@ the file and the reason — or ``"skip"``, which drops the sample and reports it
 """
 
 from dctnet.data.cache import CacheDataset, CacheError, build_cache, open_cache
-from dctnet.data.crop import CenterCrop, FullImage, RandomResizedCrop, draw_boxes, mcu_window, mcu_windows
+from dctnet.data.crop import (
+    CenterCrop,
+    FullImage,
+    RandomResizedCrop,
+    ResizeCenterCrop,
+    crop_frames,
+    draw_boxes,
+    mcu_window,
+    mcu_windows,
+)
 from dctnet.data.dataset import (
     CoefficientSample,
     ImageFolderDataset,
@@ -25,6 +34,7 @@ from dctnet.data.verify import format_report, verify_dataset
 from dctnet.data.stats import compute_stats
 
 __all__ = [
+    "crop_frames",
     "draw_boxes",
     "mcu_windows",
     "Folds",
@@ -44,6 +54,7 @@ __all__ = [
     "FullImage",
     "ImageFolderDataset",
     "RandomResizedCrop",
+    "ResizeCenterCrop",
     "TarShardDataset",
     "ThreadLoader",
     "UnusedFilesWarning",

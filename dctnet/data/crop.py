@@ -12,6 +12,19 @@ The box stays exact; what is snapped to the MCU grid is the window of blocks cut
 around it, reaching at least 2 luma pixels past the box so that libjpeg's chroma upsampling at
 the box edge sees the real neighbouring chroma sample. The window is pure slicing of the
 coefficient planes: no pixel work on the CPU.
+
+Two kinds of policy:
+
+- **crop, then resize** (:class:`RandomResizedCrop`, :class:`CenterCrop`, :class:`FullImage`):
+  torchvision's ``resized_crop`` cuts the box first, so the resize filter never reads past it; the
+  2-pixel margin is for chroma upsampling only.
+- **resize, then crop** (:class:`ResizeCenterCrop`, timm's and torchvision's eval transform):
+  the whole image is resized and a centre crop of the output kept. That is a fractional box of
+  source pixels whose filter taps, clipped to the image and not to the box, reach
+  ``R·max(scale, 1)`` pixels past it (``R`` = 2 for bicubic). Such a policy has ``boxes()`` give
+  the *read box* (every pixel a kept output reads, for the window) and ``frames()`` the
+  geometry the batch carries (:attr:`dctnet.batch.JpegBatch.resize`); :func:`crop_frames` is
+  the switch the planners use.
 """
 
 from __future__ import annotations
@@ -24,7 +37,8 @@ import numpy as np
 
 from dctnet import _jpeg
 
-__all__ = ["CenterCrop", "FullImage", "RandomResizedCrop", "mcu_window", "mcu_windows", "uniforms"]
+__all__ = ["CROP_MODES", "CenterCrop", "FullImage", "RandomResizedCrop", "ResizeCenterCrop", "crop_frames", "mcu_window",
+           "mcu_windows", "uniforms"]
 
 Box = tuple[int, int, int, int]  # top, left, height, width in pixels
 
@@ -86,8 +100,10 @@ class RandomResizedCrop:
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """Eval crop: the centred square of side ``crop_fraction · min(H, W)`` (torchvision's
-    ``Resize(256) + CenterCrop(224)`` is ``crop_fraction = 0.875``), as torchvision rounds it."""
+    """Eval crop: the centred square of side ``crop_fraction · min(H, W)``, as torchvision rounds
+    it, then resized. That is torchvision's ``Resize(256) + CenterCrop(224)`` (``crop_fraction =
+    0.875``) up to a sub-pixel shift. The exact transform, and timm's, resize first:
+    :class:`ResizeCenterCrop`."""
 
     crop_fraction: float = 0.875
 
@@ -115,6 +131,144 @@ class FullImage:
 
     def box(self, height: int, width: int, seed: int = 0, epoch: int = 0, index: int = 0) -> Box:
         return 0, 0, height, width
+
+
+#: timm's eval ``crop_mode`` values (``timm.data.transforms_factory.transforms_imagenet_eval``)
+CROP_MODES = ("center", "squash", "border")
+#: the widest filter support the device resize has (bicubic: 2 input pixels, times the shrink)
+_READ_SUPPORT = 2.0
+
+
+@dataclass(frozen=True)
+class ResizeCenterCrop:
+    """Eval crop, resize then crop: timm's ``create_transform(is_training=False)`` geometry — and
+    torchvision's ``Resize(256) + CenterCrop(224)`` (``size=224, crop_pct=0.875``).
+
+    ``size``: the output (h, w) (an int: square). The image is resized to ``scale_size =
+    floor(size / crop_pct)`` per axis, with the aspect rule of ``crop_mode``:
+
+    - ``"center"``: the shorter side becomes ``scale_size`` and the longer ``int(scale_size·long/short)``
+      (torchvision's ``Resize(int)``); for a non-square size, timm's ``ResizeKeepRatio``:
+      ``round(side / min(H/sh, W/sw))``;
+    - ``"squash"``: exactly ``scale_size`` (the aspect ratio is not kept);
+    - ``"border"``: the longer side fits ``scale_size`` (``ResizeKeepRatio(longest=1)``).
+
+    Then the ``size`` crop at ``round((resized − size)/2)`` is kept. Where the resized image is
+    smaller (``"border"``, ``crop_pct > 1``), it is centred with ``(size − resized)//2``
+    pixels of padding before it. The padding is black for torchvision's ``CenterCrop``, and
+    timm's mean colour for ``"border"`` (:meth:`fill`).
+
+    On the device the interpolation is free: bilinear or bicubic (``crops_to_rgb(...,
+    interpolation=)``). The read box covers the wider bicubic taps, so one batch serves both.
+    The crop is deterministic: ``seed``/``epoch``/``index`` are ignored.
+    """
+
+    size: int | tuple[int, int] = 224
+    crop_pct: float = 0.875
+    crop_mode: str = "center"
+
+    def __post_init__(self) -> None:
+        size = (self.size, self.size) if isinstance(self.size, (int, np.integer)) else tuple(self.size)
+        if len(size) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in size):
+            raise ValueError(f"ResizeCenterCrop: size must be a positive int or (h, w), not {self.size!r}")
+        object.__setattr__(self, "size", (int(size[0]), int(size[1])))
+        if not (isinstance(self.crop_pct, (int, float)) and math.isfinite(self.crop_pct) and self.crop_pct > 0):
+            raise ValueError(f"ResizeCenterCrop: crop_pct must be a positive number, not {self.crop_pct!r}")
+        if self.crop_mode not in CROP_MODES:
+            raise ValueError(f"ResizeCenterCrop: crop_mode must be one of {CROP_MODES}, not {self.crop_mode!r}")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ResizeCenterCrop:
+        """The crop of a data config (:func:`dctnet.transforms.normalization.data_config`, or
+        timm's ``resolve_data_config``): ``input_size`` (C, H, W), ``crop_pct``, ``crop_mode``."""
+        _, h, w = config["input_size"]
+        return cls((int(h), int(w)), float(config.get("crop_pct") or 0.875), config.get("crop_mode") or "center")
+
+    def fill(self, mean: tuple[float, float, float] | None = None) -> tuple[float, float, float]:
+        """RGB in [0, 1] of the padding: timm's ``"border"`` pads with ``round(255·mean)`` (the
+        model's ``mean``), torchvision's ``CenterCrop`` with black. For ``crops_to_rgb(fill=)``."""
+        if self.crop_mode == "border" and mean is not None:
+            return tuple(round(255 * float(m)) / 255 for m in mean)  # type: ignore[return-value]
+        return (0.0, 0.0, 0.0)
+
+    def resized_sizes(self, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``int64 (B,)`` heights and widths each image is resized to (the rules of the class
+        docstring, in timm's / torchvision's float arithmetic and rounding)."""
+        h = np.atleast_1d(np.asarray(heights, np.int64))
+        w = np.atleast_1d(np.asarray(widths, np.int64))
+        sh, sw = self.size
+        lh, lw = math.floor(sh / self.crop_pct), math.floor(sw / self.crop_pct)
+        if self.crop_mode == "squash":
+            return np.full_like(h, lh), np.full_like(w, lw)
+        if self.crop_mode == "center" and lh == lw:  # torchvision's Resize(int): the shorter side
+            short, long = np.minimum(h, w), np.maximum(h, w)
+            # int(lh * long / short), in Python's float arithmetic: truncation, as torchvision does
+            new_long = np.trunc(lh * long.astype(np.float64) / short).astype(np.int64)
+            return np.where(w <= h, new_long, lh), np.where(w <= h, lw, new_long)
+        # timm's ResizeKeepRatio: one ratio for both sides, the smaller ("center") or larger ("border")
+        rh, rw = h / lh, w / lw
+        ratio = np.minimum(rh, rw) if self.crop_mode == "center" else np.maximum(rh, rw)
+        return np.rint(h / ratio).astype(np.int64), np.rint(w / ratio).astype(np.int64)  # Python's round
+
+    def frames(self, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(sources, resize)``, ``int64 (B, 4)`` each: the region resized, (0, 0, H, W) in image
+        pixels (the whole image), and (height, width, top, left) of the resize and the kept
+        crop in it (:attr:`dctnet.batch.JpegBatch.resize`)."""
+        h = np.atleast_1d(np.asarray(heights, np.int64))
+        w = np.atleast_1d(np.asarray(widths, np.int64))
+        rh, rw = self.resized_sizes(h, w)
+        top, left = _centre_offset(rh, self.size[0]), _centre_offset(rw, self.size[1])
+        zero = np.zeros_like(h)
+        return np.stack([zero, zero, h, w], axis=1), np.stack([rh, rw, top, left], axis=1)
+
+    def boxes(self, heights: np.ndarray, widths: np.ndarray, seed: int = 0, epoch: int = 0,
+              index: np.ndarray | None = None) -> np.ndarray:
+        """``int64 (B, 4)`` read boxes (top, left, height, width) in image pixels: every source
+        pixel a kept output's bicubic (or bilinear) taps read, and one more each side against
+        float rounding in the tap bounds, inside the image. The window is planned around it; the
+        batch carries :meth:`frames`."""
+        h = np.atleast_1d(np.asarray(heights, np.int64))
+        w = np.atleast_1d(np.asarray(widths, np.int64))
+        _, resize = self.frames(h, w)
+        top, height = _read_span(h, resize[:, 0], resize[:, 2], self.size[0])
+        left, width = _read_span(w, resize[:, 1], resize[:, 3], self.size[1])
+        return np.stack([top, left, height, width], axis=1)
+
+    def box(self, height: int, width: int, seed: int = 0, epoch: int = 0, index: int = 0) -> Box:
+        """:meth:`boxes` for one image."""
+        return tuple(int(v) for v in self.boxes(np.array([height]), np.array([width]))[0])
+
+
+def _centre_offset(resized: np.ndarray, size: int) -> np.ndarray:
+    """Top (or left) of a centre crop of ``size`` in ``resized`` pixels, as torchvision's
+    ``center_crop`` and timm's ``center_crop_or_pad`` place it: ``round((resized − size)/2)``
+    (half to even, Python's ``round``), or ``−((size − resized)//2)`` when the crop is larger and
+    the image is padded first (``(size − resized)//2`` pixels before it)."""
+    return np.where(size > resized, -((size - resized) // 2), np.rint((resized - size) / 2.0).astype(np.int64))
+
+
+def _read_span(length: np.ndarray, resized: np.ndarray, offset: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, length)`` of the source pixels the kept outputs ``offset .. offset + size − 1``
+    of a resize of ``length`` to ``resized`` samples read: the taps of the first and last kept
+    output inside the resized axis, computed as :func:`dctnet.functional.resize_matrices` does
+    (the same float64 expressions), at the bicubic support, one pixel wider each side, clipped
+    to the image."""
+    scale = length.astype(np.float64) / resized
+    first = np.maximum(offset, 0).astype(np.float64)
+    last = (np.minimum(offset + size, resized) - 1).astype(np.float64)
+    support = np.maximum(scale, 1.0) * _READ_SUPPORT
+    lo = np.maximum(np.trunc(scale * (first + 0.5) - support + 0.5) - 1, 0).astype(np.int64)
+    hi = np.minimum(np.trunc(scale * (last + 0.5) + support + 0.5) + 1, length).astype(np.int64)
+    hi = np.maximum(hi, np.minimum(lo + 1, length))  # never empty (all padding cannot happen; be safe)
+    return lo, hi - lo
+
+
+def crop_frames(crop: Any, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``crop.frames(heights, widths)`` for a resize-then-crop policy (:class:`ResizeCenterCrop`),
+    ``None`` for a crop-then-resize one: what the planners call to fill
+    :attr:`dctnet.batch.JpegBatch.resize` and the boxes it goes with."""
+    frames = getattr(crop, "frames", None)
+    return None if frames is None else frames(np.asarray(heights, np.int64), np.asarray(widths, np.int64))
 
 
 def draw_boxes(crop, heights, widths, seed: int, epoch, index) -> np.ndarray:

@@ -30,7 +30,7 @@ import torch
 
 from dctnet import _jpeg
 from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients, read_coefficients_batch
-from dctnet.data.crop import Box, FullImage, draw_boxes, mcu_windows
+from dctnet.data.crop import Box, FullImage, crop_frames, draw_boxes, mcu_windows
 from dctnet.batch import Sampling
 from dctnet.transforms import functional as TF
 
@@ -74,6 +74,8 @@ class CoefficientSample:
         valid: (height, width) in pixels of image content in the window.
         box: (top, left, height, width) crop box in pixels relative to the window.
         label, index: class index and dataset index.
+        resize: (height, width, top, left) of a resize-then-crop policy, or ``None``
+            (:attr:`dctnet.batch.JpegBatch.resize`; ``box`` is then the whole image).
     """
 
     planes: tuple[np.ndarray, ...]
@@ -83,6 +85,7 @@ class CoefficientSample:
     box: Box
     label: int
     index: int
+    resize: tuple[int, int, int, int] | None = None
 
     @property
     def layout(self) -> tuple[str, Sampling]:
@@ -145,13 +148,17 @@ def samples_from_coefficients(coeffs: Sequence[Any], crop: Any, labels: Sequence
     idx = np.asarray(indices, np.int64)
     boxes = draw_boxes(crop, hs, ws, seed, np.asarray(epochs, np.int64), idx)
     win = mcu_windows(boxes, hs, ws, (mcus[:, 0], mcus[:, 1]))
+    frames = crop_frames(crop, hs, ws)  # resize-then-crop: the windows hold the read boxes
+    sources, resizes = (boxes.tolist(), [None] * len(boxes)) if frames is None else (frames[0].tolist(),
+                                                                                      frames[1].tolist())
     out = []
-    for (p, sampling, cs, h, w), (mh, mw), box, (r0, r1, c0, c1), label, index in zip(
-            planes, mcus.tolist(), boxes.tolist(), win.tolist(), labels, indices):
+    for (p, sampling, cs, h, w), (mh, mw), box, resize, (r0, r1, c0, c1), label, index in zip(
+            planes, mcus.tolist(), sources, resizes, win.tolist(), labels, indices):
         out.append(CoefficientSample(
             planes=tuple(pl[r0 * v:r1 * v, c0 * hh:c1 * hh] for pl, (hh, v) in zip(p, sampling)), sampling=sampling,
             color_space=cs, valid=(min(h - mh * r0, mh * (r1 - r0)), min(w - mw * c0, mw * (c1 - c0))),
-            box=(box[0] - mh * r0, box[1] - mw * c0, box[2], box[3]), label=label, index=index))
+            box=(box[0] - mh * r0, box[1] - mw * c0, box[2], box[3]), label=label, index=index,
+            resize=None if resize is None else tuple(resize)))
     return out
 
 
@@ -331,7 +338,7 @@ class ImageFolderDataset(CropDataset):
         h, w, ncomp = head[:, 1], head[:, 2], head[:, 3]
         sampling, blocks = head[:, 8:16].reshape(-1, 4, 2), head[:, 16:24].reshape(-1, 4, 2)
         boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
-        plan = plan_batch(head[:, 4], ncomp, sampling, h, w, boxes, grid)
+        plan = plan_batch(head[:, 4], ncomp, sampling, h, w, boxes, grid, crop_frames(self.crop, h, w))
         items = gather_items(good, ncomp, blocks)  # part: the file's position in `files`
         labels = np.array([self.samples[i][1] for i in idx.tolist()], np.int64)
         try:

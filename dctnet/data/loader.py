@@ -80,10 +80,14 @@ def collate(samples: Sequence[CoefficientSample | tuple[int, str, str] | None], 
                 pn[j, :ph, pw:] = 0
             planes.append(plane)
         groups.append(PlaneGroup(color_space, sampling, tuple(planes), _tensor(r, pin_memory)))
-    meta = np.array([(*s.valid, *s.box, s.label, s.index) for s in ok], np.int64).reshape(-1, 8)
+    resized = sum(s.resize is not None for s in ok)  # resize-then-crop samples (an eval crop)
+    if resized not in (0, len(ok)):
+        raise ValueError("collate: a batch mixes resize-then-crop samples with crop-then-resize ones (two crop policies)")
+    meta = np.array([(*s.valid, *s.box, s.label, s.index, *(s.resize or ())) for s in ok],
+                    np.int64).reshape(-1, 12 if resized else 8)
     meta_t = _tensor(meta, pin_memory)
     return JpegBatch(groups=tuple(groups), valid=meta_t[:, 0:2], boxes=meta_t[:, 2:6], labels=meta_t[:, 6],
-                     index=meta_t[:, 7], skipped=skipped)
+                     index=meta_t[:, 7], skipped=skipped, resize=meta_t[:, 8:12] if resized else None)
 
 
 def _tensor(a: np.ndarray, pin_memory: bool) -> torch.Tensor:

@@ -40,8 +40,11 @@ class BatchPlan:
         grids: per group ``(R, C)`` in MCUs.
         pwin: ``int64 (B, 4, 4)`` each plane's window in blocks: (r0, r1, c0, c1) × component.
         valid: ``int64 (B, 2)`` image content in the window, pixels.
-        rel: ``int64 (B, 4)`` crop box relative to the window, pixels.
+        rel: ``int64 (B, 4)`` crop box relative to the window, pixels (with ``resize``: the
+            resized region, the whole image, relative to the window).
         win: ``int64 (B, 4)`` the MCU window (r0, r1, c0, c1).
+        resize: ``int64 (B, 4)`` (height, width, top, left) of a resize-then-crop policy
+            (:attr:`dctnet.batch.JpegBatch.resize`), or ``None``.
     """
 
     layouts: list[tuple[str, tuple[tuple[int, int], ...]]]
@@ -51,6 +54,7 @@ class BatchPlan:
     valid: np.ndarray
     rel: np.ndarray
     win: np.ndarray
+    resize: np.ndarray | None = None
 
 
 def layout_grid(sampling: tuple[tuple[int, int], ...], windows: np.ndarray, grid: tuple[int, int] | None) -> tuple[int, int]:
@@ -99,11 +103,14 @@ def _empty_planes(shapes: list[tuple[int, ...]], pin_memory: bool) -> list[torch
 
 
 def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heights: np.ndarray, widths: np.ndarray,
-               boxes: np.ndarray, grid: tuple[int, int] | None = None) -> BatchPlan:
+               boxes: np.ndarray, grid: tuple[int, int] | None = None,
+               frames: tuple[np.ndarray, np.ndarray] | None = None) -> BatchPlan:
     """Plan a batch. ``color (B,)`` codes of :data:`COLOR_SPACES`, ``ncomp (B,)``,
     ``sampling (B, 4, 2)`` ``(h, v)`` per component (slots past ``ncomp`` are ignored), true sizes
     ``(B,)``, crop ``boxes (B, 4)`` (top, left, height, width) in pixels. ``grid``: see
-    :func:`dctnet.data.loader.group_grids`.
+    :func:`dctnet.data.loader.group_grids`. ``frames``: ``(sources, resize)`` of a
+    resize-then-crop policy (:func:`dctnet.data.crop.crop_frames`); ``boxes`` are then its read
+    boxes, which place the windows, and the plan's ``rel`` is ``sources`` relative to them.
 
     The arithmetic is :func:`dctnet.data.crop.mcu_windows` per sample (the box plus 2 pixels,
     snapped out to the MCU grid, inside the image) and the grouping is by layout in order of first
@@ -128,8 +135,12 @@ def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heigh
         gid = table[:, 26]
         rows = [np.flatnonzero(gid == g) for g in range(len(firsts))]
     grids = [_grid(s, r, c, grid) for (_, s), (r, c) in zip(layouts, need)]
-    return BatchPlan(layouts, rows, grids, table[:, 4:20].reshape(n, 4, 4), table[:, 20:22], table[:, 22:26],
-                     table[:, 0:4])
+    rel, resize = table[:, 22:26], None
+    if frames is not None:  # the window origin is box − rel; the batch carries the resized region
+        sources, resize = (np.ascontiguousarray(f, np.int64) for f in frames)
+        rel = np.concatenate([sources[:, :2] - (np.asarray(boxes, np.int64)[:, :2] - rel[:, :2]), sources[:, 2:]], axis=1)
+    return BatchPlan(layouts, rows, grids, table[:, 4:20].reshape(n, 4, 4), table[:, 20:22], rel,
+                     table[:, 0:4], resize)
 
 
 def gather_items(part, ncomp, blocks, *, offset=0, nbytes=0, table=0, nvalues=0, nescapes=0) -> np.ndarray:
@@ -166,9 +177,10 @@ def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, lis
             raise ValueError(exc.args[0], int(r[j])) from None
         rows_t = torch.from_numpy(r)
         groups.append(PlaneGroup(color_space, sampling, planes, rows_t.pin_memory() if pin_memory else rows_t))
+    extra = [] if plan.resize is None else [plan.resize]
     meta = torch.from_numpy(np.concatenate([plan.valid, plan.rel, np.asarray(labels, np.int64)[:, None],
-                                            np.asarray(index, np.int64)[:, None]], axis=1))
+                                            np.asarray(index, np.int64)[:, None], *extra], axis=1))
     if pin_memory:
         meta = meta.pin_memory()
     return JpegBatch(groups=tuple(groups), valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7],
-                     skipped=skipped)
+                     skipped=skipped, resize=meta[:, 8:12] if extra else None)

@@ -1,7 +1,11 @@
 """The first device step: decode each layout group of a :class:`dctnet.batch.JpegBatch`
 batched — block IDCT, libjpeg's chroma upsampling, colour (CMYK/YCCK as Pillow does) — cut and
-resize every crop box with torchvision's antialiased bilinear weights, and merge the groups back
-into one tensor in batch order; everything after it sees one uniform tensor.
+resize every crop box with torchvision's antialiased bilinear or bicubic weights, and merge the
+groups back into one tensor in batch order; everything after it sees one uniform tensor.
+
+Two geometries, as the batch says (:attr:`dctnet.batch.JpegBatch.resize`): crop then resize
+(torchvision's ``resized_crop``: training crops, :class:`dctnet.data.CenterCrop`), or resize then
+crop (timm's and torchvision's eval ``Resize`` + ``CenterCrop``: :class:`dctnet.data.ResizeCenterCrop`).
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from dctnet.transforms import functional as TF
 __all__ = ["crops_to_coefficients", "crops_to_rgb", "native_chroma"]
 
 
-def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor], Tensor], shape: tuple[int, ...]) -> Tensor:
-    """Run ``per_group(group, valid, boxes)`` on each layout group and merge the outputs
+def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor, Tensor | None], Tensor],
+           shape: tuple[int, ...]) -> Tensor:
+    """Run ``per_group(group, valid, boxes, resize)`` on each layout group and merge the outputs
     ``(n, *shape)`` into one ``(B, *shape)`` tensor in batch order (no copy for one group)."""
     if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
         g = batch.groups[0]
-        return per_group(g, batch.valid, batch.boxes)
-    outs = [per_group(g, batch.valid[g.rows], batch.boxes[g.rows]) for g in batch.groups]
+        return per_group(g, batch.valid, batch.boxes, batch.resize)
+    outs = [per_group(g, batch.valid[g.rows], batch.boxes[g.rows], None if batch.resize is None else batch.resize[g.rows])
+            for g in batch.groups]
     if not outs:
         return torch.zeros((0, *shape), device=batch.valid.device)
     out = outs[0].new_empty((len(batch), *shape))
@@ -33,27 +39,42 @@ def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor], T
     return out
 
 
-def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy", exact: bool = False) -> Tensor:
+def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
+                 exact: bool = False, interpolation: str = "bilinear",
+                 fill: float | tuple[float, float, float] = 0.0) -> Tensor:
     """Decode the windows on the device, one batched decode per layout group (block IDCT,
     libjpeg's chroma upsampling, colour; CMYK/YCCK as Pillow does) and resize every crop box to
-    ``size``: float RGB ``(B, 3, *size)`` in [0, 1], in batch order — what torchvision's
-    ``resized_crop(decoded, box, size, antialias=True)`` gives on the decoded image. ``exact``:
-    decode in libjpeg's integer arithmetic (:func:`dctnet.functional.to_rgb`), so the crops are
-    those of Pillow's very pixels. A :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is
-    expanded first (:func:`as_jpeg_batch`)."""
+    ``size`` = (h, w): float RGB ``(B, 3, h, w)`` in [0, 1], in batch order.
+
+    The geometry is the batch's (:attr:`dctnet.batch.JpegBatch.resize`): torchvision's
+    ``resized_crop(decoded, box, size, interpolation, antialias=True)`` of each box (training
+    crops), or ``resize`` to the batch's per-sample size then ``center_crop(size)`` of the whole
+    decoded image (:class:`dctnet.data.ResizeCenterCrop`, whose ``size`` must be this one), where
+    ``fill`` (RGB in [0, 1]) is the padding of a crop larger than the resized image
+    (``ResizeCenterCrop.fill``). ``interpolation``: ``"bilinear"`` or ``"bicubic"`` (PIL's,
+    ``a = −0.5``), antialiased, with torch's and PIL's weights (:func:`dctnet.functional.resize_matrices`).
+
+    The result is clamped to [0, 1]. Bicubic overshoots the input's range near edges;
+    torchvision's float tensors keep the overshoot, but PIL's and a decoder's 8-bit output
+    clamps it, and so does this. ``exact``: decode in libjpeg's integer arithmetic
+    (:func:`dctnet.functional.to_rgb`), so the crops are those of Pillow's very pixels. A
+    :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is expanded first
+    (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
 
-    def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor) -> Tensor:
+    def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor, resize: Tensor | None) -> Tensor:
         rgb = F.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact)
-        return F.resized_crop(rgb, boxes, size)
+        return F.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
 
     return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
 
 
 def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
-                          exact: bool = False, chroma: str = "upsampled") -> Tensor | tuple[Tensor, Tensor]:
-    """:func:`crops_to_rgb`, back in the DCT domain, for DCT-domain transforms and stems.
+                          exact: bool = False, chroma: str = "upsampled", interpolation: str = "bilinear",
+                          fill: float | tuple[float, float, float] = 0.0) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`crops_to_rgb` (``interpolation``, ``fill``: as there), back in the DCT domain, for
+    DCT-domain transforms and stems.
 
     ``chroma="upsampled"``: the coefficient image ``(B, 3, h/8, w/8, 64)`` (Y, Cb, Cr on the luma
     grid). ``chroma="native"``: ``(y, c)`` with ``y (B, h/8, w/8, 64)`` and 4:2:0 chroma
@@ -66,7 +87,7 @@ def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, 
         raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
     if chroma == "native" and (size[0] % 16 or size[1] % 16):
         raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
-    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact))
+    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact, interpolation=interpolation, fill=fill))
     return x if chroma == "upsampled" else native_chroma(x)
 
 

@@ -17,7 +17,7 @@ from dctnet import _jpeg
 from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
 from dctnet.codec import JpegError
 from dctnet.data import sparse as S
-from dctnet.data.crop import draw_boxes
+from dctnet.data.crop import crop_frames, draw_boxes
 from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
 from dctnet.data.loader import collate
 from dctnet.data.plan import COLOR_SPACES, BatchPlan, batch_storage, gather_collated, gather_items, plan_batch
@@ -115,7 +115,7 @@ class Cache:
             return None
         h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
         boxes = draw_boxes(crop, h, w, seed, epochs, idx)
-        return idx, rec, plan_batch(rec["color"], rec["ncomp"], rec["sampling"], h, w, boxes, grid)
+        return idx, rec, plan_batch(rec["color"], rec["ncomp"], rec["sampling"], h, w, boxes, grid, crop_frames(crop, h, w))
 
     def gather(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, targets: Sequence[int], *,
                grid: tuple[int, int] | None = None, pin_memory: bool = False, exif: str = "ignore") -> JpegBatch | None:
@@ -177,13 +177,15 @@ class Cache:
             except ValueError as exc:
                 raise self._mismatch(exc, idx[rows]) from None
         t = torch.from_numpy
+        extra = [] if plan.resize is None else [plan.resize]
         meta = t(np.concatenate([offsets, sizes.reshape(n, 8), plan.valid, plan.rel,
-                                 np.asarray(targets, np.int64)[idx][:, None], idx[:, None]], axis=1))
+                                 np.asarray(targets, np.int64)[idx][:, None], idx[:, None], *extra], axis=1))
         rows_t = tuple(t(r) for r in plan.rows)
         if pin_memory:
             meta, rows_t = meta.pin_memory(), tuple(r.pin_memory() for r in rows_t)
         return PackedJpegBatch(blocks=blocks, offsets=meta[:, 0:4], sizes=meta[:, 4:12].view(n, 4, 2),
                                valid=meta[:, 12:14], boxes=meta[:, 14:18], labels=meta[:, 18], index=meta[:, 19],
+                               resize=meta[:, 20:24] if extra else None,
                                layouts=tuple((cs, sampling, g) for (cs, sampling), g in zip(plan.layouts, plan.grids)),
                                group_rows=rows_t)
 
@@ -229,6 +231,7 @@ class Cache:
             tables=t(np.asarray(self.tables[idx], dtype=np.int32)), blocks=t(blocks), offsets=t(offsets),
             windows=t(np.ascontiguousarray(plan.pwin)), valid=t(plan.valid), boxes=t(plan.rel),
             labels=t(np.asarray(targets, np.int64)[idx]), index=t(idx),
+            resize=None if plan.resize is None else t(np.ascontiguousarray(plan.resize)),
             layouts=tuple((cs, sampling, grid_) for (cs, sampling), grid_ in zip(plan.layouts, plan.grids)),
             group_rows=tuple(t(r) for r in plan.rows))
         return batch.pin_memory() if pin_memory else batch
