@@ -1,0 +1,489 @@
+r"""Pixel-domain augmentation kernels: torchvision's float-image ops, batched with per-sample parameters.
+
+Every kernel takes ``img (n, 3, H, W)``, float RGB on the [0, 1] scale (float32 or float64;
+float16 / bfloat16 are computed in float32 and cast back), and per-sample parameters as tensors
+of shape ``(n,)`` (``(n, 2)``, ``(n, 3)``, ``(n, 2, 3)`` where stated; a Python number or a
+0-d tensor is shared by the batch) on any device: they are moved to ``img``'s device and dtype
+inside, with ``non_blocking=True``. Outputs have ``img``'s shape and dtype. Parameter ranges are
+not checked (that would read tensors on the host).
+
+Conventions:
+
+- **Reference.** Each kernel equals ``torchvision.transforms.v2.functional.<op>_image`` on a float
+  image in [0, 1], applied sample by sample with that sample's parameter, up to float rounding
+  (the tolerances are stated and tested in ``tests/test_pixel_ops.py``). torchvision's own
+  discretisations are kept: ``equalize`` goes through uint8, ``posterize`` floors ``x·2^bits``,
+  nearest-neighbour warps round half to even.
+- **Clamping.** As torchvision does on float images: ``brightness``, ``contrast``,
+  ``saturation``, ``sharpness`` (its blends) and ``autocontrast`` clamp to [0, 1]; the other ops
+  stay in range by construction (``bicubic`` warps, which torchvision does not offer, clamp).
+- **Batched, no host sync.** No Python loop over samples or pixels, no ``.item()``, no branch on
+  tensor values: the aten op count does not depend on the batch size. The kernels run on the CPU
+  or CUDA and under autocast, which does not change their results: they use none of the ops
+  autocast runs in half precision — blurs are shifted multiply-adds rather than convolutions,
+  and the sampling grid is built elementwise rather than by a matmul (which TF32 would also
+  round to 10 mantissa bits).
+- **timm.** timm's ``auto_augment`` ops act on uint8 PIL images; :func:`solarize_add` is its op on
+  the [0, 1] scale, and :func:`pil_affine_inverse` turns PIL's ``Image.transform(AFFINE)`` data
+  (timm's shear / translate / rotate) into the ``inverse`` matrix :func:`affine` takes.
+
+Geometry. torchvision samples a warped image on *centred pixel coordinates*: pixel ``(i, j)``
+(row, column) sits at ``u = j − (W − 1)/2``, ``v = i − (H − 1)/2``. An ``inverse (n, 2, 3)``
+maps output ``(u, v, 1)`` to input ``(u', v')``; grid_sample (``align_corners=False``) then reads
+the input at pixel ``(v' + (H − 1)/2, u' + (W − 1)/2)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor
+
+__all__ = [
+    "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "adjust_sharpness", "affine",
+    "affine_matrix", "autocontrast", "equalize", "gaussian_blur", "invert", "pil_affine_inverse", "posterize",
+    "rgb_to_grayscale", "rotate", "solarize", "solarize_add",
+]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _work(img: Tensor) -> Tensor:
+    """``img`` in the dtype the kernels compute in: float32 for half types, else as given."""
+    if not img.is_floating_point():
+        raise TypeError(f"expected a float image on the [0, 1] scale, got {img.dtype}")
+    if img.dim() != 4:
+        raise ValueError(f"expected img (n, C, H, W), got shape {tuple(img.shape)}")
+    return img.float() if img.dtype in _LOW_PRECISION else img
+
+
+def _tensor(p: Tensor | float | Sequence[float]) -> Tensor:
+    """``p`` as a tensor; Python numbers become float64 (not float32: 0.3 must stay 0.3)."""
+    return p if isinstance(p, Tensor) else torch.as_tensor(p, dtype=torch.float64)
+
+
+def _sum(terms) -> Tensor:
+    """Sum of tensors, left to right, without Python's ``sum`` adding them to a leading 0."""
+    it = iter(terms)
+    total = next(it)
+    for t in it:
+        total = total + t
+    return total
+
+
+def _param(p: Tensor | float, x: Tensor, *, ndim: int = 4) -> Tensor:
+    """A per-sample parameter ``(n,)`` (or a shared scalar) on ``x``'s device and dtype, shaped
+    ``(n or 1, 1, …)`` with ``ndim`` dims so that it broadcasts against ``x``."""
+    t = _tensor(p).to(device=x.device, dtype=x.dtype, non_blocking=True)
+    if t.dim() > 1:
+        raise ValueError(f"expected a per-sample parameter of shape (n,), got {tuple(t.shape)}")
+    return t.reshape(-1, *([1] * (ndim - 1)))
+
+
+def _blend(img1: Tensor, img2: Tensor, ratio: Tensor) -> Tensor:
+    """torchvision's ``_blend`` on floats: ``ratio·img1 + (1 − ratio)·img2``, clamped to [0, 1]."""
+    return (img1 * ratio + img2 * (1.0 - ratio)).clamp_(0.0, 1.0)
+
+
+def _gray(x: Tensor) -> Tensor:
+    """``(n, 1, H, W)`` luma with torchvision's weights (ITU-R 601 rounded: 0.2989, 0.587, 0.114),
+    summed in torchvision's order so that the rounding matches too."""
+    r, g, b = x.unbind(dim=-3)
+    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(-3)
+
+
+# -- point ops ------------------------------------------------------------------------------------------------------
+
+
+def invert(img: Tensor) -> Tensor:
+    """``1 − x`` per value: torchvision's ``invert`` on float images."""
+    return 1.0 - img
+
+
+def posterize(img: Tensor, bits: Tensor) -> Tensor:
+    """Keep ``bits (n,)`` (integers 0..8) bits per channel, torchvision's float rule:
+    ``floor(x·2^b)`` clamped to ``0..2^b − 1``, times ``2^−b``.
+
+    This is *not* uint8 posterization carried to [0, 1] (``(i & mask)/255``): the levels are
+    ``k/2^b`` rather than ``k·2^(8−b)/255``, and ``b = 8`` is not the identity (``x → ⌊256x⌋/256``,
+    up to one grey level off) — torchvision's float kernel does exactly this."""
+    x = _work(img)
+    levels = torch.exp2(_param(bits, x))  # exact powers of two
+    out = torch.minimum(x.mul(levels).floor_().clamp_min_(0.0), levels - 1.0).mul_(1.0 / levels)
+    return out.to(img.dtype)
+
+
+def solarize(img: Tensor, threshold: Tensor) -> Tensor:
+    """Invert the values ``x ≥ threshold``, ``x → 1 − x`` (``threshold (n,)`` on the [0, 1]
+    scale): torchvision's ``solarize``.
+
+    PIL's / timm's uint8 threshold ``t`` is ``t/255``. On images decoded as ``u8/255`` the
+    comparison at ``x = t/255`` is exact only if ``t/255`` is rounded like the image's values:
+    compute it in float64 or in the image's dtype (a float32 quotient cast to float64 misses)."""
+    x = _work(img)
+    t = _param(threshold, x)
+    return torch.where(x >= t, 1.0 - x, x).to(img.dtype)
+
+
+def solarize_add(img: Tensor, addition: Tensor, threshold: Tensor | float = 128 / 255) -> Tensor:
+    """timm's ``solarize_add`` on the [0, 1] scale: values ``x < threshold`` become
+    ``min(1, x + addition)``, the others stay (``addition (n,)``, ``threshold (n,)`` or shared;
+    timm's uint8 ``add``, ``thresh`` are ``add/255``, ``thresh/255``; its default threshold is 128)."""
+    x = _work(img)
+    a, t = _param(addition, x), _param(threshold, x)
+    return torch.where(x < t, (x + a).clamp_(max=1.0), x).to(img.dtype)
+
+
+def rgb_to_grayscale(img: Tensor) -> Tensor:
+    """torchvision's ``rgb_to_grayscale(num_output_channels=3)``: ``0.2989 R + 0.587 G + 0.114 B``
+    in all three channels (a new contiguous tensor, not an expanded view)."""
+    x = _work(img)
+    return _gray(x).expand_as(x).to(img.dtype, copy=True)
+
+
+def adjust_brightness(img: Tensor, factor: Tensor) -> Tensor:
+    """``x·factor`` clamped to [0, 1] (``factor (n,)`` ≥ 0): torchvision's ``adjust_brightness``."""
+    x = _work(img)
+    return (x * _param(factor, x)).clamp_(0.0, 1.0).to(img.dtype)
+
+
+def adjust_saturation(img: Tensor, factor: Tensor) -> Tensor:
+    """Blend with the image's own grey (``rgb_to_grayscale``): ``f·x + (1 − f)·gray``, clamped
+    (``factor (n,)`` ≥ 0; 0 = grey, 1 = unchanged): torchvision's ``adjust_saturation``."""
+    x = _work(img)
+    return _blend(x, _gray(x), _param(factor, x)).to(img.dtype)
+
+
+def adjust_contrast(img: Tensor, factor: Tensor) -> Tensor:
+    """Blend with the mean grey level ``m`` of the sample (mean of ``rgb_to_grayscale`` over the
+    image): ``f·x + (1 − f)·m``, clamped (``factor (n,)`` ≥ 0): torchvision's ``adjust_contrast``."""
+    x = _work(img)
+    mean = _gray(x).mean(dim=(-3, -2, -1), keepdim=True)
+    return _blend(x, mean, _param(factor, x)).to(img.dtype)
+
+
+def adjust_sharpness(img: Tensor, factor: Tensor) -> Tensor:
+    """torchvision's (and PIL's) ``adjust_sharpness``: blend with the image smoothed by the 3×3
+    kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``, ``f·x + (1 − f)·smooth`` on the interior, the
+    one-pixel border unchanged; clamped (``factor (n,)`` ≥ 0; images with ``H`` or ``W`` ≤ 2 are
+    returned as they are, as torchvision does).
+
+    The 3×3 filter is eight shifted adds rather than a ``conv2d``: batch-size independent, and
+    immune to autocast and to cuDNN's TF32 (which would round the input to 10 mantissa bits)."""
+    h, w = img.shape[-2:]
+    if img.numel() == 0 or h <= 2 or w <= 2:
+        return img
+    x = _work(img)
+    f = _param(factor, x)
+    centre = x[..., 1:-1, 1:-1]
+    ring = _sum(x[..., i:h - 2 + i, j:w - 2 + j] for i in range(3) for j in range(3) if (i, j) != (1, 1))
+    smooth = ring * (1.0 / 13.0) + centre * (5.0 / 13.0)
+    out = x.clone()
+    # x + (1 − f)(smooth − x): torchvision's in-place form of the blend
+    out[..., 1:-1, 1:-1] = centre + (1.0 - f) * (smooth - centre)
+    return out.clamp_(0.0, 1.0).to(img.dtype)
+
+
+def autocontrast(img: Tensor) -> Tensor:
+    """Stretch each channel of each sample to [0, 1]: ``(x − min)/(max − min)`` (channels with
+    ``max = min`` unchanged): torchvision's ``autocontrast`` on floats."""
+    x = _work(img)
+    lo = x.amin(dim=(-2, -1), keepdim=True)
+    hi = x.amax(dim=(-2, -1), keepdim=True)
+    flat = hi == lo
+    lo = torch.where(flat, torch.zeros_like(lo), lo)
+    scale = torch.where(flat, torch.ones_like(hi), hi - lo)
+    return ((x - lo) / scale).clamp_(0.0, 1.0).to(img.dtype)
+
+
+def equalize(img: Tensor) -> Tensor:
+    """Histogram equalization per channel per sample, torchvision's algorithm (PIL's LUT rule).
+
+    As torchvision does for float images, the image goes through uint8 first
+    (``q = ⌊x·(256 − 10⁻³)⌋``) and the result is ``lut[q]/255``:
+
+    - ``hist`` = 256-bin histogram of ``q`` (one ``scatter_add`` for the whole batch);
+    - ``step = ⌊(N − hist[last non-empty bin])/255⌋`` (``N`` = pixels per channel);
+    - ``lut[0] = 0``, ``lut[k] = min(255, ⌊(cumhist[k−1] + ⌊step/2⌋)/step⌋)``;
+    - a channel with ``step = 0`` (one or two grey levels) keeps ``q``, i.e. ``q/255``.
+
+    On images decoded as ``u8/255``, ``q`` is ``u8`` again: the result is PIL's / timm's
+    ``equalize`` exactly."""
+    x = _work(img)
+    n, c, h, w = x.shape
+    # float → uint8 as torchvision's to_dtype(scale=True): multiply by 255.999 and truncate
+    # (the clamp only guards values outside [0, 1]).
+    q = x.mul(256.0 - 1e-3).clamp_(0.0, 255.0).to(torch.uint8)
+    flat = q.flatten(start_dim=-2).long()  # (n, c, HW)
+    hist = torch.zeros(n, c, 256, dtype=torch.int32, device=x.device)
+    hist.scatter_add_(-1, flat, torch.ones(1, dtype=torch.int32, device=x.device).expand_as(flat))
+    cum = hist.cumsum(dim=-1)
+    # the last non-empty bin is the first bin where the cumulative histogram reaches its maximum
+    last = cum.argmax(dim=-1, keepdim=True)
+    step = torch.div(h * w - hist.gather(-1, last), 255, rounding_mode="floor")
+    lut = torch.div(cum[..., :-1] + step // 2, step.clamp(min=1), rounding_mode="floor").clamp_(0, 255)
+    lut = torch.cat([torch.zeros_like(lut[..., :1]), lut], dim=-1).to(torch.uint8)
+    eq = lut.gather(-1, flat).view(n, c, h, w)
+    out = torch.where(step.ne(0).unsqueeze(-1), eq, q)
+    return out.to(x.dtype).mul_(1.0 / 255.0).to(img.dtype)
+
+
+# -- hue ------------------------------------------------------------------------------------------------------------
+
+
+def _rgb_to_hsv(x: Tensor) -> Tensor:
+    """torchvision's ``_rgb_to_hsv`` (PIL's formulas; h, s, v all in [0, 1])."""
+    r, g, _ = x.unbind(dim=-3)
+    minc, maxc = torch.aminmax(x, dim=-3)
+    eqc = maxc == minc  # grey pixels: s = 0 and h = 0, without dividing by zero
+    crange = maxc - minc
+    ones = torch.ones_like(maxc)
+    s = crange / torch.where(eqc, ones, maxc)
+    divisor = torch.where(eqc, ones, crange).unsqueeze(-3)
+    rc, gc, bc = ((maxc.unsqueeze(-3) - x) / divisor).unbind(dim=-3)
+    maxc_neq_r = maxc != r
+    maxc_eq_g = maxc == g
+    hg = (rc + 2.0 - bc) * (maxc_eq_g & maxc_neq_r)
+    hr = (bc - gc) * ~maxc_neq_r
+    hb = (gc + 4.0 - rc) * (maxc_neq_r & ~maxc_eq_g)
+    h = (hr + hg + hb).mul_(1.0 / 6.0).add_(1.0).fmod_(1.0)
+    return torch.stack((h, s, maxc), dim=-3)
+
+
+# (v, p, q, t) → (r, g, b) for each sector i = ⌊6h⌋ (rows r, g, b; columns i = 0..5)
+_HSV_SELECT = ((0, 2, 1, 1, 3, 0), (3, 0, 0, 2, 1, 1), (1, 1, 3, 0, 0, 2))
+
+
+def _hsv_to_rgb(hsv: Tensor) -> Tensor:
+    """torchvision's ``_hsv_to_rgb``."""
+    h, s, v = hsv.unbind(dim=-3)
+    h6 = h * 6.0
+    i = torch.floor(h6)
+    f = h6 - i
+    i = i.to(torch.long).remainder_(6)
+    sxf = s * f
+    one_minus_s = 1.0 - s
+    q = ((1.0 - sxf) * v).clamp_(0.0, 1.0)
+    t = ((sxf + one_minus_s) * v).clamp_(0.0, 1.0)
+    p = (one_minus_s * v).clamp_(0.0, 1.0)
+    vpqt = torch.stack((v, p, q, t), dim=-3)
+    select = torch.tensor(_HSV_SELECT, dtype=torch.long).to(hsv.device, non_blocking=True)
+    index = select[:, i].movedim(0, -3)  # (n, 3, H, W)
+    return vpqt.gather(-3, index)
+
+
+def adjust_hue(img: Tensor, hue_factor: Tensor) -> Tensor:
+    """Shift the hue by ``hue_factor (n,)`` in [−0.5, 0.5] (fractions of the colour circle):
+    RGB → HSV, ``h ← (h + f) mod 1``, HSV → RGB, torchvision's ``adjust_hue``.
+
+    torchvision computes in float32 even for float64 images; here float64 stays float64 (the two
+    agree to float32 rounding)."""
+    x = _work(img)
+    hsv = _rgb_to_hsv(x)
+    h, s, v = hsv.unbind(dim=-3)
+    h = (h + _param(hue_factor, x, ndim=3)).remainder_(1.0)
+    return _hsv_to_rgb(torch.stack((h, s, v), dim=-3)).to(img.dtype)
+
+
+# -- blur -----------------------------------------------------------------------------------------------------------
+
+
+def _gaussian_kernel1d(size: int, sigma: Tensor) -> Tensor:
+    """torchvision's 1-D kernel, one per sample: ``softmax(−(x/σ)²)`` over ``size`` taps at
+    ``x = linspace(−l, l)``, ``l = (size − 1)/(2√2)`` (taps ``1/√2`` apart, so the kernel is
+    ``exp(−k²/(2σ²))`` normalised, ``k`` the tap offset). ``sigma (n, 1)`` → ``(n, size)``."""
+    lim = (size - 1) / (2.0 * math.sqrt(2.0))
+    x = torch.linspace(-lim, lim, steps=size, dtype=sigma.dtype, device=sigma.device)
+    return torch.softmax(-(x / sigma).pow(2), dim=-1)
+
+
+def gaussian_blur(img: Tensor, kernel_size: int | Sequence[int], sigma: Tensor) -> Tensor:
+    """torchvision's ``gaussian_blur`` with a per-sample ``sigma``: ``(n,)`` (both axes) or
+    ``(n, 2)`` = (σx, σy), in pixels, > 0. ``kernel_size`` is an odd int or an ``(kx, ky)`` pair
+    (x = width), shared by the batch. Reflect padding (``kx//2`` left/right, ``ky//2`` top/bottom;
+    needs ``kx//2 < W`` and ``ky//2 < H``, as torchvision does).
+
+    torchvision convolves with the 2-D outer product of the two 1-D kernels; this is the same
+    filter applied separably, each pass ``k`` shifted multiply-adds with per-sample weights (the
+    result agrees to float rounding)."""
+    kx, ky = (kernel_size, kernel_size) if isinstance(kernel_size, int) else (int(kernel_size[0]), int(kernel_size[1]))
+    if kx % 2 == 0 or ky % 2 == 0 or kx <= 0 or ky <= 0:
+        raise ValueError(f"kernel_size should have odd and positive integers. Got {kernel_size}")
+    x = _work(img)
+    h, w = x.shape[-2:]
+    s = _tensor(sigma).to(device=x.device, dtype=x.dtype, non_blocking=True)
+    s = s.reshape(-1, 2) if s.dim() == 2 else s.reshape(-1, 1).expand(-1, 2)
+    wx = _gaussian_kernel1d(kx, s[:, :1]).view(-1, 1, 1, 1, kx)
+    wy = _gaussian_kernel1d(ky, s[:, 1:]).view(-1, 1, 1, 1, ky)
+    xp = nnf.pad(x, [kx // 2, kx // 2, ky // 2, ky // 2], mode="reflect")
+    rows = _sum(wx[..., i] * xp[..., :, i:i + w] for i in range(kx))  # (n, C, H + 2(ky//2), W)
+    out = _sum(wy[..., j] * rows[..., j:j + h, :] for j in range(ky))
+    return out.to(img.dtype)
+
+
+# -- geometry -------------------------------------------------------------------------------------------------------
+
+
+def affine_matrix(angle: Tensor, translate: Tensor, scale: Tensor, shear: Tensor,
+                  center: Tensor | Sequence[float] | None = None, *, size: tuple[int, int]) -> Tensor:
+    r"""torchvision's ``_get_inverse_affine_matrix`` for a batch, as ``affine_image`` calls it:
+    the ``inverse (n, 2, 3)`` (float64) that :func:`affine` takes.
+
+    ``angle (n,)`` degrees (clockwise on screen, torchvision's ``affine``), ``translate (n, 2)``
+    pixels (x, y), ``scale (n,)`` > 0, ``shear (n, 2)`` degrees (x, y) (or ``(n,)``: x only),
+    ``center`` ``None`` (the image centre) or ``(2,)`` / ``(n, 2)`` pixel coordinates (x, y) with
+    ``(0, 0)`` the top-left *corner* of the image (torchvision's RandAugment shears about
+    ``[0, 0]``); ``size = (H, W)``.
+
+    The forward map is ``M = T·C·R(a)·S(s)·SHy(sy)·SHx(sx)·C⁻¹`` (C the centre, in torchvision's
+    centred coordinates ``c − (W/2, H/2)``), and with
+
+    ``a' = cos(a − sy)/cos(sy)``, ``b' = −(a'·tan(sx) + sin(a))``, ``c' = sin(a − sy)/cos(sy)``,
+    ``d' = cos(a) − c'·tan(sx)`` (a determinant-1 matrix),
+
+    ``M⁻¹ = [[d', −b'], [−c', a']]/s`` with translation ``C − M⁻¹_lin·(C + T)``."""
+    h, w = size
+    ang = _tensor(angle).to(torch.float64).reshape(-1)
+    dev = ang.device
+    tr = _tensor(translate).to(device=dev, dtype=torch.float64, non_blocking=True).reshape(-1, 2)
+    sc = _tensor(scale).to(device=dev, dtype=torch.float64, non_blocking=True).reshape(-1)
+    sh = _tensor(shear).to(device=dev, dtype=torch.float64, non_blocking=True)
+    sh = torch.stack([sh, torch.zeros_like(sh)], -1) if sh.dim() <= 1 else sh.reshape(-1, 2)
+    if center is None:
+        cx = cy = torch.zeros((), dtype=torch.float64, device=dev)
+    else:
+        c = _tensor(center).to(device=dev, dtype=torch.float64, non_blocking=True).reshape(-1, 2)
+        # torchvision turns a pixel centre into an offset from the image centre
+        cx, cy = c[:, 0] - w * 0.5, c[:, 1] - h * 0.5
+    rot = torch.deg2rad(ang)
+    sx, sy = torch.deg2rad(sh[:, 0]), torch.deg2rad(sh[:, 1])
+    cos_sy, tan_sx = torch.cos(sy), torch.tan(sx)
+    a = torch.cos(rot - sy) / cos_sy
+    b = -(a * tan_sx + torch.sin(rot))
+    c_ = torch.sin(rot - sy) / cos_sy
+    d = torch.cos(rot) - c_ * tan_sx
+    m0, m1, m3, m4 = d / sc, -b / sc, -c_ / sc, a / sc
+    cx_tx, cy_ty = cx + tr[:, 0], cy + tr[:, 1]
+    m2 = cx - m0 * cx_tx - m1 * cy_ty
+    m5 = cy - m3 * cx_tx - m4 * cy_ty
+    n = max(t.shape[0] for t in (ang, tr, sc, sh, torch.atleast_1d(cx)))
+    rows = [torch.broadcast_to(t, (n,)) for t in (m0, m1, m2, m3, m4, m5)]
+    return torch.stack(rows, dim=-1).view(n, 2, 3)
+
+
+def pil_affine_inverse(data: Tensor, *, size: tuple[int, int]) -> Tensor:
+    r"""The ``inverse (n, 2, 3)`` for which :func:`affine` reproduces PIL's
+    ``img.transform((W, H), Image.AFFINE, data)`` (timm's ``shear_x``, ``translate_x_abs``,
+    ``rotate``, …), ``data (n, 6)`` = PIL's ``(a, b, c, d, e, f)``, ``size = (H, W)``.
+
+    PIL maps output pixel ``(x, y)`` to the input point ``(a·X + b·Y + c, d·X + e·Y + f)`` with
+    ``X = x + 0.5``, ``Y = y + 0.5`` (pixel centres at half-integers, origin at the image corner).
+    torchvision's centred coordinates are ``u = X − W/2``, ``v = Y − H/2``, so with ``A`` the
+    linear part, ``t = (c, f)`` and ``C = (W/2, H/2)``:
+
+    ``inverse = [A | A·C + t − C]``.
+
+    Identical sampling points; what differs is PIL's resampling at them (see the test file for
+    the measured figures): NEAREST takes ``floor`` of the point where grid_sample rounds half to
+    even (they differ on exact ties, and where PIL's 16.16 fixed-point nearest path drifts);
+    BILINEAR truncates to uint8, clamps to the edge pixel inside the image box and uses the fill
+    colour outside it, while torchvision blends the edge with the fill over half a pixel."""
+    h, w = size
+    a, b, c, d, e, f = _tensor(data).to(torch.float64).reshape(-1, 6).unbind(-1)
+    cx, cy = w * 0.5, h * 0.5
+    rows = (a, b, a * cx + b * cy + c - cx, d, e, d * cx + e * cy + f - cy)
+    return torch.stack(rows, dim=-1).view(-1, 2, 3)
+
+
+def _fill_tensor(fill: Tensor | float | Sequence[float], x: Tensor) -> Tensor:
+    """``fill`` as ``(1 or n, 1 or C, 1, 1)``: a number, a per-channel sequence / ``(C,)`` tensor,
+    or a per-sample ``(n, C)`` (or ``(n, 1)``) tensor."""
+    f = _tensor(fill).to(device=x.device, dtype=x.dtype, non_blocking=True)
+    if f.dim() <= 1:
+        return f.reshape(1, -1, 1, 1)
+    if f.dim() == 2:
+        return f.reshape(f.shape[0], f.shape[1], 1, 1)
+    raise ValueError(f"fill must be a number, a (C,) sequence or an (n, C) tensor, got shape {tuple(f.shape)}")
+
+
+def _affine_grid(theta: Tensor, h: int, w: int) -> Tensor:
+    """torchvision's ``_affine_grid`` (output size = input size) for per-sample ``theta (n, 2, 3)``:
+    ``(n, H, W, 2)`` normalised coordinates for grid_sample (``align_corners=False``).
+
+    torchvision divides theta's rows by ``(W/2, H/2)`` and multiplies the centred base grid
+    ``(u, v, 1)`` by it with ``bmm``; here the same products are summed elementwise (equal up to
+    the last bit of the sum, and no matmul for TF32 to round)."""
+    dtype, device = theta.dtype, theta.device
+    u = torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, steps=w, device=device).to(dtype).view(1, 1, w)
+    v = torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=device).to(dtype).view(1, h, 1)
+    rx = (theta[:, 0] / (0.5 * w)).reshape(-1, 3, 1, 1)
+    ry = (theta[:, 1] / (0.5 * h)).reshape(-1, 3, 1, 1)
+    gx = u * rx[:, 0] + v * rx[:, 1] + rx[:, 2]
+    gy = u * ry[:, 0] + v * ry[:, 1] + ry[:, 2]
+    return torch.stack((gx, gy), dim=-1)
+
+
+def affine(img: Tensor, inverse: Tensor, *, interpolation: str = "nearest",
+           fill: Tensor | float | Sequence[float] | None = None) -> Tensor:
+    r"""Warp each sample by its ``inverse (n, 2, 3)`` (output → input, torchvision's centred
+    pixel coordinates; see :func:`affine_matrix`, :func:`pil_affine_inverse`): torchvision's
+    ``_affine_grid`` + ``_apply_grid_transform`` (what ``affine_image`` / ``rotate_image`` run),
+    batched. Output size = input size.
+
+    - ``interpolation``: ``"nearest"`` (rounds half to even), ``"bilinear"``, or ``"bicubic"``
+      — grid_sample's cubic convolution with ``a = −0.75`` (PIL's bicubic uses ``a = −0.5``),
+      for timm's bicubic policies; torchvision refuses bicubic for tensor affine, so it has no
+      reference; its output (and its mask, below) is clamped to [0, 1].
+    - ``fill`` (on the [0, 1] scale): ``None`` → outside the image is 0 (grid_sample's zero
+      padding, bilinear edges fade to 0). Otherwise a number, a per-channel ``(3,)`` sequence or
+      tensor, or a per-sample ``(n, 3)`` tensor; as torchvision does, a ones channel is warped
+      along with the image, and with that warped mask ``m``: nearest takes ``fill`` where
+      ``m < 0.5``, bilinear / bicubic give ``(out − fill)·m + fill``. (So ``fill=0`` and
+      ``fill=None`` differ along bilinear edges, as in torchvision.)
+
+    The theta is cast to the image's dtype before the grid is built, as torchvision does."""
+    mode = getattr(interpolation, "value", interpolation)
+    if mode not in ("nearest", "bilinear", "bicubic"):
+        raise ValueError(f"interpolation must be 'nearest', 'bilinear' or 'bicubic', got {interpolation!r}")
+    x = _work(img)
+    n, c, h, w = x.shape
+    theta = _tensor(inverse).to(device=x.device, dtype=x.dtype, non_blocking=True).reshape(-1, 2, 3)
+    grid = _affine_grid(theta, h, w).expand(n, h, w, 2)
+    if fill is None:
+        out = nnf.grid_sample(x, grid, mode=mode, padding_mode="zeros", align_corners=False)
+    else:
+        # one grid_sample for image and mask: the mask tells how much of each output is inside
+        out = nnf.grid_sample(torch.cat([x, x.new_ones(n, 1, h, w)], dim=1), grid, mode=mode,
+                              padding_mode="zeros", align_corners=False)
+        out, mask = out[:, :c], out[:, c:]
+        if mode == "bicubic":
+            mask = mask.clamp(0.0, 1.0)  # cubic weights overshoot near the edge; keep m a blend weight
+        f = _fill_tensor(fill, x)
+        if mode == "nearest":
+            out = torch.where(mask < 0.5, f, out)
+        else:
+            out = (out - f) * mask + f
+    if mode == "bicubic":
+        out = out.clamp(0.0, 1.0)
+    return out.to(img.dtype)
+
+
+def rotate(img: Tensor, angle: Tensor, *, interpolation: str = "nearest",
+           fill: Tensor | float | Sequence[float] | None = None,
+           center: Tensor | Sequence[float] | None = None) -> Tensor:
+    """torchvision's ``rotate`` (``expand=False``) with a per-sample ``angle (n,)`` in degrees,
+    counter-clockwise on screen; ``center`` ``None`` (image centre) or ``(2,)`` / ``(n, 2)`` pixel
+    coordinates (x, y), corner origin; ``interpolation`` and ``fill`` as in :func:`affine`.
+
+    torchvision's shortcuts for 0°, 180° (and 90°/270° on square images) copy or ``rot90`` the
+    image; the warp samples the same pixel centres, so those angles agree to float rounding of the
+    grid (exact for nearest, ≤ 1e-5 for bilinear)."""
+    h, w = img.shape[-2:]
+    a = torch.remainder(_tensor(angle).to(torch.float64), 360.0)
+    zeros = torch.zeros_like(a)
+    inverse = affine_matrix(-a, torch.stack([zeros, zeros], -1), torch.ones_like(a), torch.stack([zeros, zeros], -1),
+                            center, size=(h, w))
+    return affine(img, inverse, interpolation=interpolation, fill=fill)
