@@ -1,0 +1,309 @@
+r"""Random erasing with the reference libraries' semantics: torchvision v2's ``RandomErasing``
+(``mode=None``) and timm's ``RandomErasing`` (``mode="const" | "rand" | "pixel"``), per sample and
+batched.
+
+Representations (told apart by ``x.dim()``): pixels ``(B, C, H, W)`` in [0, 1], or a coefficient
+image ``(B, 3, Hb, Wb, 64)``. On a coefficient image the box is drawn in pixels as the reference
+would for an ``8·Hb × 8·Wb`` image, then snapped to the 8-pixel block grid (each edge to the nearest
+multiple of 8, halves up; a box can snap to nothing). The fill becomes coefficients exactly: a
+constant colour is the DC of its YCbCr value (AC zero), pixel noise is the block DCT of the noise
+image — so erasing ``from_rgb(x)`` equals ``from_rgb`` of erasing ``x`` with the same aligned box.
+
+**Units.** Both references erase a *normalised* tensor (after ``Normalize(mean, std)``): their fill
+values (``value``, N(0, 1) noise) are in normalised units. dctnet erases [0, 1] pixels (or their
+coefficients) before the model's normalisation, so a fill ``v`` is written as ``mean_c + std_c·v``:
+after normalisation the tensor holds exactly what the reference's would. Nothing is clamped — the
+values are those of the normalised tensor (noise goes outside [0, 1]). ``mean`` / ``std`` are the
+model's normalisation (``None`` for both: values written as given).
+
+**Noise.** ``value="random"`` (torchvision) and ``mode="pixel"`` (timm) fill with per-pixel N(0, 1).
+Drawing it on the host means a ``(B, C, H, W)`` normal draw and its host → device copy every step:
+measured ~0.11 s for 64×3×224² on two busy CPU cores (so ~0.45 s and 154 MB for a batch of 256), on
+the loader's critical path. Instead the host draws one 62-bit key per sample and the device computes
+the noise as a counter-based hash of (key, channel, row, column) (:func:`normal_noise`: Wellons'
+``lowbias32`` integer mixer, two 24-bit uniforms per Box–Muller pair). The noise is thus a pure
+function of the host generator, replays bit for bit, needs no per-sample loop and no host sync;
+its integers are the same on every device (the float Box–Muller may differ in the last ulp between
+CPU and CUDA). It is elementwise int64 arithmetic meant for the device; on the CPU it costs more
+than a host draw (~1.8 s for 64×3×224² on the same two busy cores). One noise image a sample covers
+the whole input and every box of the sample shows its part of it: each erased pixel is still one
+N(0, 1) draw independent of every other pixel, the law of timm's per-box patches and torchvision's
+``(C, h, w)`` patch (where boxes overlap, the pixel keeps the shared image's value).
+
+Parameters (host tensors, first dimension ``B``; ``K = max_count``, 1 for torchvision):
+
+- ``boxes`` ``(B, K, 4)`` long — ``(top, left, height, width)`` in pixels (multiples of 8 on a
+  coefficient image), applied in order k = 0, 1, … (a later box overwrites an earlier one, as in
+  timm's loop);
+- ``active`` ``(B, K)`` bool — box k exists (k < the sample's count and one of the 10 attempts fit);
+- ``fill`` ``(B, K, C)`` float64 — the constant written, in [0, 1] pixel units (``mean + std·v``);
+  for the noise modes the noise's offset (``mean``);
+- noise modes only: ``noise_key`` ``(B,)`` int64 (the sample's noise image) and ``noise_scale``
+  ``(B, K, C)`` float64 (``std``): box k holds ``fill + noise_scale · noise``;
+- ``apply`` ``(B,)`` bool — the base class's coin of ``p`` (when ``p < 1``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from dctnet import functional as F
+from dctnet.transforms.augment import IMAGENET_MEAN, IMAGENET_STD, Transform
+from dctnet.transforms.mixing import _box_mask, _geometry, _snap
+
+__all__ = ["RandomErasing"]
+
+_F64 = torch.float64
+_MODES = (None, "const", "rand", "pixel")
+_ATTEMPTS = 10
+
+# ---------------------------------------------------------------------- counter-based noise
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: Tensor, m: int) -> Tensor:
+    """``x·m mod 2³²`` for ``x`` in [0, 2³²) held in int64, without overflowing int64."""
+    lo, hi = m & 0xFFFF, m >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """Wellons' ``lowbias32`` integer hash (a bijection of 32-bit integers)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> Tensor:
+    """Standard normal noise ``(N, *shape)`` on ``keys``' device, a pure function of the int64
+    ``keys (N,)`` (one independent stream per key). Elements ``2c`` and ``2c + 1`` (row-major) of
+    key ``k`` are the Box–Muller pair ``r·cos θ``, ``r·sin θ`` of two 24-bit uniforms: ``h1 =
+    mix(mix(c ^ k_lo) ^ k_hi)`` and ``h2 = mix(h1 ^ 0x9E3779B9)``, ``mix`` Wellons' ``lowbias32`` and
+    ``k_lo``, ``k_hi`` the 32-bit halves of ``k``. Elementwise torch only (int64 arithmetic that
+    never overflows): no host sync, the same integers on every device."""
+    n = math.prod(shape)
+    pairs = (n + 1) // 2
+    if pairs >= 2**32:
+        raise ValueError(f"normal_noise: {n} elements per key is too many (2^33 at most)")
+    ctr = torch.arange(pairs, device=keys.device, dtype=torch.long)
+    k_lo = (keys & _M32)[:, None]
+    k_hi = ((keys >> 32) & _M32)[:, None]
+    h1 = _mix32(_mix32(ctr ^ k_lo) ^ k_hi)
+    h2 = _mix32(h1 ^ 0x9E3779B9)
+    u1 = ((h1 >> 8).to(torch.float32) + 0.5) * (1.0 / 2**24)  # in (0, 1): log finite
+    theta = ((h2 >> 8).to(torch.float32) * (2.0 * math.pi / 2**24))
+    r = torch.sqrt(-2.0 * torch.log(u1))
+    z = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], -1).reshape(keys.shape[0], 2 * pairs)
+    return z[:, :n].to(dtype).reshape(keys.shape[0], *shape)
+
+
+def _ycc_dc(rgb: Tensor) -> Tensor:
+    """DC coefficients ``(..., 3)`` of constant blocks of RGB ``rgb (..., 3)`` in [0, 1]: ``8·(YCbCr − 128)``
+    with JFIF's matrix (that of :func:`dctnet.functional.rgb_to_ycbcr`), as scalar arithmetic (no
+    constant tensors copied to the device)."""
+    r, g, b = (rgb[..., i] * 255.0 for i in range(3))
+    y = 0.299 * r + 0.587 * g + 0.114 * b - 128.0
+    cb = -0.168735892 * r - 0.331264108 * g + 0.5 * b
+    cr = 0.5 * r - 0.418687589 * g - 0.081312411 * b
+    return 8.0 * torch.stack([y, cb, cr], -1)
+
+
+def _rgb_to_coefficients(rgb: Tensor) -> Tensor:
+    """``from_rgb`` (:func:`dctnet.transforms.functional.from_rgb`) with the colour matrix as scalars."""
+    r, g, b = (rgb[:, i] * 255.0 for i in range(3))
+    ycc = torch.stack([0.299 * r + 0.587 * g + 0.114 * b - 128.0,
+                       -0.168735892 * r - 0.331264108 * g + 0.5 * b,
+                       0.5 * r - 0.418687589 * g - 0.081312411 * b], 1)
+    return F.block_dct(ycc)
+
+
+# ---------------------------------------------------------------------- the transform
+def _pair(name: str, arg: str, v: object) -> tuple[float, float]:
+    if (isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) != 2
+            or not all(isinstance(a, numbers.Real) and not isinstance(a, bool) and math.isfinite(a) for a in v)):
+        raise ValueError(f"{name}: {arg} must be a pair (lo, hi), got {v!r}")
+    return float(v[0]), float(v[1])
+
+
+class RandomErasing(Transform):
+    """Erase a box of each sample with probability ``p`` (the base class's per-sample coin).
+
+    ``mode=None`` — **torchvision v2**: up to 10 attempts at a box of area ``H·W·U(scale)`` and aspect
+    ``exp(U(log ratio))``, ``h = int(round(sqrt(a·r)))``, ``w = int(round(sqrt(a/r)))``, kept if
+    ``h < H`` and ``w < W``; position uniform in ``0..H − h`` / ``0..W − w``; no erasing when all 10
+    fail. ``value``: a number, a per-channel sequence (1 or C values) or ``"random"`` (per-pixel
+    N(0, 1)).
+
+    ``mode="const" | "rand" | "pixel"`` — **timm**: ``p`` ↔ ``probability``, ``scale`` ↔
+    ``(min_area, max_area)`` (default ``None``: each library's, (0.02, 0.33) and (0.02, 1/3)), ``ratio`` ↔ ``(min_aspect, max_aspect)``; a count uniform in
+    ``min_count..max_count`` (``max_count=None``: ``min_count``), each box of area
+    ``H·W·U(scale) / count`` with 10 attempts as above, position uniform in ``0..H − h`` (timm's
+    inclusive ``randint``); fill 0 (``const``), per-box per-channel N(0, 1) (``rand``) or per-pixel
+    N(0, 1) (``pixel``). ``value`` is torchvision's and must stay 0 here.
+
+    Fill values are in normalised units, written as ``mean + std·v`` on [0, 1] pixels (module
+    docstring); ``mean`` / ``std``: the model's normalisation (``None`` for both: none)."""
+
+    #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
+    domain = "any"
+
+    def __init__(self, p: float = 0.5, scale: tuple[float, float] | None = None,
+                 ratio: tuple[float, float] = (0.3, 3.3), value: float | str | tuple[float, ...] = 0.0,
+                 mode: str | None = None, min_count: int = 1, max_count: int | None = None,
+                 mean: tuple[float, ...] | None = IMAGENET_MEAN, std: tuple[float, ...] | None = IMAGENET_STD,
+                 seed: int | None = None) -> None:
+        super().__init__(seed, p=p)
+        name = type(self).__name__
+        if scale is None:  # each library's default: torchvision's (0.02, 0.33), timm's min_area 0.02, max_area 1/3
+            scale = (0.02, 0.33) if mode is None else (0.02, 1.0 / 3.0)
+        lo, hi = _pair(name, "scale", scale)
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"{name}: scale must be (lo, hi) with 0 <= lo <= hi <= 1, got {scale!r}")
+        rlo, rhi = _pair(name, "ratio", ratio)
+        if not 0.0 < rlo <= rhi:
+            raise ValueError(f"{name}: ratio must be (lo, hi) with 0 < lo <= hi, got {ratio!r}")
+        if mode not in _MODES:
+            raise ValueError(f"{name}: mode must be None (torchvision) or 'const', 'rand', 'pixel' (timm), got {mode!r}")
+        if isinstance(value, str):
+            if value != "random":
+                raise ValueError(f"{name}: value must be a number, a per-channel sequence or 'random', got {value!r}")
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            value = float(value)
+        elif (isinstance(value, Sequence) and len(value) > 0
+              and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)):
+            value = tuple(float(v) for v in value)
+        else:
+            raise ValueError(f"{name}: value must be a number, a per-channel sequence or 'random', got {value!r}")
+        for arg, v in (("min_count", min_count), ("max_count", max_count)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+                raise ValueError(f"{name}: {arg} must be an int >= 1, got {v!r}")
+        if max_count is not None and max_count < min_count:
+            raise ValueError(f"{name}: max_count ({max_count}) < min_count ({min_count})")
+        if mode is None and (min_count != 1 or max_count not in (None, 1)):
+            raise ValueError(f"{name}: min_count / max_count are timm's (mode='const', 'rand' or 'pixel'); "
+                             "torchvision's mode=None erases one box")
+        if mode is not None and value != 0.0:
+            raise ValueError(f"{name}: value is torchvision's (mode=None); timm's mode {mode!r} sets the fill")
+        if (mean is None) != (std is None):
+            raise ValueError(f"{name}: give mean and std together (or neither)")
+        if mean is not None:
+            mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+            if len(mean) != len(std) or not mean or not all(s > 0 for s in std):
+                raise ValueError(f"{name}: mean and std must have the same length with std > 0, got {mean}, {std}")
+        self.scale, self.ratio, self.value, self.mode = (lo, hi), (rlo, rhi), value, mode
+        self.min_count = int(min_count)
+        self.max_count = None if max_count is None else int(max_count)
+        self.mean, self.std = mean, std
+
+    @property
+    def _noise(self) -> bool:
+        return self.mode == "pixel" or (self.mode is None and self.value == "random")
+
+    # ------------------------------------------------------------------ draws
+    def _boxes(self, batch: int, height: int, width: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Boxes ``(B, K, 4)`` (top, left, h, w) in pixels and ``active (B, K)``: all attempts drawn at
+        once, the first that fits kept per (sample, box)."""
+        kmax = self.max_count or self.min_count
+        shape = (batch, kmax, _ATTEMPTS)
+        frac = self.scale[0] + (self.scale[1] - self.scale[0]) * torch.rand(shape, generator=gen, dtype=_F64)
+        llo, lhi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        log_r = llo + (lhi - llo) * torch.rand(shape, generator=gen, dtype=_F64)
+        u_top = torch.rand(batch, kmax, generator=gen, dtype=_F64)
+        u_left = torch.rand(batch, kmax, generator=gen, dtype=_F64)
+        if kmax > self.min_count:
+            count = self.min_count + (torch.rand(batch, generator=gen, dtype=_F64)
+                                      * (kmax - self.min_count + 1)).long()
+        else:
+            count = torch.full((batch,), self.min_count)
+        area = frac * float(height * width) / count[:, None, None].to(_F64)
+        ratio = torch.exp(log_r)
+        h = torch.round(torch.sqrt(area * ratio)).long()
+        w = torch.round(torch.sqrt(area / ratio)).long()
+        fits = (h < height) & (w < width)
+        first = fits.long().argmax(-1, keepdim=True)  # the first attempt that fits (0 when none does)
+        h, w = h.gather(-1, first)[..., 0], w.gather(-1, first)[..., 0]
+        active = fits.any(-1) & (torch.arange(kmax)[None] < count[:, None])
+        h, w = torch.where(active, h, 0), torch.where(active, w, 0)
+        top = (u_top * (height - h + 1)).long()
+        left = (u_left * (width - w + 1)).long()
+        return torch.stack([top, left, h, w], -1), active
+
+    def draw(self, shape, gen):
+        coef, height, width = _geometry(shape, type(self).__name__)
+        batch, chans = int(shape[0]), int(shape[1])
+        boxes, active = self._boxes(batch, height, width, gen)
+        if coef:
+            boxes = torch.stack(_snap(*boxes.unbind(-1)), -1)
+        kmax = boxes.shape[1]
+        if self.mean is not None and len(self.mean) != chans:
+            raise ValueError(f"{type(self).__name__}: mean/std have {len(self.mean)} channels, the input has {chans}")
+        mean = torch.tensor(self.mean if self.mean is not None else (0.0,) * chans, dtype=_F64)
+        std = torch.tensor(self.std if self.std is not None else (1.0,) * chans, dtype=_F64)
+        params = {"boxes": boxes, "active": active}
+        if self._noise:
+            params["fill"] = mean.expand(batch, kmax, chans).clone()
+            params["noise_scale"] = std.expand(batch, kmax, chans).clone()
+            params["noise_key"] = torch.randint(0, 2**62, (batch,), generator=gen)
+            return params
+        if self.mode == "rand":
+            v = torch.randn(batch, kmax, chans, generator=gen, dtype=_F64)
+        elif self.mode == "const":
+            v = torch.zeros(batch, kmax, chans, dtype=_F64)
+        else:
+            value = (self.value,) if isinstance(self.value, float) else self.value
+            if len(value) not in (1, chans):
+                raise ValueError(f"{type(self).__name__}: value has {len(value)} entries; 1 or {chans} "
+                                 "(the input's channels) expected")
+            v = torch.tensor(value, dtype=_F64).expand(batch, kmax, chans)
+        params["fill"] = mean + std * v
+        return params
+
+    # ------------------------------------------------------------------ apply
+    def _run_native(self, x, labels, params, gen):
+        """Only the samples that erase something are computed (their rows found on the host
+        parameters: no device sync): with ``p = 0.25`` three samples in four cost nothing, which
+        matters for the per-pixel noise of ``"pixel"`` / ``"random"``."""
+        if params is None:
+            params = self.draw_params(x.shape, gen)
+        erases = params["active"].any(1)
+        if "apply" in params:
+            erases = erases & params["apply"]
+        rows_host = erases.nonzero().squeeze(1)
+        if len(rows_host) == 0:
+            return x, labels, params
+        rows = rows_host.to(x.device, non_blocking=True)
+        sub = {k: v.index_select(0, rows_host).to(x.device, non_blocking=True) for k, v in params.items() if k != "apply"}
+        out, _ = self.apply_transform(x.index_select(0, rows), labels, sub)
+        return x.index_copy(0, rows, out), labels, params
+
+    def apply_transform(self, x, labels, params):
+        boxes, active, fill = params["boxes"], params["active"], params["fill"]
+        coef = x.dim() == 5
+        if not coef and x.dim() != 4:
+            _geometry(x.shape, type(self).__name__)
+        batch = x.shape[0]
+        view = (batch,) + (1,) * (x.dim() - 1)
+        noise = None
+        if "noise_key" in params:  # one noise image a sample, shared by its boxes (see the module docstring)
+            noise = normal_noise(params["noise_key"], (3, 8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[1:]),
+                                 x.dtype)
+        for k in range(boxes.shape[1]):  # a loop over the boxes of a sample (max_count), not over samples
+            inside = _box_mask(x, boxes[:, k]) & active[:, k].reshape(view)
+            if noise is not None:
+                pix = (fill[:, k].to(x.dtype)[:, :, None, None]
+                       + params["noise_scale"][:, k].to(x.dtype)[:, :, None, None] * noise)
+                value = _rgb_to_coefficients(pix) if coef else pix
+            elif coef:
+                dc = _ycc_dc(fill[:, k]).to(x.dtype)  # (B, 3)
+                value = torch.cat([dc[:, :, None], dc.new_zeros(batch, 3, 63)], -1)[:, :, None, None, :]
+            else:
+                value = fill[:, k].to(x.dtype)[:, :, None, None]
+            x = torch.where(inside, value, x)
+        return x, labels
