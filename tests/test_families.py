@@ -188,7 +188,10 @@ def test_a_grid_that_does_not_fit_names_expected_and_got_sizes():
 def test_jpeg_batch_into_a_tensor_transform_says_to_decode_first():
     c = D.sample_from_coefficients(dctnet.read_coefficients(synthetic_jpeg(0, 32, 32)), D.CenterCrop(), 0, 0)
     batch = D.collate([c], pin_memory=False)
-    for t in (T.RandomHorizontalFlip(), T.ToRGB(), T.Compose([T.ColorJitter(0.2)])):
-        with pytest.raises(TypeError, match="crops_to_coefficients"):
+    for t in (T.RandomHorizontalFlip(), T.ToRGB(), T.Compose([T.ColorJitter(0.2)]), T.RandAugment(),
+              T.Mixup(num_classes=2)):
+        with pytest.raises(TypeError, match=r"crops_to_rgb\(batch, size\) first \(or crops_to_coefficients"):
             t(batch)
+    # either decoded form is taken, and comes back in its own representation
+    assert T.RandomHorizontalFlip(p=1.0)(T.crops_to_rgb(batch, (32, 32))).shape == (1, 3, 32, 32)
     assert T.RandomHorizontalFlip(p=1.0)(T.crops_to_coefficients(batch, (32, 32))).shape == (1, 3, 4, 4, 64)

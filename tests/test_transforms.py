@@ -114,30 +114,6 @@ def test_requantize_matches_numpy_and_ijg_tables(x0):
     np.testing.assert_allclose(got, np.round(x0.numpy() / tab) * tab, atol=1e-9)
 
 
-def test_mixup_cutmix_erase_exact(x0):
-    g = torch.Generator().manual_seed(0)
-    labels = torch.nn.functional.one_hot(torch.arange(6) % 3, 3).double()
-    lam = torch.rand(6, generator=g, dtype=torch.float64)
-    perm = torch.randperm(6, generator=g)
-    r = rgb(x0)
-    xm, ym = TF.mixup(x0, labels, lam, perm)
-    close(rgb(xm), lam[:, None, None, None] * r + (1 - lam[:, None, None, None]) * r[perm], 1e-5)
-    close(ym, lam[:, None] * labels + (1 - lam[:, None]) * labels[perm], 1e-12)
-    boxes = torch.tensor([[0, 0, 5, 7], [3, 4, 10, 2], [27, 27, 1, 1], [0, 0, 28, 28], [10, 0, 0, 0], [5, 5, 9, 9]])
-    xc, yc = TF.cutmix(x0, labels, boxes, perm)
-    want = r.clone()
-    for b, (t, left, h, w) in enumerate(boxes.tolist()):  # reference in pixels (a loop is fine in a test)
-        want[b, :, 8 * t:8 * (t + h), 8 * left:8 * (left + w)] = r[perm[b], :, 8 * t:8 * (t + h), 8 * left:8 * (left + w)]
-    close(rgb(xc), want, 1e-5)
-    area = (boxes[:, 2] * boxes[:, 3]).double() / 784
-    close(yc, (1 - area)[:, None] * labels + area[:, None] * labels[perm], 1e-12)
-    xe = TF.erase(x0, boxes, 0.0)
-    want = r.clone()
-    for b, (t, left, h, w) in enumerate(boxes.tolist()):
-        want[b, :, 8 * t:8 * (t + h), 8 * left:8 * (left + w)] = 128 / 255
-    close(rgb(xe), want, 1e-5)
-
-
 def test_frequency_ops(x0):
     keep = torch.rand(6, 64, generator=torch.Generator().manual_seed(1)) > 0.3
     got = TF.frequency_dropout(x0, keep)
@@ -259,27 +235,92 @@ def test_device_crop_matches_torchvision_resized_crop(exact):
 
 
 def test_compose_is_seeded_and_randaugment_runs(x0):
+    """A list mixing pixel ops (hue, RandAugment), exact "any" ops and coefficient ops is seeded, and
+    gives back the representation it was given (no converter at the end)."""
     def pipeline(seed):
-        return T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.2), T.RandomGrayscale(0.3),
-                          T.RandomRequantize(), T.RandomErasing(0.5), T.FrequencyDropout(0.1), T.RandAugment()],
-                         seed=seed)
+        return T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.2), T.RandomChromaRotation(30.0),
+                          T.RandomGrayscale(0.3), T.RandAugment(), T.RandomErasing(0.5), T.RandomRequantize(),
+                          T.FrequencyDropout(0.1)], seed=seed)
 
-    a, b, c = pipeline(1)(x0), pipeline(1)(x0), pipeline(2)(x0)
+    x = x0[:, :, 8:16, 8:16].contiguous()  # 64² of each photo: quick
+    a, b, c = pipeline(1)(x), pipeline(1)(x), pipeline(2)(x)
     assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.shape == x.shape and torch.isfinite(a).all()
+    r = rgb(x)
+    assert pipeline(1)(r).shape == r.shape  # pixels in, pixels out
     labels = torch.arange(6) % 3
-    xm, ym = T.Mixup(0.4, num_classes=3, seed=0)(x0, labels)
-    assert ym.shape == (6, 3) and torch.allclose(ym.sum(1), torch.ones(6, dtype=ym.dtype))
-    xc, yc = T.CutMix(1.0, num_classes=3, seed=0)(x0, labels)
-    assert torch.allclose(yc.sum(1), torch.ones(6, dtype=yc.dtype))
+    for mixer in (T.Mixup(mixup_alpha=0.4, cutmix_alpha=1.0, num_classes=3, seed=0), T.MixUp(0.4, num_classes=3, seed=0),
+                  T.CutMix(1.0, num_classes=3, seed=0)):
+        xm, ym = mixer(x0, labels)
+        assert xm.shape == x0.shape and ym.shape == (6, 3), type(mixer).__name__
+        torch.testing.assert_close(ym.sum(1), torch.ones(6, dtype=ym.dtype))
+        assert not torch.equal(xm, x0), type(mixer).__name__
+
+
+def test_color_jitter_on_coefficients_is_the_dct_kernels_in_the_drawn_order(x0):
+    """Without hue, ColorJitter stays on the coefficient image: each sample gets brightness,
+    contrast and saturation (the exact DCT kernels) in its own drawn order (torchvision's
+    randperm(4), hue's slot empty), factors in [1 - a, 1 + a]."""
+    x0 = x0[:, :, 10:18, 10:18].contiguous()  # 64² of each photo: the per-sample reference is slow on 224²
+    t = T.ColorJitter(0.4, 0.5, 0.6, seed=3)
+    assert t.domain == "any"
+    params = t.draw_params(x0.shape, torch.Generator().manual_seed(11))
+    out = t(x0, params=params)
+    kernels = {0: TF.adjust_brightness, 1: TF.adjust_contrast, 2: TF.adjust_saturation}
+    orders = set()
+    for i in range(x0.shape[0]):  # the reference, one sample at a time
+        want = x0[i:i + 1]
+        ops = [(k, f) for k, f in zip(params["op"][i].tolist(), params["arg"][i].tolist()) if k >= 0]
+        assert sorted(k for k, _ in ops) == [0, 1, 2]  # hue (3) is absent: -1 in its position
+        for k, f in ops:
+            assert 1 - (0.4, 0.5, 0.6)[k] <= f <= 1 + (0.4, 0.5, 0.6)[k]
+            want = kernels[k](want, torch.tensor([f], dtype=torch.float64))
+        orders.add(tuple(params["op"][i].tolist()))
+        torch.testing.assert_close(out[i:i + 1], want, atol=1e-9, rtol=1e-12)
+    assert len(orders) > 1
+    # with hue, the same draws run on the decoded pixels (HSV hue needs them) and come back as coefficients
+    hue = T.ColorJitter(0.4, 0.5, 0.6, 0.1, seed=3)
+    assert hue.domain == "pixel"
+    hp = hue.draw_params(x0.shape, torch.Generator().manual_seed(11))
+    assert (hp["op"] == 3).any(1).all()
+    torch.testing.assert_close(hue(x0, params=hp), TF.from_rgb(hue(rgb(x0), params=hp)), atol=1e-9, rtol=0)
+
+
+def test_random_chroma_rotation_turns_by_at_most_its_degrees():
+    """RandomChromaRotation(degrees=30) turns each sample's (Cb, Cr) plane by an angle in [-30°, 30°],
+    measured on the output (regression: the angle was taken as radians, so 30 turned by up to ~1719°),
+    luma untouched; the same angle on pixels and on coefficients."""
+    import math
+
+    g = torch.Generator().manual_seed(0)
+    x = TF.from_rgb(0.25 + 0.5 * torch.rand(400, 3, 8, 8, generator=g, dtype=torch.float64))
+    t = T.RandomChromaRotation(degrees=30, seed=0)
+    out, params = t(x, return_params=True)
+    assert torch.equal(out[:, 0], x[:, 0])
+    cb, cr, cb2, cr2 = x[:, 1], x[:, 2], out[:, 1], out[:, 2]
+    turned = torch.rad2deg(torch.atan2((cb * cr2 - cr * cb2).sum((1, 2, 3)), (cb * cb2 + cr * cr2).sum((1, 2, 3))))
+    assert turned.abs().max() <= 30 + 1e-6 and turned.abs().max() > 29, turned.abs().max()
+    torch.testing.assert_close(turned, params["angle"], atol=1e-6, rtol=0)
+    assert (turned > 0).any() and (turned < 0).any()
+    # pixels (in range: no clamp): the same rotation of the YCbCr samples
+    px = t(TF.to_rgb(x[:8]), params={k: v[:8] for k, v in params.items()})
+    torch.testing.assert_close(TF.from_rgb(px), out[:8], atol=1e-3, rtol=0)  # JFIF's constants in float32 there
+    for bad in (181, -1, math.nan, True):
+        with pytest.raises(ValueError, match="degrees"):
+            T.RandomChromaRotation(degrees=bad)
 
 
 def test_no_per_sample_loop_in_device_transforms():
-    """Operator count of the device path does not grow with the batch size (a per-sample loop
-    would multiply it 12×; a handful of host-side parameter ops may differ), on a batch mixing
-    three layouts (4:2:0, 4:4:4, gray): one decode per layout group, whatever the group sizes."""
+    """Operator count of the device path — crops decoded to pixels, the augmentation there, one
+    forward DCT for the coefficient ops, ToRGB — does not grow with the batch size (a per-sample
+    loop would multiply it 12×), on a batch mixing three layouts (4:2:0, 4:4:4, gray): one decode
+    per layout group, whatever the group sizes. The large batch replays the small batch's draws
+    tiled 12× (the policies group samples by the op they drew: the same groups in both); the draws
+    themselves are counted apart (a handful of host-side parameter ops may differ). Counted: the
+    top-level operators, what the Python code calls."""
     from torch.profiler import ProfilerActivity, profile
 
-    def count(n: int) -> int:
+    def jpeg_batch(n: int) -> T.JpegBatch:
         g = torch.Generator().manual_seed(0)
         rows = torch.arange(3 * n).reshape(n, 3).T  # interleaved: sample i has layout i % 3
         layouts = (("YCbCr", T.SAMPLING_420, [(8, 8), (4, 4), (4, 4)]),
@@ -288,19 +329,42 @@ def test_no_per_sample_loop_in_device_transforms():
                                                                       generator=g) for h, w in shapes), r.contiguous())
                        for (cs, sampling, shapes), r in zip(layouts, rows))
         b = 3 * n
-        batch = T.JpegBatch(groups=groups, valid=torch.tensor([[64, 64]] * b), boxes=torch.tensor([[3, 5, 40, 50]] * b),
-                            labels=torch.zeros(b, dtype=torch.long), index=torch.arange(b))
-        aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.1), T.RandomGrayscale(),
-                         T.RandomRequantize(), T.RandomErasing(), T.FrequencyDropout(), T.RandAugment()], seed=0)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            x = T.crops_to_coefficients(batch, (32, 32))
-            x, _ = aug(x, torch.nn.functional.one_hot(batch.labels, 10).float())
-            T.ToRGB()(x)
-        return sum(e.count for e in prof.key_averages())
+        return T.JpegBatch(groups=groups, valid=torch.tensor([[64, 64]] * b), boxes=torch.tensor([[3, 5, 40, 50]] * b),
+                           labels=torch.zeros(b, dtype=torch.long), index=torch.arange(b))
 
-    count(2)
-    small, large = count(2), count(24)
+    aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.1), T.RandomGrayscale(), T.RandAugment(),
+                     T.RandomErasing(mode="pixel"), T.ToCoefficients(), T.RandomRequantize(), T.FrequencyDropout()],
+                    seed=0)
+
+    def top_level(prof) -> int:
+        # the ops the Python code calls: ATen's internals split large tensors into more slices
+        # (narrow/as_strided) as the batch grows, without any loop over samples
+        return sum(1 for e in prof.events() if e.cpu_parent is None)
+
+    def tiled(params, k: int):
+        return {name: tiled(v, k) if isinstance(v, dict) else v.repeat(k, *([1] * (v.dim() - 1)))
+                for name, v in params.items()}
+
+    def count(k: int) -> int:
+        batch = jpeg_batch(2 * k)
+        params = tiled(aug.draw_params((6, 3, 32, 32), torch.Generator().manual_seed(1)), k)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            x = T.crops_to_rgb(batch, (32, 32))
+            x, _ = aug(x, torch.nn.functional.one_hot(batch.labels, 10).float(), params=params)
+            assert x.shape == (6 * k, 3, 32, 32)  # no converter at the end: pixels in, pixels out
+            T.ToRGB()(x)
+        return top_level(prof)
+
+    def count_draws(b: int) -> int:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            aug.draw_params((b, 3, 32, 32), torch.Generator().manual_seed(1))
+        return top_level(prof)
+
+    count(1)
+    small, large = count(1), count(12)
     assert abs(large - small) <= 0.01 * small, (small, large)
+    small, large = count_draws(24), count_draws(288)
+    assert abs(large - small) <= 0.02 * small, (small, large)
 
 
 def test_torchvision_v2_dispatches_to_dct_kernels(x0):
@@ -323,7 +387,7 @@ def test_torchvision_v2_dispatches_to_dct_kernels(x0):
     g = v2.Grayscale(num_output_channels=3)(d)
     assert not g[:, 1:].any()
     for t, word in ((v2.RandomRotation(10), "rotate"), (v2.Normalize([0.5] * 3, [0.2] * 3), "Normalize"),
-                    (v2.ColorJitter(hue=0.1), "chroma_rotation")):
+                    (v2.ColorJitter(hue=0.1), "RandomChromaRotation")):
         with pytest.raises(TypeError, match=word):
             t(d)
     with pytest.raises(ValueError, match="expects"):

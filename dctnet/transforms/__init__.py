@@ -1,34 +1,38 @@
-"""Device-side transforms on coefficient batches (policy on the host, execution batched).
+"""Device-side transforms (policy on the host, execution batched).
 
+- :mod:`dctnet.transforms.pixel` — kernels on RGB batches ``(B, 3, H, W)`` (torchvision's ops, per sample);
 - :mod:`dctnet.transforms.functional` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
-- :mod:`dctnet.transforms.augment` — transform objects (draw + apply), ``Compose``, ``RandAugment``;
+- :mod:`dctnet.transforms.augment` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
+  flips, colour, requantization, ``Compose``, ``ToRGB`` / ``ToCoefficients``;
+- :mod:`dctnet.transforms.auto_augment` — torchvision's and timm's policies, per sample;
+- :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and erasing;
+- :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
 - :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
 from dctnet.transforms.augment import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    TRANSFORMS,
     ColorJitter,
     Compose,
-    CutMix,
     FrequencyDropout,
-    Mixup,
     Normalize,
-    RandAugment,
-    RandomErasing,
+    RandomChromaRotation,
     RandomGrayscale,
     RandomHorizontalFlip,
     RandomRequantize,
     RandomTranspose,
     RandomVerticalFlip,
     SelectFrequencies,
+    ToCoefficients,
     ToRGB,
     Transform,
-    build_transform,
-    describe_transforms,
     step_generator,
 )
+from dctnet.transforms.auto_augment import AutoAugment, RandAugment, ThreeAugment, TimmAugment, TrivialAugmentWide
+from dctnet.transforms.erasing import RandomErasing
+from dctnet.transforms.mixing import CutMix, MixUp, Mixup
+from dctnet.transforms.registry import MIXERS, TRANSFORMS, build_transform, describe_transforms
 from dctnet.batch import (  # the batch contract, re-exported where users meet it
     SAMPLING_420,
     JpegBatch,
@@ -42,10 +46,11 @@ from dctnet.batch import (  # the batch contract, re-exported where users meet i
 from dctnet.transforms.crops import crops_to_coefficients, crops_to_rgb, native_chroma
 
 __all__ = [
-    "TRANSFORMS", "build_transform", "describe_transforms", "step_generator",
-    "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "ColorJitter", "Compose", "CutMix", "FrequencyDropout",
-    "JpegBatch", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
-    "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "ToRGB", "Transform",
-    "PackedJpegBatch", "SparseJpegBatch", "as_jpeg_batch", "crops_to_coefficients", "crops_to_rgb",
-    "expand_packed", "expand_sparse", "native_chroma",
+    "MIXERS", "TRANSFORMS", "build_transform", "describe_transforms", "step_generator",
+    "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",
+    "FrequencyDropout", "JpegBatch", "MixUp", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomChromaRotation",
+    "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",
+    "RandomVerticalFlip", "SelectFrequencies", "ThreeAugment", "TimmAugment", "ToCoefficients", "ToRGB", "Transform",
+    "TrivialAugmentWide", "PackedJpegBatch", "SparseJpegBatch", "as_jpeg_batch", "crops_to_coefficients",
+    "crops_to_rgb", "expand_packed", "expand_sparse", "native_chroma",
 ]

@@ -1,12 +1,28 @@
-"""DCT-domain augmentations as ``nn.Module`` s: parameters drawn on the host, execution batched.
+"""Augmentations as ``nn.Module`` s: parameters drawn on the host, execution batched.
 
-Every transform works on a float coefficient image ``x (B, 3, Hb, Wb, 64)`` (see
-:mod:`dctnet.transforms.functional`, whose pure kernels do the work; the classes here only draw
-parameters and call them). A call has two halves — the kornia split of *what* from *how*:
+A transform works on one of two representations of a batch and says which with :attr:`Transform.domain`:
+
+- **pixels** — float RGB ``(B, 3, H, W)`` on the [0, 1] scale, what the device crop step
+  (:func:`dctnet.transforms.crops_to_rgb`) gives; the ops of :mod:`dctnet.transforms.pixel`,
+  clamped after each op as torchvision does;
+- **coefficients** — a coefficient image ``(B, 3, Hb, Wb, 64)`` (see
+  :mod:`dctnet.transforms.functional`), what DCT stems take.
+
+``domain = "pixel"`` transforms (the policies, hue, …) need pixels, ``"coefficient"`` ones
+(requantization, frequency dropout, per-(c,u,v) statistics) need coefficients, and ``"any"`` ones
+(flips, grayscale, brightness/contrast/saturation, chroma rotation, mixing, erasing) have an exact
+kernel in both (each pair is tested equal, up to torchvision's per-op clamp, which the coefficient
+kernels of the colour ops leave out). Called alone, a transform given the other representation
+converts, applies and converts back. A :class:`Compose` converts only where the next transform needs
+it and stays there, so a list runs in as few representation changes as possible; it returns the
+representation it was given, unless it ends in a converter (:class:`ToRGB`, :class:`ToCoefficients`).
+
+A call has two halves — the kornia split of *what* from *how*:
 
 - :meth:`Transform.draw_params` draws the per-sample parameters on the host from a seeded CPU
-  ``torch.Generator`` (cheap, reproducible, the same numbers whatever the device) and returns them
-  as a ``dict`` of CPU tensors with first dimension ``B`` (a :class:`Compose`: one such dict per
+  ``torch.Generator`` (cheap, reproducible, the same numbers whatever the device or representation:
+  draws depend on the image size in pixels, never on the layout of the tensor) and returns them as a
+  ``dict`` of CPU tensors with first dimension ``B`` (a :class:`Compose`: one such dict per
   transform, keyed ``"0"``, ``"1"``, …);
 - :meth:`Transform.apply_transform` applies them batched on ``x``'s device (they are copied there
   with ``non_blocking=True``: no host sync, no Python loop over samples).
@@ -24,11 +40,12 @@ Probability ``p`` is handled once, by the base class: a transform built with ``p
 sample independently with probability ``p``. :meth:`Transform.draw_params` draws the coin after the
 transform's own parameters (``params["apply"]``, ``(B,)`` bool) and the result keeps the input where
 it is False; ``p = 1`` draws no coin, ``p = 0`` computes nothing. Transforms that always apply
-(``Normalize``, ``SelectFrequencies``, ``ToRGB``, ``FrequencyDropout``, ``Compose``) have ``p = None``.
+(``Normalize``, ``SelectFrequencies``, ``ToRGB``, ``FrequencyDropout``, ``Compose``, the policies,
+the mixers, which take their own probabilities) have ``p = None``.
 
 Labels are class indices ``(B,)`` (int) or soft targets ``(B, K)`` (float). Non-mixing transforms
-return them unchanged (the same object); :class:`Mixup` and :class:`CutMix` return soft ``(B, K)``
-targets: integer labels become one-hot given ``num_classes`` (float32), soft ones keep their dtype.
+return them unchanged (the same object); the mixing transforms (:mod:`dctnet.transforms.mixing`)
+return soft ``(B, K)`` targets.
 
 Reproducibility: a :class:`Compose` draws every parameter of its transforms from one generator —
 its own (seeded by ``seed``) or the one passed per call. :func:`step_generator` (equivalently
@@ -40,34 +57,30 @@ Modules: transforms are ``nn.Module`` s, so statistics are buffers (``Normalize`
 its ``state_dict`` and follow ``.to()`` / ``.double()``) and ``Compose`` holds an ``nn.ModuleList``.
 Their output does not depend on ``train()`` / ``eval()``: use augmentation on the training batches only.
 
-Recipes: :data:`TRANSFORMS` maps names to classes; :func:`build_transform` builds one from a dict
-such as ``{"name": "RandAugment", "num_ops": 2, "magnitude": 9}``, validated against the class's
-signature; :func:`describe_transforms` lists every transform's arguments and defaults.
+Recipes build transforms by name: :mod:`dctnet.transforms.registry`.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import inspect
 import math
 import operator
-import types
-import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from dctnet import functional as F
 from dctnet.transforms import functional as TF
+from dctnet.transforms import pixel as P
 
 __all__ = [
-    "ColorJitter", "Compose", "CutMix", "FrequencyDropout", "IMAGENET_MEAN", "IMAGENET_STD", "Mixup",
-    "Normalize", "RandAugment", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize",
-    "RandomTranspose", "RandomVerticalFlip", "SelectFrequencies", "TRANSFORMS", "ToRGB", "Transform",
-    "build_transform", "describe_transforms", "step_generator",
+    "ColorJitter", "Compose", "FrequencyDropout", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomChromaRotation",
+    "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose", "RandomVerticalFlip",
+    "SelectFrequencies", "ToCoefficients", "ToRGB", "Transform", "apply_slots", "image_size", "step_generator",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -98,14 +111,85 @@ def step_generator(seed: int, epoch: int, step: int, rank: int = 0) -> torch.Gen
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)  # 63 bits: any seed torch takes
 
 
+def image_size(shape: Sequence[int]) -> tuple[int, int]:
+    """``(H, W)`` in pixels of a batch of ``shape``: pixels ``(B, C, H, W)`` or a coefficient image
+    ``(B, C, Hb, Wb, K)`` (8 pixels a block)."""
+    if len(shape) == 4:
+        return int(shape[2]), int(shape[3])
+    if len(shape) == 5:
+        return 8 * int(shape[2]), 8 * int(shape[3])
+    raise ValueError(f"a batch is (B, C, H, W) pixels or (B, C, Hb, Wb, 64) coefficients, got shape {tuple(shape)}")
+
+
+def _representation(x: Tensor) -> str:
+    return "pixel" if x.dim() == 4 else "coefficient"
+
+
+def to_pixels(x: Tensor) -> Tensor:
+    """A coefficient image as RGB ``(B, 3, 8·Hb, 8·Wb)`` in [0, 1] (clamped as a decoder does);
+    pixels unchanged."""
+    return TF.to_rgb(x) if x.dim() == 5 else x
+
+
+def to_coefficients(x: Tensor) -> Tensor:
+    """RGB ``(B, 3, H, W)`` (H, W multiples of 8) as a coefficient image; coefficients unchanged."""
+    if x.dim() == 5:
+        return x
+    if x.shape[-2] % 8 or x.shape[-1] % 8:
+        raise ValueError(f"pixels go to the DCT domain in 8×8 blocks: H and W must be multiples of 8, got "
+                         f"{tuple(x.shape[-2:])}")
+    return TF.from_rgb(x)
+
+
+def _pixel_shape(shape: torch.Size) -> torch.Size:
+    return torch.Size((shape[0], shape[1], 8 * shape[2], 8 * shape[3])) if len(shape) == 5 else shape
+
+
+def _coefficient_shape(shape: torch.Size) -> torch.Size:
+    return torch.Size((shape[0], shape[1], shape[2] // 8, shape[3] // 8, 64)) if len(shape) == 4 else shape
+
+
+def apply_slots(x: Tensor, op: Tensor, arg: Tensor, kernels: Sequence[Callable[[Tensor, Tensor], Tensor] | None]) -> Tensor:
+    """Run per-sample op lists batched: ``op (B, S)`` int64 on the host (the index into ``kernels`` each
+    sample runs in slot ``s``, −1 for none), ``arg (B, S)`` the op's argument (any device).
+
+    Slot after slot, each op present in the slot runs once, as ``kernels[k](x[rows], arg[rows, s])``
+    on the samples that drew it, written back with ``index_copy``: every sample sees its ops in its
+    own order, the number of kernel launches is at most ``S × len(kernels)`` whatever ``B``, and the
+    grouping is read off the host tensor ``op`` (no device sync)."""
+    if op.device.type != "cpu":
+        raise ValueError("apply_slots plans on the host: op must be a CPU tensor")
+    out = None  # one copy of the batch, then in-place writes (an out-of-place index_copy per group
+    #             would copy the whole batch slots × ops times)
+    arg = arg.to(x.device, non_blocking=True)
+    for s in range(op.shape[1]):
+        column = op[:, s]
+        for k in torch.unique(column).tolist():
+            kernel = kernels[k] if k >= 0 else None
+            if kernel is None:
+                continue
+            if out is None:
+                out = x.clone()
+            rows = (column == k).nonzero().squeeze(1).to(x.device, non_blocking=True)
+            out.index_copy_(0, rows, kernel(out.index_select(0, rows), arg[:, s].index_select(0, rows)).to(x.dtype))
+    return x if out is None else out
+
+
 class Transform(nn.Module):
     """Base class: :meth:`draw` (host, per-sample parameters) + :meth:`apply_transform` (device, batched).
 
     Subclasses implement :meth:`draw` (their own parameters, default none) and
-    :meth:`apply_transform` (the batched kernel, applied to the whole batch); the base class adds
-    the per-sample probability ``p``, the host → device copy of the parameters, replay and the call
-    forms (module docstring). ``seed`` seeds :attr:`generator`, used when a call passes none (a
-    random seed when ``None``)."""
+    :meth:`apply_transform` (the batched kernel, applied to the whole batch, in the representation
+    :attr:`domain` names); the base class adds the per-sample probability ``p``, the host → device
+    copy of the parameters, the representation changes, replay and the call forms (module
+    docstring). ``seed`` seeds :attr:`generator`, used when a call passes none (a random seed when
+    ``None``)."""
+
+    #: the representation :meth:`apply_transform` takes: "pixel", "coefficient" or "any" (both: the
+    #: kernel dispatches on ``x.dim()``)
+    domain: str = "coefficient"
+    #: converters (ToRGB, ToCoefficients) define their output representation
+    converter: bool = False
 
     def __init__(self, seed: int | None = None, *, p: float | None = None) -> None:
         super().__init__()
@@ -133,7 +217,16 @@ class Transform(nn.Module):
         return labels
 
     def _out_shape(self, shape: torch.Size) -> torch.Size:
-        """Shape of the output for an input of ``shape`` (what the next transform of a Compose draws for)."""
+        """Shape of the output for an input of ``shape`` in this transform's domain (what the next
+        transform of a Compose draws for)."""
+        return shape
+
+    def _domain_shape(self, shape: torch.Size) -> torch.Size:
+        """The shape this transform works on, given an input of ``shape``."""
+        if self.domain == "pixel":
+            return _pixel_shape(shape)
+        if self.domain == "coefficient":
+            return _coefficient_shape(shape)
         return shape
 
     # ------------------------------------------------------------------ public API
@@ -141,7 +234,7 @@ class Transform(nn.Module):
         """Parameters for a batch of ``shape`` (e.g. ``x.shape``) drawn from ``generator`` (default
         :attr:`generator`): host tensors, to pass as ``params=`` (once or many times). Drawing here
         and then calling with ``params=`` is the same as one call with ``generator=``."""
-        shape = torch.Size(shape)
+        shape = self._domain_shape(torch.Size(shape))
         gen = generator if generator is not None else self.generator
         params = self.draw(shape, gen)
         if self.p is not None and self.p < 1.0:  # p = 1: always applied, no coin (the stream is not consumed)
@@ -150,14 +243,17 @@ class Transform(nn.Module):
 
     def forward(self, x: Tensor, labels: Tensor | None = None, params: Params | None = None, *,
                 generator: torch.Generator | None = None, return_params: bool = False) -> Any:
-        """Augment ``x (B, 3, Hb, Wb, 64)`` (and ``labels``, ``(B,)`` indices or ``(B, K)`` soft).
+        """Augment ``x`` — pixels ``(B, 3, H, W)`` or a coefficient image ``(B, 3, Hb, Wb, 64)`` — and
+        ``labels`` (``(B,)`` indices or ``(B, K)`` soft).
 
         ``params=None`` draws fresh parameters from ``generator`` (default :attr:`generator`);
         a ``params`` dict that a previous call returned (``return_params=True``) or
         :meth:`draw_params` made replays that augmentation exactly, drawing nothing. Returns
-        ``x``, or ``(x, labels)`` when labels are given, plus ``params`` last when ``return_params``."""
+        ``x`` (in the representation it came in, unless this is a converter), or ``(x, labels)`` when
+        labels are given, plus ``params`` last when ``return_params``."""
         _check_input(self, x)
-        out, out_labels, params = self._run(x, labels, params, generator if generator is not None else self.generator)
+        gen = generator if generator is not None else self.generator
+        out, out_labels, params = self._run(x, labels, params, gen, keep_domain=False)
         result = (out,) if labels is None else (out, out_labels)
         if return_params:
             result += (params,)
@@ -168,8 +264,22 @@ class Transform(nn.Module):
         return step_generator(self.seed, epoch, step, rank)
 
     # ------------------------------------------------------------------ machinery
-    def _run(self, x: Tensor, labels: Tensor | None, params: Params | None,
-             gen: torch.Generator) -> tuple[Tensor, Tensor | None, Params]:
+    def _run(self, x: Tensor, labels: Tensor | None, params: Params | None, gen: torch.Generator, *,
+             keep_domain: bool) -> tuple[Tensor, Tensor | None, Params]:
+        """Convert ``x`` to :attr:`domain` if needed, run, and (unless ``keep_domain``, as inside a
+        Compose) convert back."""
+        given = _representation(x)
+        if self.domain == "pixel" and given == "coefficient":
+            x = to_pixels(x)
+        elif self.domain == "coefficient" and given == "pixel":
+            x = to_coefficients(x)
+        out, labels, params = self._run_native(x, labels, params, gen)
+        if not keep_domain and not self.converter and _representation(out) != given:
+            out = to_pixels(out) if given == "pixel" else to_coefficients(out)
+        return out, labels, params
+
+    def _run_native(self, x: Tensor, labels: Tensor | None, params: Params | None,
+                    gen: torch.Generator) -> tuple[Tensor, Tensor | None, Params]:
         if params is None:
             params = self.draw_params(x.shape, gen)
         labels = self._prepare_labels(labels)
@@ -202,15 +312,18 @@ class Transform(nn.Module):
 
 def _check_input(t: Transform, x: object) -> None:
     """A clear TypeError for what loaders hand out before the device crop (a ``JpegBatch`` and its
-    packed/sparse forms) or anything else that is not a coefficient tensor."""
+    packed/sparse forms) or anything else that is not a pixel or coefficient batch."""
     if isinstance(x, Tensor):
+        if x.dim() not in (4, 5):
+            raise ValueError(f"{type(t).__name__} takes pixels (B, 3, H, W) or a coefficient image (B, 3, Hb, Wb, 64), "
+                             f"got shape {tuple(x.shape)}")
         return
     name = type(x).__name__
     if name in ("JpegBatch", "PackedJpegBatch", "SparseJpegBatch"):
-        raise TypeError(f"{type(t).__name__} takes a coefficient image tensor (B, 3, Hb, Wb, 64), got a {name} (the "
-                        "loader's undecoded crops): call dctnet.transforms.crops_to_coefficients(batch, size) first "
-                        "(or crops_to_rgb(batch, size) for RGB transforms)")
-    raise TypeError(f"{type(t).__name__} takes a coefficient image tensor (B, 3, Hb, Wb, 64), got {name}")
+        raise TypeError(f"{type(t).__name__} takes pixels (B, 3, H, W) or a coefficient image (B, 3, Hb, Wb, 64), got a "
+                        f"{name} (the loader's undecoded crops): call dctnet.transforms.crops_to_rgb(batch, size) first "
+                        "(or crops_to_coefficients(batch, size))")
+    raise TypeError(f"{type(t).__name__} takes pixels (B, 3, H, W) or a coefficient image (B, 3, Hb, Wb, 64), got {name}")
 
 
 def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
@@ -218,75 +331,151 @@ def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
 
 
 class RandomHorizontalFlip(Transform):
-    """Horizontal flip of each sample with probability ``p``. Exact (:func:`~dctnet.transforms.functional.hflip`)."""
+    """Horizontal flip of each sample with probability ``p``. Exact in both representations
+    (coefficients: :func:`~dctnet.transforms.functional.hflip`)."""
+
+    domain = "any"
 
     def __init__(self, p: float = 0.5, seed: int | None = None) -> None:
         super().__init__(seed, p=p)
 
     def apply_transform(self, x, labels, params):
-        return TF.hflip(x), labels
+        return (x.flip(-1) if x.dim() == 4 else TF.hflip(x)), labels
 
 
 class RandomVerticalFlip(RandomHorizontalFlip):
     """Vertical flip of each sample with probability ``p``. Exact."""
 
     def apply_transform(self, x, labels, params):
-        return TF.vflip(x), labels
+        return (x.flip(-2) if x.dim() == 4 else TF.vflip(x)), labels
 
 
 class RandomTranspose(RandomHorizontalFlip):
-    """Swap rows and columns with probability ``p`` (square block grids). With the flips this
+    """Swap rows and columns with probability ``p`` (square images). With the flips this
     generates all eight rot90/flip symmetries."""
 
     def apply_transform(self, x, labels, params):
-        if x.shape[2] != x.shape[3]:
-            raise ValueError(f"RandomTranspose needs a square block grid, got {tuple(x.shape[2:4])}")
-        return TF.transpose(x), labels
+        h, w = image_size(x.shape)
+        if h != w:
+            raise ValueError(f"RandomTranspose needs a square image, got {h}×{w}")
+        return (x.transpose(-1, -2) if x.dim() == 4 else TF.transpose(x)), labels
+
+
+#: ColorJitter's ops, in torchvision's index order (its ``fn_idx`` permutes these)
+_JITTER_OPS = ("brightness", "contrast", "saturation", "hue")
 
 
 class ColorJitter(Transform):
-    """Brightness, contrast, saturation as torchvision (factors uniform in ``[max(0, 1−a), 1+a]``
-    per sample), applied in that fixed order, plus an optional (Cb, Cr) rotation of up to
-    ``chroma_rotation`` radians — a linear chroma shift, *not* torchvision's HSV hue. Applied to
-    each sample with probability ``p`` (torchvision's ``ColorJitter`` is ``p = 1``)."""
+    """torchvision's ``v2.ColorJitter``, per sample: factors uniform in ``[max(0, 1 − a), 1 + a]`` for
+    ``brightness``, ``contrast``, ``saturation`` (a number ``a`` or a ``(lo, hi)`` range), ``hue`` uniform
+    in ``[−h, h]`` (h ≤ 0.5, a fraction of the HSV hue circle), applied in a random order per sample
+    (torchvision's ``randperm(4)``), each clamped to [0, 1] on pixels. Applied to each sample with
+    probability ``p`` (torchvision's ``ColorJitter`` is ``p = 1``).
 
-    def __init__(self, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0,
-                 chroma_rotation: float = 0.0, seed: int | None = None, *, p: float = 1.0) -> None:
+    On a coefficient image without hue the three linear ops run as their exact DCT kernels
+    (without the clamps between them); hue is an HSV operation and needs pixels. The linear (Cb, Cr)
+    rotation that is exact on coefficients is :class:`RandomChromaRotation`."""
+
+    def __init__(self, brightness: float | tuple[float, float] = 0.0, contrast: float | tuple[float, float] = 0.0,
+                 saturation: float | tuple[float, float] = 0.0, hue: float | tuple[float, float] = 0.0,
+                 seed: int | None = None, *, p: float = 1.0) -> None:
         super().__init__(seed, p=p)
-        self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
-        self.chroma_rotation = chroma_rotation
+        self.brightness = self._range("brightness", brightness, 1.0, (0.0, math.inf))
+        self.contrast = self._range("contrast", contrast, 1.0, (0.0, math.inf))
+        self.saturation = self._range("saturation", saturation, 1.0, (0.0, math.inf))
+        self.hue = self._range("hue", hue, 0.0, (-0.5, 0.5))
+
+    @property
+    def domain(self) -> str:  # type: ignore[override]
+        return "pixel" if self.hue is not None else "any"
+
+    @staticmethod
+    def _range(name: str, value, center: float, bound: tuple[float, float]) -> tuple[float, float] | None:
+        """torchvision's ``_check_input``: a number ``a`` → ``[center − a, center + a]`` (clipped at 0
+        for the factors), a pair as given; None when it is the neutral ``[center, center]``."""
+        if isinstance(value, bool):
+            raise ValueError(f"ColorJitter: {name} must be a number or a (lo, hi) pair, got {value!r}")
+        if isinstance(value, (int, float)):
+            if value < 0:
+                raise ValueError(f"ColorJitter: {name} must be non-negative, got {value!r}")
+            lo, hi = center - float(value), center + float(value)
+            if name != "hue":
+                lo = max(lo, 0.0)
+        elif isinstance(value, (tuple, list)) and len(value) == 2:
+            lo, hi = float(value[0]), float(value[1])
+        else:
+            raise ValueError(f"ColorJitter: {name} must be a number or a (lo, hi) pair, got {value!r}")
+        if not bound[0] <= lo <= hi <= bound[1]:
+            raise ValueError(f"ColorJitter: {name} values must lie in [{bound[0]}, {bound[1]}], got ({lo}, {hi})")
+        return None if lo == hi == center else (lo, hi)
 
     def draw(self, shape, gen):
         n = shape[0]
-        p = {}
-        for name in ("brightness", "contrast", "saturation"):
-            a = getattr(self, name)
-            if a:
-                p[name] = _uniform(n, max(0.0, 1.0 - a), 1.0 + a, gen)
-        if self.chroma_rotation:
-            p["angle"] = _uniform(n, -self.chroma_rotation, self.chroma_rotation, gen)
-        return p
+        # torchvision draws the order first, then each factor from its range
+        order = torch.argsort(torch.rand(n, 4, generator=gen), dim=1)
+        factors = torch.zeros(n, 4, dtype=torch.float64)
+        present = torch.zeros(4, dtype=torch.bool)
+        for k, name in enumerate(_JITTER_OPS):
+            r = getattr(self, name)
+            if r is not None:
+                factors[:, k] = _uniform(n, r[0], r[1], gen)
+                present[k] = True
+        op = torch.where(present[order], order, -1)          # (B, 4): the op in each position, −1 if absent
+        arg = torch.gather(factors, 1, order.clamp(min=0))
+        return {"op": op, "arg": arg}
+
+    def _run_native(self, x, labels, params, gen):
+        if params is None:
+            params = self.draw_params(x.shape, gen)
+        if self.p == 0.0:
+            return x, labels, params
+        if x.dim() == 4:
+            kernels = (P.adjust_brightness, P.adjust_contrast, P.adjust_saturation, P.adjust_hue)
+        else:
+            kernels = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, None)
+        out = apply_slots(x, params["op"], params["arg"], kernels)
+        mask = params.get("apply")
+        if mask is not None:
+            out = torch.where(mask.to(x.device, non_blocking=True).reshape(-1, *([1] * (x.dim() - 1))), out, x)
+        return out, labels, params
+
+
+class RandomChromaRotation(Transform):
+    """Rotate the (Cb, Cr) plane of each sample by an angle uniform in ``[−degrees, degrees]`` (degrees),
+    with probability ``p``: a linear hue-like shift that keeps luma and chroma magnitude, exact on
+    coefficients (:func:`~dctnet.transforms.functional.rotate_chroma`). Not torchvision's HSV hue
+    (``ColorJitter(hue=...)``). On pixels: RGB → YCbCr, rotate, back, clamped to [0, 1]."""
+
+    domain = "any"
+
+    def __init__(self, degrees: float = 30.0, p: float = 1.0, seed: int | None = None) -> None:
+        super().__init__(seed, p=p)
+        if isinstance(degrees, bool) or not isinstance(degrees, (int, float)) or not 0 <= degrees <= 180:
+            raise ValueError(f"RandomChromaRotation: degrees must be in [0, 180], got {degrees!r}")
+        self.degrees = float(degrees)
+
+    def draw(self, shape, gen):
+        return {"angle": _uniform(shape[0], -self.degrees, self.degrees, gen)}
 
     def apply_transform(self, x, labels, params):
-        if "brightness" in params:
-            x = TF.adjust_brightness(x, params["brightness"])
-        if "contrast" in params:
-            x = TF.adjust_contrast(x, params["contrast"])
-        if "saturation" in params:
-            x = TF.adjust_saturation(x, params["saturation"])
-        if "angle" in params:
-            x = TF.rotate_chroma(x, params["angle"])
-        return x, labels
+        radians = torch.deg2rad(params["angle"])
+        if x.dim() == 5:
+            return TF.rotate_chroma(x, radians), labels
+        ycc = F.rgb_to_ycbcr(x * 255.0, dim=1) - 128.0
+        ycc = TF.rotate_chroma(ycc.unsqueeze(-1), radians).squeeze(-1)   # (B, 3, H, W, 1): chroma rotates per pixel
+        return (F.ycbcr_to_rgb(ycc + 128.0, dim=1) / 255.0).clamp(0.0, 1.0), labels
 
 
 class RandomGrayscale(RandomHorizontalFlip):
-    """Zero the chroma (grey RGB, R = G = B = Y) of each sample with probability ``p``."""
+    """Grey RGB (R = G = B) for each sample with probability ``p``: torchvision's ``rgb_to_grayscale``
+    on pixels; zero chroma on coefficients (JFIF's Y weights 0.299/0.587/0.114 against torchvision's
+    0.2989/0.587/0.114: ≤ 0.03 grey levels apart)."""
 
     def __init__(self, p: float = 0.1, seed: int | None = None) -> None:
         super().__init__(p, seed)
 
     def apply_transform(self, x, labels, params):
-        return TF.rgb_to_grayscale(x), labels
+        return (P.rgb_to_grayscale(x) if x.dim() == 4 else TF.rgb_to_grayscale(x)), labels
 
 
 class RandomRequantize(Transform):
@@ -305,98 +494,6 @@ class RandomRequantize(Transform):
 
     def apply_transform(self, x, labels, params):
         return TF.requantize(x, params["tables"]), labels
-
-
-def _block_boxes(n: int, hb: int, wb: int, area: Tensor, log_ratio: Tensor, gen: torch.Generator) -> Tensor:
-    """Block-aligned boxes ``(n, 4)`` of ~``area`` (fraction of the grid) and aspect exp(log_ratio)."""
-    ratio = torch.exp(log_ratio)
-    h = torch.clamp(torch.round(torch.sqrt(area * ratio) * hb), 1, hb).long()
-    w = torch.clamp(torch.round(torch.sqrt(area / ratio) * wb), 1, wb).long()
-    top = (torch.rand(n, generator=gen, dtype=torch.float64) * (hb - h + 1)).long()
-    left = (torch.rand(n, generator=gen, dtype=torch.float64) * (wb - w + 1)).long()
-    return torch.stack([top, left, h, w], dim=1)
-
-
-class RandomErasing(Transform):
-    """Erase a block-aligned box (area fraction in ``scale``, aspect in ``ratio``) with
-    probability ``p``; ``value="random"`` fills with N(0, σ) coefficients, else a constant
-    coefficient value (0 = mid grey)."""
-
-    def __init__(self, p: float = 0.25, scale: tuple[float, float] = (0.02, 0.33),
-                 ratio: tuple[float, float] = (0.3, 3.3), value: float | str = 0.0, sigma: float = 100.0,
-                 seed: int | None = None) -> None:
-        super().__init__(seed, p=p)
-        if isinstance(value, str) and value != "random":
-            raise ValueError(f"RandomErasing: value must be a number or 'random', got {value!r}")
-        self.scale, self.ratio, self.value, self.sigma = tuple(scale), tuple(ratio), value, sigma
-
-    def draw(self, shape, gen):
-        n, hb, wb = shape[0], shape[2], shape[3]
-        area = _uniform(n, *self.scale, gen)
-        log_ratio = _uniform(n, math.log(self.ratio[0]), math.log(self.ratio[1]), gen)
-        p = {"boxes": _block_boxes(n, hb, wb, area, log_ratio, gen)}
-        if self.value == "random":
-            p["value"] = torch.randn(n, 3, 64, generator=gen) * self.sigma
-        return p
-
-    def apply_transform(self, x, labels, params):
-        value = params.get("value", float(self.value) if self.value != "random" else 0.0)
-        return TF.erase(x, params["boxes"], value), labels
-
-
-class Mixup(Transform):
-    """mixup (Zhang et al. 2018): λ ~ Beta(α, α) per sample, partner = a random permutation of the
-    batch; applied to each sample with probability ``p``. Labels come out soft ``(B, K)``
-    (``λ·y + (1 − λ)·y[perm]``; integer labels are one-hot over ``num_classes`` first)."""
-
-    def __init__(self, alpha: float = 0.2, num_classes: int | None = None, seed: int | None = None, *,
-                 p: float = 1.0) -> None:
-        super().__init__(seed, p=p)
-        if not alpha > 0:
-            raise ValueError(f"{type(self).__name__}: alpha must be > 0, got {alpha!r}")
-        self.alpha, self.num_classes = alpha, num_classes
-
-    def draw(self, shape, gen):
-        n = shape[0]
-        # Beta(α, α) = G1 / (G1 + G2) with Gi ~ Gamma(α): torch.distributions.Beta takes no
-        # generator, the gamma sampler does, which keeps the draw seeded.
-        g1 = torch._standard_gamma(torch.full((n,), float(self.alpha), dtype=torch.float64), generator=gen)
-        g2 = torch._standard_gamma(torch.full((n,), float(self.alpha), dtype=torch.float64), generator=gen)
-        return {"lam": g1 / (g1 + g2), "perm": torch.randperm(n, generator=gen)}
-
-    def _prepare_labels(self, labels):
-        if labels is None:
-            raise ValueError(f"{type(self).__name__} needs labels: call it as t(x, labels)")
-        if labels.dim() == 2:  # soft targets stay soft (and keep a floating dtype)
-            if self.num_classes is not None and labels.shape[1] != self.num_classes:
-                raise ValueError(f"{type(self).__name__}: soft targets have {labels.shape[1]} classes, "
-                                 f"num_classes is {self.num_classes}")
-            return labels if labels.is_floating_point() else labels.float()
-        if self.num_classes is None:
-            raise ValueError(f"{type(self).__name__} needs num_classes for integer labels")
-        # with num_classes given one_hot checks nothing on the host on CUDA (no sync)
-        return torch.nn.functional.one_hot(labels.long(), self.num_classes).float()
-
-    def apply_transform(self, x, labels, params):
-        return TF.mixup(x, labels, params["lam"], params["perm"])
-
-
-class CutMix(Mixup):
-    """CutMix (Yun et al. 2019) with block-aligned boxes of area fraction ~1 − λ, λ ~ Beta(α, α);
-    labels mixed by the pasted area exactly. Applied to each sample with probability ``p``."""
-
-    def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int | None = None, *,
-                 p: float = 1.0) -> None:
-        super().__init__(alpha, num_classes, seed, p=p)
-
-    def draw(self, shape, gen):
-        n = shape[0]
-        p = super().draw(shape, gen)
-        p["boxes"] = _block_boxes(n, shape[2], shape[3], 1 - p.pop("lam"), torch.zeros(n, dtype=torch.float64), gen)
-        return p
-
-    def apply_transform(self, x, labels, params):
-        return TF.cutmix(x, labels, params["boxes"], params["perm"])
 
 
 class FrequencyDropout(Transform):
@@ -470,7 +567,8 @@ class SelectFrequencies(Transform):
 
 class ToRGB(Transform):
     """Plan A output: RGB ``(B, 3, H, W)`` normalised like torchvision, ``(rgb − mean) / std`` on
-    [0, 1] values (clamped like a decoder).
+    [0, 1] values — a coefficient image decoded (clamped like a decoder), or pixels as they are
+    (normalised only: erasing may have written values outside [0, 1] on purpose).
 
     Normalisation rule (the same as :func:`dctnet.models.swap_stem` folds into a DCT stem): a model's
     normalisation is :func:`dctnet.transforms.normalization.input_mean_std` of it — its timm
@@ -478,6 +576,9 @@ class ToRGB(Transform):
     ``ToRGB(mean, std)`` takes explicit statistics; ``ToRGB()`` is ImageNet's
     (:data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`), right for torchvision models and timm models with
     ImageNet statistics; ``mean=None``, ``std=None`` gives plain [0, 1]."""
+
+    domain = "any"
+    converter = True
 
     def __init__(self, mean: Sequence[float] | None = IMAGENET_MEAN, std: Sequence[float] | None = IMAGENET_STD) -> None:
         super().__init__(0)
@@ -501,13 +602,31 @@ class ToRGB(Transform):
         return cls(*input_mean_std(model))
 
     def _out_shape(self, shape):
-        return torch.Size((shape[0], 3, 8 * shape[2], 8 * shape[3]))
+        return _pixel_shape(shape)
 
     def apply_transform(self, x, labels, params):
-        rgb = TF.to_rgb(x)
+        rgb = to_pixels(x)
         if self.mean is not None:
             rgb = (rgb - self.mean.to(rgb)) / self.std.to(rgb)
         return rgb, labels
+
+
+class ToCoefficients(Transform):
+    """Pixels ``(B, 3, H, W)`` in [0, 1] (H, W multiples of 8) → coefficient image
+    ``(B, 3, H/8, W/8, 64)``: the forward DCT a coefficient model's input takes, once, after the
+    pixel ops (a coefficient image passes unchanged)."""
+
+    domain = "any"
+    converter = True
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+    def _out_shape(self, shape):
+        return _coefficient_shape(shape)
+
+    def apply_transform(self, x, labels, params):
+        return to_coefficients(x), labels
 
 
 class Compose(Transform):
@@ -515,7 +634,13 @@ class Compose(Transform):
     ``seed``) or the ``generator=`` of the call (e.g. :meth:`generator_for` ``(epoch, step, rank)``);
     the transforms' own generators are not used. Parameters are ``{"0": params of transforms[0],
     "1": …}``; they are drawn transform by transform as the batch goes through, in the same order as
-    :meth:`draw_params`."""
+    :meth:`draw_params`.
+
+    The batch changes representation only where the next transform needs the other one, and stays
+    there; the result is in the representation the Compose was given, unless its last transform is
+    a converter (:class:`ToRGB`, :class:`ToCoefficients`)."""
+
+    domain = "any"
 
     def __init__(self, transforms: Sequence[Transform], seed: int | None = None) -> None:
         super().__init__(seed)
@@ -525,220 +650,29 @@ class Compose(Transform):
                 raise TypeError(f"Compose takes dctnet transforms (dctnet.transforms.Transform), got {type(t).__name__}")
         self.transforms = nn.ModuleList(transforms)
 
+    @property
+    def converter(self) -> bool:  # type: ignore[override]
+        return bool(len(self.transforms)) and self.transforms[-1].converter
+
     def draw_params(self, shape: Sequence[int], generator: torch.Generator | None = None) -> Params:
         shape = torch.Size(shape)
         gen = generator if generator is not None else self.generator
         params = {}
         for i, t in enumerate(self.transforms):
             params[str(i)] = t.draw_params(shape, gen)
-            shape = t._out_shape(shape)
+            shape = t._out_shape(t._domain_shape(shape))
         return params
 
     def _out_shape(self, shape):
         for t in self.transforms:
-            shape = t._out_shape(shape)
+            shape = t._out_shape(t._domain_shape(shape))
         return shape
 
-    def _run(self, x, labels, params, gen):
+    def _run_native(self, x, labels, params, gen):
         if params is not None and sorted(params) != sorted(str(i) for i in range(len(self.transforms))):
             raise ValueError(f"params have keys {sorted(params)}, this Compose has {len(self.transforms)} transforms")
         drawn = {}
         for i, t in enumerate(self.transforms):
-            x, labels, drawn[str(i)] = t._run(x, labels, None if params is None else params[str(i)], gen)
+            x, labels, drawn[str(i)] = t._run(x, labels, None if params is None else params[str(i)], gen,
+                                              keep_domain=True)
         return x, labels, drawn
-
-
-class RandAugment(Transform):
-    """RandAugment-style policy over the DCT ops: each sample gets ``num_ops`` ops drawn
-    uniformly from the list, at a strength set by ``magnitude`` (0..30 as in torchvision).
-    Batched: every op runs on the whole batch and is kept only where a sample chose it. The whole
-    policy applies to each sample with probability ``p``."""
-
-    OPS = ("identity", "hflip", "brightness", "contrast", "saturation", "chroma_rotation", "grayscale",
-           "requantize", "frequency_dropout")
-
-    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
-                 seed: int | None = None, *, p: float = 1.0) -> None:
-        super().__init__(seed, p=p)
-        if num_ops < 0 or not 0 <= magnitude < num_magnitude_bins:
-            raise ValueError(f"RandAugment: need num_ops >= 0 and 0 <= magnitude < num_magnitude_bins, got "
-                             f"num_ops={num_ops}, magnitude={magnitude}, num_magnitude_bins={num_magnitude_bins}")
-        self.num_ops, self.magnitude, self.num_magnitude_bins = num_ops, magnitude, num_magnitude_bins
-
-    def draw(self, shape, gen):
-        n = shape[0]
-        strength = self.magnitude / max(self.num_magnitude_bins - 1, 1)
-        chosen = torch.zeros(n, len(self.OPS), dtype=torch.bool)
-        for _ in range(self.num_ops):  # a loop over ops drawn per call, not over samples
-            chosen[torch.arange(n), torch.randint(len(self.OPS), (n,), generator=gen)] = True
-        sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).double()
-        quality = torch.clamp(torch.round(torch.full((n,), 95 - 85 * strength)), 5, 95).long()
-        keep = torch.rand(n, 64, generator=gen) >= 0.3 * strength
-        keep[:, 0] = True
-        return {"chosen": chosen, "factor": 1.0 + 0.9 * strength * sign, "angle": sign * strength * 1.0,
-                "tables": TF.ijg_tables(quality), "keep": keep}
-
-    def apply_transform(self, x, labels, params):
-        chosen, f = params["chosen"], params["factor"]
-        ops = {
-            "hflip": lambda t: TF.hflip(t),
-            "brightness": lambda t: TF.adjust_brightness(t, f),
-            "contrast": lambda t: TF.adjust_contrast(t, f),
-            "saturation": lambda t: TF.adjust_saturation(t, f),
-            "chroma_rotation": lambda t: TF.rotate_chroma(t, params["angle"]),
-            "grayscale": lambda t: TF.rgb_to_grayscale(t),
-            "requantize": lambda t: TF.requantize(t, params["tables"]),
-            "frequency_dropout": lambda t: TF.frequency_dropout(t, params["keep"]),
-        }
-        for i, name in enumerate(self.OPS):
-            if name in ops:  # every op on the whole batch, kept where the sample chose it
-                x = torch.where(chosen[:, i].reshape(-1, 1, 1, 1, 1), ops[name](x), x)
-        return x, labels
-
-
-# ---------------------------------------------------------------------- registry (recipes)
-#: every transform a recipe can name → its class (``Normalize`` takes tensors and is not here;
-#: ``Compose`` is a list of specs, see :func:`build_transform`)
-TRANSFORMS: dict[str, type[Transform]] = {cls.__name__: cls for cls in (
-    RandomHorizontalFlip, RandomVerticalFlip, RandomTranspose, ColorJitter, RandomGrayscale, RandomRequantize,
-    RandomErasing, FrequencyDropout, RandAugment, Mixup, CutMix, SelectFrequencies, ToRGB)}
-
-_INJECTED = ("seed", "num_classes")  # set by build_transform's arguments, never by a spec
-
-
-def _recipe_parameters(cls: type[Transform]) -> dict[str, inspect.Parameter]:
-    """The constructor arguments a spec may set (not ``self``, ``seed``, ``num_classes``)."""
-    return {name: p for name, p in inspect.signature(cls.__init__).parameters.items()
-            if name != "self" and name not in _INJECTED and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-
-
-def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
-    lower = {c.lower(): c for c in choices}
-    match = difflib.get_close_matches(str(word).lower(), list(lower), n=1)
-    return f"; did you mean {lower[match[0]]!r}?" if match else ""
-
-
-def _type_name(hint: Any) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Union or origin is types.UnionType:
-        return " or ".join(_type_name(a) for a in args)
-    if hint is type(None):
-        return "None"
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {_type_name(args[0])}"
-        return f"a list of {len(args)} ({', '.join(_type_name(a) for a in args)})"
-    if origin in (Sequence, list):
-        return f"a list of {_type_name(args[0]) if args else 'values'}"
-    return getattr(hint, "__name__", str(hint))
-
-
-def _coerce(what: str, value: Any, hint: Any) -> Any:
-    """``value`` checked against the annotation ``hint`` (JSON/YAML-friendly: lists for tuples,
-    ints for floats); ValueError naming ``what`` otherwise."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    bad = ValueError(f"{what} must be {_type_name(hint)}, got {value!r}")
-    if hint is Any:
-        return value
-    if origin is Union or origin is types.UnionType:
-        for a in args:  # the first alternative that takes it (``float | str``: 3 → 3.0)
-            try:
-                return _coerce(what, value, a)
-            except ValueError:
-                pass
-        raise bad
-    if hint is type(None):
-        if value is None:
-            return None
-        raise bad
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise bad
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise bad
-    if origin is tuple or origin in (Sequence, list):
-        if not isinstance(value, (list, tuple)):
-            raise bad
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(value) != len(args):
-                raise bad
-            return tuple(_coerce(what, v, a) for v, a in zip(value, args))
-        item = args[0] if args else Any
-        items = [_coerce(what, v, item) for v in value]
-        return tuple(items) if origin is tuple else items
-    if isinstance(hint, type):
-        if isinstance(value, hint):
-            return value
-        raise bad
-    return value
-
-
-def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, num_classes: int | None,
-                    seed: int) -> Transform:
-    """A transform from a recipe spec: ``{"name": "RandAugment", "num_ops": 2, "magnitude": 9}``.
-
-    ``name`` is a key of :data:`TRANSFORMS`; the other keys are constructor arguments, checked
-    against its signature and annotations (lists are accepted for tuples, ints for floats). A list
-    of specs (or ``{"name": "Compose", "transforms": [...]}``) builds a :class:`Compose`. ``seed``
-    seeds every transform built (a Compose draws everything from its own); ``num_classes`` goes to
-    the mixing transforms (``Mixup``, ``CutMix``). An unknown name or argument, a missing or
-    ill-typed argument, or ``seed`` / ``num_classes`` in the spec raise ``ValueError`` naming it
-    (with a "did you mean" for near misses)."""
-    if isinstance(spec, Sequence) and not isinstance(spec, (str, bytes)):
-        return Compose([build_transform(s, num_classes=num_classes, seed=seed) for s in spec], seed=seed)
-    if not isinstance(spec, Mapping):
-        raise ValueError(f"a transform spec is a dict with a 'name' (or a list of them), got {spec!r}")
-    spec = dict(spec)
-    if "name" not in spec:
-        raise ValueError(f"transform spec {spec!r} has no 'name' (one of {', '.join(TRANSFORMS)})")
-    name = spec.pop("name")
-    if name == "Compose":
-        extra = set(spec) - {"transforms"}
-        if extra:
-            raise ValueError(f"Compose: unknown argument {sorted(extra)[0]!r}{_did_you_mean(sorted(extra)[0], ['transforms'])}"
-                             " (takes: transforms)")
-        inner = spec.get("transforms", [])
-        if not isinstance(inner, Sequence) or isinstance(inner, (str, bytes)):
-            raise ValueError(f"Compose: argument 'transforms' must be a list of specs, got {inner!r}")
-        return Compose([build_transform(s, num_classes=num_classes, seed=seed) for s in inner], seed=seed)
-    if not isinstance(name, str) or name not in TRANSFORMS:
-        raise ValueError(f"unknown transform {name!r}{_did_you_mean(name, [*TRANSFORMS, 'Compose'])} "
-                         f"(known: {', '.join(TRANSFORMS)}, Compose)")
-    cls = TRANSFORMS[name]
-    allowed = _recipe_parameters(cls)
-    hints = typing.get_type_hints(cls.__init__)
-    kwargs = {}
-    for arg, value in spec.items():
-        if arg in _INJECTED:
-            raise ValueError(f"{name}: argument {arg!r} comes from build_transform({arg}=...), not from the spec")
-        if arg not in allowed:
-            raise ValueError(f"{name}: unknown argument {arg!r}{_did_you_mean(arg, list(allowed))} "
-                             f"(takes: {', '.join(allowed) or 'no arguments'})")
-        kwargs[arg] = _coerce(f"{name}: argument {arg!r}", value, hints.get(arg, Any))
-    missing = [a for a, p in allowed.items() if p.default is p.empty and a not in kwargs]
-    if missing:
-        raise ValueError(f"{name}: missing argument {missing[0]!r}")
-    params = inspect.signature(cls.__init__).parameters
-    if "seed" in params:
-        kwargs["seed"] = seed
-    if "num_classes" in params:
-        kwargs["num_classes"] = num_classes
-    return cls(**kwargs)
-
-
-def describe_transforms() -> list[tuple[str, list[tuple[str, Any]]]]:
-    """``[(name, [(argument, default), ...]), ...]`` for every entry of :data:`TRANSFORMS`: the
-    arguments a spec may set, in signature order (``inspect.Parameter.empty`` for a required one;
-    ``seed`` and ``num_classes`` are injected by :func:`build_transform` and not listed)."""
-    return [(name, [(a, p.default) for a, p in _recipe_parameters(cls).items()]) for name, cls in TRANSFORMS.items()]

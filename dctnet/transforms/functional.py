@@ -13,7 +13,9 @@ blocks, and are exact against the pixel-domain operation unless a docstring says
 - brightness ``b``: everything × b, Y's DC += 8·128·(b − 1);
 - contrast ``c`` towards the mean grey ``m``: Y's AC × c, Y's DC' = c·DC + (1 − c)·8·(m − 128),
   chroma × c; saturation ``s``: chroma × s — torchvision's ops up to its final clamp to [0, 1];
-- mixup is linear; cutmix / erasing with block-aligned boxes are exact;
+- mixing is linear and CutMix / erasing with block-aligned boxes are exact (their kernels live
+  with the transforms, :mod:`dctnet.transforms.mixing` and :mod:`dctnet.transforms.erasing`, which
+  work on pixels and coefficients alike);
 - requantization ``round(F/Q)·Q`` simulates re-encoding at a coarser table exactly.
 """
 
@@ -25,8 +27,8 @@ from torch import Tensor
 from dctnet import functional as F
 
 __all__ = [
-    "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_to_rgb", "cutmix", "erase",
-    "flip_blocks", "frequency_dropout", "transpose_blocks", "hflip", "ijg_tables", "mixup", "normalize", "requantize", "rgb_to_grayscale", "rotate_chroma",
+    "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_to_rgb",
+    "flip_blocks", "frequency_dropout", "transpose_blocks", "hflip", "ijg_tables", "normalize", "requantize", "rgb_to_grayscale", "rotate_chroma",
     "select_frequencies", "square_indices", "to_rgb", "from_rgb", "transpose", "vflip", "zigzag_first",
 ]
 
@@ -140,40 +142,6 @@ def requantize(x: Tensor, tables: Tensor) -> Tensor:
     coefficients a JPEG encoder at that table would store, i.e. JPEG re-compression. Exact."""
     q = tables.to(x.dtype)[:, :, None, None, :]
     return torch.round(x / q) * q
-
-
-def mixup(x: Tensor, labels: Tensor, lam: Tensor, perm: Tensor) -> tuple[Tensor, Tensor]:
-    """``λ·x + (1 − λ)·x[perm]`` per sample (``lam (B,)``, ``perm (B,)``); labels are soft
-    ``(B, K)`` (one-hot in, mixed out). Linear, hence exact."""
-    lam_x = lam.to(x.dtype).reshape(-1, 1, 1, 1, 1)
-    lam_y = lam.to(labels.dtype).reshape(-1, 1)
-    return lam_x * x + (1 - lam_x) * x[perm], lam_y * labels + (1 - lam_y) * labels[perm]
-
-
-def _box_mask(x: Tensor, boxes: Tensor) -> Tensor:
-    """``(B, 1, Hb, Wb, 1)`` bool: blocks inside ``boxes (B, 4)`` = (top, left, height, width) in blocks."""
-    hb, wb = x.shape[2], x.shape[3]
-    r = torch.arange(hb, device=x.device)[None, :]
-    c = torch.arange(wb, device=x.device)[None, :]
-    rows = (r >= boxes[:, :1]) & (r < boxes[:, :1] + boxes[:, 2:3])
-    cols = (c >= boxes[:, 1:2]) & (c < boxes[:, 1:2] + boxes[:, 3:4])
-    return (rows[:, :, None] & cols[:, None, :])[:, None, :, :, None]
-
-
-def cutmix(x: Tensor, labels: Tensor, boxes: Tensor, perm: Tensor) -> tuple[Tensor, Tensor]:
-    """Paste ``x[perm]`` into ``boxes (B, 4)`` (block units); labels mixed by pasted area. Exact."""
-    inside = _box_mask(x, boxes)
-    area = (boxes[:, 2] * boxes[:, 3]).to(labels.dtype) / (x.shape[2] * x.shape[3])
-    lam = (1 - area).reshape(-1, 1)
-    return torch.where(inside, x[perm], x), lam * labels + (1 - lam) * labels[perm]
-
-
-def erase(x: Tensor, boxes: Tensor, value: Tensor | float = 0.0) -> Tensor:
-    """Random erasing with block-aligned ``boxes (B, 4)``: the blocks become ``value`` (a
-    ``(B, 3, 64)`` tensor of coefficients, e.g. noise, or a constant; 0 = mid grey). Exact."""
-    if isinstance(value, Tensor):
-        value = value.to(x.dtype)[:, :, None, None, :]
-    return torch.where(_box_mask(x, boxes), value, x)
 
 
 def frequency_dropout(x: Tensor, keep: Tensor) -> Tensor:

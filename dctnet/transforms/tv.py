@@ -109,8 +109,11 @@ _ALTERNATIVES = {
     "resized_crop": "dctnet.data.RandomResizedCrop boxes + dctnet.transforms.crops_to_coefficients",
     "center_crop": "dctnet.data.CenterCrop boxes + dctnet.transforms.crops_to_coefficients",
     "normalize": "dctnet.transforms.Normalize (per channel and frequency) or ToRGB (torchvision-style)",
-    "adjust_hue": "dctnet.transforms.ColorJitter(chroma_rotation=...) (a linear Cb/Cr rotation, not HSV hue)",
-    "erase": "dctnet.transforms.RandomErasing (block-aligned boxes)",
+    "adjust_hue": "dctnet.transforms.ColorJitter(hue=...) (torchvision's HSV hue, on pixels) or "
+                  "RandomChromaRotation(degrees=...) (a linear Cb/Cr rotation, exact on coefficients)",
+    "erase": "dctnet.transforms.RandomErasing (torchvision's and timm's semantics)",
+    "rotate": "dctnet.transforms.RandAugment / TrivialAugmentWide / AutoAugment / TimmAugment (per-sample policies)",
+    "affine": "dctnet.transforms.RandAugment / TrivialAugmentWide / AutoAugment / TimmAugment (per-sample policies)",
     "to_dtype": "plain tensor .to(dtype) (coefficients are not pixel values)",
 }
 

@@ -1,0 +1,200 @@
+"""Transforms by name, for recipes: :data:`TRANSFORMS` maps names to classes; :func:`build_transform`
+builds one from a dict such as ``{"name": "RandAugment", "num_ops": 2, "magnitude": 9}``, validated
+against the class's signature; :func:`describe_transforms` lists every transform's arguments and
+defaults.
+
+Names mean what they mean in torchvision and timm: ``RandAugment``, ``TrivialAugmentWide``,
+``AutoAugment``, ``ColorJitter``, ``RandomErasing``, ``MixUp`` and ``CutMix`` are torchvision's;
+``Mixup`` (with ``mixup_alpha``, ``cutmix_alpha``, ``switch_prob``, …) and ``TimmAugment`` (timm's
+``auto_augment`` strings) are timm's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+from dctnet.transforms.augment import (
+    ColorJitter, Compose, FrequencyDropout, RandomChromaRotation, RandomGrayscale, RandomHorizontalFlip,
+    RandomRequantize, RandomTranspose, RandomVerticalFlip, SelectFrequencies, ToRGB, Transform,
+)
+from dctnet.transforms.auto_augment import AutoAugment, RandAugment, ThreeAugment, TimmAugment, TrivialAugmentWide
+from dctnet.transforms.erasing import RandomErasing
+from dctnet.transforms.mixing import CutMix, MixUp, Mixup
+
+__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "describe_transforms"]
+
+#: every transform a recipe can name → its class (``Normalize`` takes tensors and is not here;
+#: ``Compose`` is a list of specs, see :func:`build_transform`)
+TRANSFORMS: dict[str, type[Transform]] = {cls.__name__: cls for cls in (
+    RandomHorizontalFlip, RandomVerticalFlip, RandomTranspose, ColorJitter, RandomChromaRotation, RandomGrayscale,
+    RandAugment, TrivialAugmentWide, AutoAugment, TimmAugment, ThreeAugment, RandomErasing, Mixup, MixUp, CutMix,
+    RandomRequantize, FrequencyDropout, SelectFrequencies, ToRGB)}
+
+#: the batch-level mixers: they act on the collated batch and come last in an augment list (after
+#: erasing, as timm and torchvision run them)
+MIXERS = ("Mixup", "MixUp", "CutMix")
+
+#: set by build_transform's arguments, never by a spec (a recipe states label smoothing once, in
+#: optim.label_smoothing, as timm's train.py passes --smoothing to its Mixup)
+_INJECTED = ("seed", "num_classes", "label_smoothing")
+#: defaulted from build_transform's arguments (the model's normalisation) unless the spec sets them
+_DEFAULTED = ("mean", "std")
+
+
+def _recipe_parameters(cls: type[Transform]) -> dict[str, inspect.Parameter]:
+    """The constructor arguments a spec may set (not ``self`` nor the injected ones)."""
+    return {name: p for name, p in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and name not in _INJECTED and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
+    """A "did you mean" for the closest name, case-insensitively; names that differ only by case
+    (timm's ``Mixup`` and torchvision's ``MixUp``) are all offered."""
+    by_lower: dict[str, list[str]] = {}
+    for c in choices:
+        by_lower.setdefault(c.lower(), []).append(c)
+    match = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1)
+    if not match:
+        return ""
+    names = by_lower[match[0]]
+    return "; did you mean " + " or ".join(repr(n) for n in names) + "?"
+
+
+def _type_name(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        return " or ".join(_type_name(a) for a in args)
+    if hint is type(None):
+        return "None"
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_type_name(args[0])}"
+        return f"a list of {len(args)} ({', '.join(_type_name(a) for a in args)})"
+    if origin in (Sequence, list):
+        return f"a list of {_type_name(args[0]) if args else 'values'}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _coerce(what: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against the annotation ``hint`` (JSON/YAML-friendly: lists for tuples,
+    ints for floats); ValueError naming ``what`` otherwise."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    bad = ValueError(f"{what} must be {_type_name(hint)}, got {value!r}")
+    if hint is Any:
+        return value
+    if origin is Union or origin is types.UnionType:
+        for a in args:  # the first alternative that takes it (``float | str``: 3 → 3.0)
+            try:
+                return _coerce(what, value, a)
+            except ValueError:
+                pass
+        raise bad
+    if hint is type(None):
+        if value is None:
+            return None
+        raise bad
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise bad
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    if origin is tuple or origin in (Sequence, list):
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(value) != len(args):
+                raise bad
+            return tuple(_coerce(what, v, a) for v, a in zip(value, args))
+        item = args[0] if args else Any
+        items = [_coerce(what, v, item) for v in value]
+        return tuple(items) if origin is tuple else items
+    if isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+        raise bad
+    return value
+
+
+def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, num_classes: int | None,
+                    seed: int, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                    label_smoothing: float | None = None) -> Transform:
+    """A transform from a recipe spec: ``{"name": "RandAugment", "num_ops": 2, "magnitude": 9}``.
+
+    ``name`` is a key of :data:`TRANSFORMS`; the other keys are constructor arguments, checked
+    against its signature and annotations (lists are accepted for tuples, ints for floats). A list
+    of specs (or ``{"name": "Compose", "transforms": [...]}``) builds a :class:`Compose`. ``seed``
+    seeds every transform built (a Compose draws everything from its own); ``num_classes`` goes to
+    the mixing transforms (``Mixup``, ``MixUp``, ``CutMix``), ``label_smoothing`` to timm's ``Mixup``
+    (its targets carry the smoothing); ``mean`` / ``std`` (the model's normalisation) are the
+    default of the transforms that take them (erasing fills, timm's fill colour). An unknown name or
+    argument, a missing or ill-typed argument, or an injected argument in the spec raise
+    ``ValueError`` naming it (with a "did you mean" for near misses)."""
+    inject = dict(num_classes=num_classes, seed=seed, mean=mean, std=std, label_smoothing=label_smoothing)
+    if isinstance(spec, Sequence) and not isinstance(spec, (str, bytes)):
+        return Compose([build_transform(s, **inject) for s in spec], seed=seed)
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"a transform spec is a dict with a 'name' (or a list of them), got {spec!r}")
+    spec = dict(spec)
+    if "name" not in spec:
+        raise ValueError(f"transform spec {spec!r} has no 'name' (one of {', '.join(TRANSFORMS)})")
+    name = spec.pop("name")
+    if name == "Compose":
+        extra = set(spec) - {"transforms"}
+        if extra:
+            raise ValueError(f"Compose: unknown argument {sorted(extra)[0]!r}{_did_you_mean(sorted(extra)[0], ['transforms'])}"
+                             " (takes: transforms)")
+        inner = spec.get("transforms", [])
+        if not isinstance(inner, Sequence) or isinstance(inner, (str, bytes)):
+            raise ValueError(f"Compose: argument 'transforms' must be a list of specs, got {inner!r}")
+        return Compose([build_transform(s, **inject) for s in inner], seed=seed)
+    if not isinstance(name, str) or name not in TRANSFORMS:
+        raise ValueError(f"unknown transform {name!r}{_did_you_mean(name, [*TRANSFORMS, 'Compose'])} "
+                         f"(known: {', '.join(TRANSFORMS)}, Compose)")
+    cls = TRANSFORMS[name]
+    allowed = _recipe_parameters(cls)
+    hints = typing.get_type_hints(cls.__init__)
+    kwargs = {}
+    for arg, value in spec.items():
+        if arg in _INJECTED:
+            where = "optim.label_smoothing" if arg == "label_smoothing" else f"build_transform({arg}=...)"
+            raise ValueError(f"{name}: argument {arg!r} comes from {where}, not from the spec")
+        if arg not in allowed:
+            raise ValueError(f"{name}: unknown argument {arg!r}{_did_you_mean(arg, list(allowed))} "
+                             f"(takes: {', '.join(allowed) or 'no arguments'})")
+        kwargs[arg] = _coerce(f"{name}: argument {arg!r}", value, hints.get(arg, Any))
+    missing = [a for a, p in allowed.items() if p.default is p.empty and a not in kwargs]
+    if missing:
+        raise ValueError(f"{name}: missing argument {missing[0]!r}")
+    params = inspect.signature(cls.__init__).parameters
+    for arg in _INJECTED:
+        if arg in params and inject[arg] is not None:
+            kwargs[arg] = inject[arg]
+    if "num_classes" in params:
+        kwargs["num_classes"] = num_classes
+    for arg in _DEFAULTED:
+        if arg in params and arg not in kwargs and inject[arg] is not None:
+            kwargs[arg] = tuple(float(v) for v in inject[arg])
+    return cls(**kwargs)
+
+
+def describe_transforms() -> list[tuple[str, list[tuple[str, Any]]]]:
+    """``[(name, [(argument, default), ...]), ...]`` for every entry of :data:`TRANSFORMS`: the
+    arguments a spec may set, in signature order (``inspect.Parameter.empty`` for a required one;
+    the injected arguments of :func:`build_transform` are not listed)."""
+    return [(name, [(a, p.default) for a, p in _recipe_parameters(cls).items()]) for name, cls in TRANSFORMS.items()]
