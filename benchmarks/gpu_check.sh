@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's GPU checks as one command, on a machine with CUDA — also a *bare* one (a stock
 # image with its own Python and torch, no libjpeg-dev, no network): the CUDA-marked tests, the
-# device-transform benchmark for 4:2:0 and for a realistic mix of layouts, and two short trainings
-# (bf16 AMP, then torch.compile). Writes a summary (and the full log) to $OUT, or runs/gpu-check/.
+# device-transform benchmark for 4:2:0 with its per-op table (every op, policy and the DeiT list,
+# beside timm's / torchvision's one-core CPU cost) and for a realistic mix of layouts, and two short
+# trainings (bf16 AMP, then torch.compile). Writes a summary (and the full log) to $OUT, or runs/gpu-check/.
 #
 # On a bare machine the extension is built in place against Debian's libjpeg-turbo unpacked into
 # .gpu-bundle/ and the missing test dependencies are installed from its wheels: run
@@ -51,8 +52,8 @@ say "$("$PY" -c "import torch, dctnet, jpeglib; print('GPU:', torch.cuda.get_dev
 say "setup: $(( $(date +%s) - t0 )) s"
 [ $SETUP_ONLY = 1 ] && exit 0
 
-step() {  # step NAME TIMEOUT_S CMD...: run, keep its output in the log, its last lines in the summary
-  local name=$1 limit=$2
+step() {  # step NAME TIMEOUT_S CMD...: run, keep its output in the log, its last lines (STEP_TAIL, 14) in the summary
+  local name=$1 limit=$2 keep=${STEP_TAIL:-14}
   shift 2
   local s=$(date +%s)
   echo "=== $name" >>"$LOG"
@@ -60,14 +61,18 @@ step() {  # step NAME TIMEOUT_S CMD...: run, keep its output in the log, its las
   local rc=$?
   cat "$DEST/step.out" >>"$LOG"
   say "--- $name: exit $rc in $(( $(date +%s) - s )) s"
-  grep -E "passed|failed|error|images/s|costs|layouts:|epoch|top1|Error" "$DEST/step.out" | tail -14 | tee -a "$SUMMARY"
+  grep -E "passed|failed|error|images/s|ms/batch|us/sample|costs|layouts:|epoch|top1|Error" "$DEST/step.out" | \
+    tail -"$keep" | tee -a "$SUMMARY"
   rm -f "$DEST/step.out"
 }
 
 # only the files that hold CUDA tests: the others may import what a bare machine lacks (nbclient, ...)
 step "CUDA tests" 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda $(grep -l "mark.cuda" tests/test_*.py)
-step "device transforms, 4:2:0" 60 "$PY" benchmarks/device_transforms.py --device cuda --batch 256 --size 224
-step "device transforms, mixed layouts" 60 "$PY" benchmarks/device_transforms.py --device cuda --batch 256 --size 224 \
+# 4:2:0 with the per-op table (~45 rows; all of them kept in the summary, the JSON beside it), then the mixed layouts
+# (the step rows only). Timeouts: 75 + 45 s, the 120 s the two runs had before.
+STEP_TAIL=60 step "device transforms + ops, 4:2:0" 75 "$PY" benchmarks/device_transforms.py --device cuda --batch 256 \
+  --size 224 --ops --json "$DEST/device_transforms.json"
+step "device transforms, mixed layouts" 45 "$PY" benchmarks/device_transforms.py --device cuda --batch 256 --size 224 \
   --layouts mix
 # Training on the GPU: the quickstart recipe (mixed layouts; bf16 autocast, then torch.compile), 2 epochs each.
 # Run directories stay out of $OUT (checkpoints are large; only the summary and the log travel back).

@@ -64,7 +64,7 @@ def conversion_check(out: Path) -> dict:
     from dctnet import transforms as T
     from dctnet.models import build_model, input_mean_std, load_state_dict, swap_stem
     from dctnet.train import load_recipe
-    from dctnet.train.pipeline import _torchvision_loaders, data_root
+    from dctnet.train.pipeline import _torchvision_loaders, data_root, eval_config
 
     run = out / "vit_s16_rgb_cpu"
     recipe = load_recipe(run / "recipe.yaml", ["data.limit_val=0"])  # all of val
@@ -95,14 +95,17 @@ def conversion_check(out: Path) -> dict:
                 labels[paths[pos + j]] = int(y[j])
             pos += len(y)
         # the converted model straight from coefficients; and the original on the same device crops
-        ds = D.ImageFolderDataset(root / recipe.data.val, crop=D.CenterCrop(recipe.data.crop_fraction))
+        cfg = eval_config(recipe)
+        ds = D.ImageFolderDataset(root / recipe.data.val, crop=D.ResizeCenterCrop.from_config(cfg))
+        interp, fill = cfg["interpolation"], D.ResizeCenterCrop.from_config(cfg).fill(cfg["mean"])
         mean, std = (torch.tensor(v).reshape(1, 3, 1, 1) for v in input_mean_std(arch))
         # exact: libjpeg's integer decode on the device, i.e. Pillow's very pixels; float: dctnet's default
         dct_pred, float_pred, same_crop_pred = {}, {}, {}
         for batch in D.ThreadLoader(ds, 128, sampler=D.EpochSampler(len(ds), shuffle=False), pin_memory=False):
-            p = dct_model(T.crops_to_coefficients(batch, (size, size), exact=True)).argmax(1)
-            f = dct_model(T.crops_to_coefficients(batch, (size, size))).argmax(1)
-            q = rgb_model((T.crops_to_rgb(batch, (size, size)) - mean) / std).argmax(1)
+            kw = dict(interpolation=interp, fill=fill)
+            p = dct_model(T.crops_to_coefficients(batch, (size, size), exact=True, **kw)).argmax(1)
+            f = dct_model(T.crops_to_coefficients(batch, (size, size), **kw)).argmax(1)
+            q = rgb_model((T.crops_to_rgb(batch, (size, size), **kw) - mean) / std).argmax(1)
             for j, i in enumerate(batch.index.tolist()):
                 path = ds.samples[i][0]
                 dct_pred[path], float_pred[path], same_crop_pred[path] = int(p[j]), int(f[j]), int(q[j])

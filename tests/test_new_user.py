@@ -60,7 +60,7 @@ def test_recipe_numbers_in_any_standard_notation_and_ranges(tmp_path):
     assert load_recipe(f).optim.lr == 1e-3
     for bad, match in [("data.limit_train=-5", r"data\.limit_train must be in \[0, inf\)"),
                        ("model.keep=200", r"model\.keep must be in \[1, 64\]"),
-                       ("data.crop_fraction=2", r"data\.crop_fraction must be in \(0, 1\]"),
+                       ("data.crop_pct=5", r"data\.crop_pct must be in \(0, 4\]"), ("data.crop_fraction=0.9", "crop_pct"),
                        ("optim.lr=.nan", "expected a number"), ("optim.lr=-1e-3", r"optim\.lr must be in \(0"),
                        ("data.limit_train=1.5", "expected an integer"), ("optim.momentum=1", "momentum"),
                        ("augment.hflip=1.5", "hflip"), ("data.threads=0", "threads"),

@@ -1,6 +1,8 @@
 """The trainer runs the library's own transforms: a recipe's augment list becomes a
-dctnet.transforms.Compose run in the device step, the README's pipeline by hand gives the same
-tensors, and runs with RandAugment + mixup + cutmix + erasing repeat bit for bit, resume included."""
+dctnet.transforms.Compose run in the device step (crops decoded to pixels, the list there, then
+ToRGB or ToCoefficients), the device step by hand gives the same tensors, runs with DeiT's timm
+augmentation (RandAugment, erasing, mixup/CutMix) repeat bit for bit, resume included; the
+torchvision baseline (input rgb) maps each entry one to one onto torchvision's / timm's own classes."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train import RecipeError, Trainer, load_recipe
-from dctnet.train.pipeline import build_pipeline
+from dctnet.train.pipeline import _baseline_op, build_pipeline
 
 from conftest import ROOT, write_recipe
 
-DEIT = [{"name": "RandomHorizontalFlip", "p": 0.5}, {"name": "RandAugment", "num_ops": 2, "magnitude": 9},
-        {"name": "Mixup", "alpha": 0.8, "p": 0.5}, {"name": "CutMix", "alpha": 1.0, "p": 0.5},
-        {"name": "RandomErasing", "p": 0.25}]
+#: DeiT's training augmentation exactly as timm states it (Touvron et al. 2021; timm's train.py
+#: --aa rand-m9-mstd0.5-inc1 --reprob 0.25 --remode pixel --mixup 0.8 --cutmix 1.0)
+DEIT = [{"name": "RandomHorizontalFlip", "p": 0.5}, {"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"},
+        {"name": "RandomErasing", "p": 0.25, "mode": "pixel"},
+        {"name": "Mixup", "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "switch_prob": 0.5}]
 
 
 @pytest.fixture(scope="module")
@@ -26,43 +30,151 @@ def data(tmp_path_factory):
     return make_labelled_dataset(str(root), classes=3, train_per_class=16, val_per_class=4, size=(40, 64), seed=5)
 
 
-def test_the_recipe_pipeline_is_the_readme_pipeline(data, tmp_path):
-    """The README's example (crops_to_coefficients, then a Compose drawing from
-    step_generator(seed, epoch, step, rank)) built by hand gives the trainer's very tensors."""
+def test_the_recipe_pipeline_is_the_device_step_by_hand(data, tmp_path):
+    """The device step written by hand (crops_to_rgb, then a Compose of the list ending in
+    ToCoefficients, drawing from step_generator(seed, epoch, step, rank)) gives the trainer's very
+    tensors."""
     augment = [{"name": "RandomHorizontalFlip"}, {"name": "ColorJitter", "brightness": 0.4, "contrast": 0.4,
                                                    "saturation": 0.4}, {"name": "RandomRequantize"}]
     r = load_recipe(write_recipe(tmp_path, data, augment=augment, train__seed=7))
     pipe = build_pipeline(r, torch.device("cpu"))
+    assert [type(t).__name__ for t in pipe.augment.transforms] == ["RandomHorizontalFlip", "ColorJitter",
+                                                                   "RandomRequantize", "ToCoefficients"]
     pipe.set_epoch(2)
     got = [(x.clone(), t.clone()) for x, t, _ in pipe.batches(train=True)][:3]
-    # by hand, as README.md shows it
+    # by hand
     ds = D.ImageFolderDataset(f"{data}/train", crop=D.RandomResizedCrop(scale=(0.5, 1.0)), seed=7)
     loader = D.ThreadLoader(ds, 16, sampler=D.SubsetSampler(list(range(len(ds))), seed=7, drop_last=True),
                             threads=1, drop_last=True, pin_memory=False)
     loader.set_epoch(2)
-    aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4), T.RandomRequantize()], seed=7)
+    aug = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4), T.RandomRequantize(), T.ToCoefficients()],
+                    seed=7)
     for step, batch in enumerate(D.DevicePrefetcher(loader, "cpu")):
         if step == 3:
             break
-        x = T.crops_to_coefficients(batch, (32, 32))
+        x = T.crops_to_rgb(batch, (32, 32))
         x, y = aug(x, batch.labels, generator=T.step_generator(7, 2, step, 0))
+        assert x.shape == (16, 3, 4, 4, 64)
         assert torch.equal(x, got[step][0]) and torch.equal(y, got[step][1])
     assert len(got) == 3
 
 
 def test_augment_list_errors_name_the_transform(tmp_path, data):
     for spec, match in [([{"name": "RandAugmnt"}], "did you mean 'RandAugment'"),
-                        ([{"name": "Mixup", "alpa": 0.8}], "did you mean 'alpha'"),
+                        ([{"name": "Mixup", "mixup_alpa": 0.8}], "did you mean 'mixup_alpha'"),
+                        # the old forms: Mixup(alpha, p) and CutMix(alpha, p) side by side
+                        ([{"name": "Mixup", "alpha": 0.8, "p": 0.5}], r"Mixup: unknown argument 'alpha'; did you mean "
+                                                                      r"'mixup_alpha'"),
+                        ([{"name": "CutMix", "alpha": 1.0, "p": 0.5}], r"CutMix: unknown argument 'p'"),
+                        ([{"name": "ColorJitter", "chroma_rotation": 0.3}], r"unknown argument 'chroma_rotation'"),
+                        ([{"name": "Mixup", "label_smoothing": 0.1}], r"optim\.label_smoothing"),
+                        ([{"name": "RandomResizedCrop"}], r"data\.scale"),
                         ({"hflip": 0.5}, "a list of transforms")]:
         with pytest.raises(RecipeError, match=match):
             load_recipe(write_recipe(tmp_path, data, augment=spec))
-    # the torchvision baseline takes the same list (its own ops; MixUp or CutMix per batch)
+    # the torchvision baseline takes the same list (torchvision's / timm's own ops and timm's Mixup)
     record = Trainer(load_recipe(write_recipe(tmp_path / "rgb", data, model__input="rgb", augment=DEIT,
                                               train__max_steps=1))).fit()
     assert record["train_loss"] > 0
-    with pytest.raises(ValueError, match="no torchvision counterpart"):
+    text = (tmp_path / "rgb" / "run" / "pipeline.txt").read_text()
+    for name in ("input: rgb", "RandomHorizontalFlip", "RandAugment", "RandomErasing", "Mixup"):
+        assert name in text, text
+    with pytest.raises(ValueError, match="no torchvision or timm counterpart"):
         Trainer(load_recipe(write_recipe(tmp_path, data, model__input="rgb",
                                          augment=[{"name": "FrequencyDropout"}])))
+
+
+def test_mixers_come_last_one_at_most_with_an_even_batch(tmp_path, data):
+    """timm and torchvision erase each sample, then mix the batch; timm's Mixup alone switches
+    between mixup and CutMix (two mixers would mix twice); timm mixes each sample with its mirror."""
+    erase = {"name": "RandomErasing", "p": 0.25, "mode": "pixel"}
+    mix = {"name": "Mixup", "mixup_alpha": 0.8, "cutmix_alpha": 1.0}
+    with pytest.raises(RecipeError, match=r"Mixup must come last.*RandomErasing follows it.*erase before they mix"):
+        load_recipe(write_recipe(tmp_path, data, augment=[{"name": "RandomHorizontalFlip"}, mix, erase]))
+    with pytest.raises(RecipeError, match=r"augment names 2 mixers \(MixUp, CutMix\): use one"):
+        load_recipe(write_recipe(tmp_path, data, augment=[{"name": "MixUp", "alpha": 0.8}, {"name": "CutMix"}]))
+    with pytest.raises(RecipeError, match=r"augment names 2 mixers"):
+        load_recipe(write_recipe(tmp_path, data, augment=[mix, {"name": "Mixup", "mixup_alpha": 0.2}]))
+    with pytest.raises(RecipeError, match=r"data\.batch_size must be even with Mixup"):
+        load_recipe(write_recipe(tmp_path, data, augment=[mix], batch_size=15))
+    assert load_recipe(write_recipe(tmp_path, data, augment=[erase, mix])).augment[-1]["name"] == "Mixup"
+    assert load_recipe(write_recipe(tmp_path, data, augment=[erase], batch_size=15)).data.batch_size == 15
+
+
+def test_the_rgb_arm_maps_each_entry_one_to_one(tmp_path, data):
+    """input rgb: timm's own Mixup with the recipe's mixup_alpha / cutmix_alpha / prob / switch_prob
+    (one mixer, not a RandomChoice of two at half the probability), label smoothing from
+    optim.label_smoothing; timm's RandAugment and RandomErasing; torchvision's flip, jitter, policies,
+    erasing and MixUp / CutMix; a RandomApply only where dctnet's class has a p torchvision's lacks."""
+    import timm.data
+    import timm.data.auto_augment as taa
+    import timm.data.random_erasing as tre
+    from torchvision.transforms import v2
+
+    r = load_recipe(write_recipe(tmp_path, data, model__input="rgb", augment=DEIT, optim__label_smoothing=0.1))
+    pipe = build_pipeline(r, torch.device("cpu"))
+    (mix,) = pipe.rgb_mixing
+    assert type(mix) is timm.data.Mixup
+    assert (mix.mixup_alpha, mix.cutmix_alpha, mix.mix_prob, mix.switch_prob, mix.mode, mix.label_smoothing,
+            mix.num_classes, mix.correct_lam) == (0.8, 1.0, 1.0, 0.5, "batch", 0.1, 3, True)
+    assert pipe.targets_smoothed  # so the loss does not smooth them a second time
+    tf = pipe.train_loader.loader.dataset.transform
+    assert [type(t).__name__ for t in tf.transforms] == ["RandomResizedCrop", "RandomHorizontalFlip", "RandAugment",
+                                                         "ToImage", "ToDtype", "Normalize", "RandomErasing"]
+    flip, ra, erase = tf.transforms[1], tf.transforms[2], tf.transforms[6]
+    assert type(flip) is v2.RandomHorizontalFlip and flip.p == 0.5
+    assert type(ra) is taa.RandAugment and ra.num_layers == 2
+    assert all((op.magnitude, op.magnitude_std, op.prob) == (9, 0.5, 0.5) for op in ra.ops)
+    assert "PosterizeIncreasing" in {op.name for op in ra.ops}  # inc1
+    assert ra.ops[0].hparams["translate_const"] == int(32 * 0.45)
+    assert ra.ops[0].hparams["img_mean"] == tuple(round(255 * m) for m in T.IMAGENET_MEAN)
+    assert type(erase) is tre.RandomErasing and (erase.probability, erase.mode) == (0.25, "pixel")
+    text = pipe.describe()
+    assert "RandAugment" in text and "Mixup" in text
+    # every other entry, one to one
+    cases = [
+        ({"name": "Mixup", "mixup_alpha": 0.2, "cutmix_alpha": 1.0, "prob": 0.5, "switch_prob": 0.3, "mode": "elem"},
+         timm.data.Mixup, lambda o: (o.mixup_alpha, o.cutmix_alpha, o.mix_prob, o.switch_prob, o.mode)
+         == (0.2, 1.0, 0.5, 0.3, "elem")),
+        ({"name": "MixUp", "alpha": 0.4}, v2.MixUp, lambda o: o.alpha == 0.4 and o.num_classes == 3),
+        ({"name": "CutMix", "alpha": 1.0}, v2.CutMix, lambda o: o.alpha == 1.0 and o.num_classes == 3),
+        ({"name": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}, v2.ColorJitter,
+         lambda o: o.brightness == (0.6, 1.4) and o.hue == (-0.1, 0.1)),
+        ({"name": "ColorJitter", "brightness": 0.4, "p": 0.8}, v2.RandomApply,
+         lambda o: o.p == 0.8 and type(o.transforms[0]) is v2.ColorJitter),
+        ({"name": "RandomGrayscale", "p": 0.2}, v2.RandomGrayscale, lambda o: o.p == 0.2),
+        ({"name": "RandomVerticalFlip", "p": 0.3}, v2.RandomVerticalFlip, lambda o: o.p == 0.3),
+        ({"name": "RandAugment", "num_ops": 3, "magnitude": 7}, v2.RandAugment,
+         lambda o: (o.num_ops, o.magnitude, o.num_magnitude_bins) == (3, 7, 31)),
+        ({"name": "TrivialAugmentWide"}, v2.TrivialAugmentWide, lambda o: o.num_magnitude_bins == 31),
+        ({"name": "AutoAugment"}, v2.AutoAugment, lambda o: o.policy == v2.AutoAugmentPolicy.IMAGENET),
+        ({"name": "TimmAugment", "policy": "original"}, taa.AutoAugment, lambda o: len(o.policy) == 25),
+        ({"name": "TimmAugment", "policy": "3a"}, taa.AutoAugment, lambda o: len(o.policy) == 3),
+        ({"name": "ThreeAugment"}, taa.AutoAugment, lambda o: len(o.policy) == 3),
+        ({"name": "RandomErasing", "p": 0.3}, v2.RandomErasing, lambda o: o.p == 0.3 and o.scale == (0.02, 0.33)),
+        ({"name": "RandomErasing", "mode": "rand", "max_count": 3}, tre.RandomErasing,
+         lambda o: (o.probability, o.mode, o.max_count) == (0.5, "rand", 3)),
+        ({"name": "RandomRequantize", "quality": [40, 90]}, v2.RandomApply,
+         lambda o: o.p == 0.5 and type(o.transforms[0]) is v2.JPEG and tuple(o.transforms[0].quality) == (40, 90)),
+    ]
+    for spec, cls, check in cases:
+        op = _baseline_op(spec, r, 3)
+        assert type(op) is cls and check(op), spec
+
+
+@pytest.mark.parametrize("augment", [
+    [{"name": "RandAugment", "num_ops": 2, "magnitude": 9}], [{"name": "TrivialAugmentWide"}],
+    [{"name": "AutoAugment"}], [{"name": "ThreeAugment"}], [{"name": "TimmAugment", "policy": "original"}],
+    [{"name": "TimmAugment", "policy": "3a"}],
+], ids=["RandAugment", "TrivialAugmentWide", "AutoAugment", "ThreeAugment", "TimmAugment-original", "TimmAugment-3a"])
+def test_policies_by_name_train_a_step(data, tmp_path, augment):
+    r = load_recipe(write_recipe(tmp_path, data, augment=[{"name": "RandomHorizontalFlip"}, *augment],
+                                 train__max_steps=1, data__limit_val=6))
+    t = Trainer(r)
+    assert type(t.pipe.augment.transforms[1]).__name__ == augment[0]["name"]
+    assert type(t.pipe.augment.transforms[-1]) is T.ToCoefficients
+    record = t.fit()
+    assert record["train_loss"] > 0 and record["val_images"] == 6
 
 
 def _weights(run):
@@ -76,7 +188,18 @@ def test_deit_augmentation_is_bit_reproducible_and_resumes_exactly(data, tmp_pat
     if inp == "device-rgb":
         common["model__stem"] = "dct8"
     a, b, c = (write_recipe(tmp_path / k, data, **common) for k in "abc")
-    Trainer(load_recipe(a)).fit()
+    ta = Trainer(load_recipe(a))
+    # timm's Mixup carries optim.label_smoothing in its targets: the loss does not smooth again
+    assert ta.pipe.targets_smoothed and ta.criterion.label_smoothing == 0.0
+    assert ta.pipe.augment.transforms[3].label_smoothing == 0.1
+    last = T.ToRGB if inp == "device-rgb" else T.ToCoefficients
+    assert [type(t) for t in ta.pipe.augment.transforms] == [T.RandomHorizontalFlip, T.TimmAugment, T.RandomErasing,
+                                                            T.Mixup, last]
+    text = (tmp_path / "a" / "run" / "pipeline.txt").read_text()
+    for name in (f"input: {inp}", "RandomResizedCrop", "RandomHorizontalFlip", "TimmAugment", "rand-m9-mstd0.5-inc1",
+                 "RandomErasing", "Mixup", last.__name__):
+        assert name in text, text
+    ta.fit()
     Trainer(load_recipe(b)).fit()
     wa, wb = _weights(tmp_path / "a" / "run"), _weights(tmp_path / "b" / "run")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -159,9 +159,11 @@ def test_torchvision_pipeline_and_flip_augmentation(shapes, tmp_path):
     pipe.set_epoch(0)
     x, y, _ = next(pipe.batches(train=True))
     assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
-    # DCT-domain flip of the dct input = pixel flip of the device crops (p = 1)
+    # the dct input with a flip (p = 1): the pixel crops flipped, then one forward DCT — the same
+    # coefficients as the crops' coefficients flipped in the DCT domain
     r2 = load_recipe(tiny(shapes, tmp_path, augment=flip))
     pipe2 = build_pipeline(r2, torch.device("cpu"))
+    assert [type(t) for t in pipe2.augment.transforms] == [T.RandomHorizontalFlip, T.ToCoefficients]
     pipe2.set_epoch(0)
     raw = next(iter(pipe2.train_loader))
     flipped, _, _ = pipe2.device_step(raw, pipe2.augment, T.step_generator(0, 0, 0))
@@ -171,20 +173,26 @@ def test_torchvision_pipeline_and_flip_augmentation(shapes, tmp_path):
 
 
 def test_torchvision_baseline_runs_the_cpu_recipes_augment_list(shapes, tmp_path):
-    """The evidence recipes' list (flip, RandAugment, Mixup, CutMix, erasing) maps onto torchvision
-    v2 in the RGB baseline: per-sample ops on the PIL crop, one mixer per batch with soft targets."""
+    """The evidence recipes' list (flip, timm's RandAugment, timm's pixel erasing, timm's Mixup)
+    maps onto timm / torchvision in the RGB baseline: per-sample ops on the PIL crop, erasing on the
+    normalised tensor, timm's Mixup on the batch with soft, label-smoothed targets."""
+    import timm.data
     import yaml
 
     listed = yaml.safe_load((ROOT / "recipes" / "imagenette" / "resnet18_rgb_cpu.yaml").read_text())["augment"]
-    assert {a["name"] for a in listed} >= {"RandAugment", "Mixup", "CutMix", "RandomErasing"}
-    r = load_recipe(tiny(shapes, tmp_path, model__input="rgb", augment=listed))
+    assert [a["name"] for a in listed] == ["RandomHorizontalFlip", "TimmAugment", "RandomErasing", "Mixup"]
+    r = load_recipe(tiny(shapes, tmp_path, model__input="rgb", augment=listed, optim__label_smoothing=0.1))
     pipe = build_pipeline(r, torch.device("cpu"))
+    (mix,) = pipe.rgb_mixing
+    assert type(mix) is timm.data.Mixup and (mix.mix_prob, mix.switch_prob) == (listed[-1]["prob"],
+                                                                               listed[-1]["switch_prob"])
     pipe.set_epoch(0)
     x, target, labels = next(pipe.batches(train=True))
     assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and torch.isfinite(x).all()
-    assert labels.dtype == torch.int64 and target.shape[0] == 16
-    if target.is_floating_point():  # a mixer ran: rows are distributions over the classes
-        torch.testing.assert_close(target.sum(1), torch.ones(16))
+    assert labels.dtype == torch.int64 and target.shape == (16, 3) and target.dtype == torch.float32
+    # timm's targets: distributions over the classes, smoothed (no class below 0.1 / 3)
+    torch.testing.assert_close(target.sum(1), torch.ones(16))
+    assert target.min() >= 0.1 / 3 - 1e-6
 
 
 # ---------------------------------------------------------------------- training
@@ -210,7 +218,8 @@ def test_other_models_and_inputs_run(shapes, tmp_path, arch, inp):
     stem = "dct-patch" if "vit" in arch else "dct8"
     path = tiny(shapes, tmp_path, model__arch=arch, model__input=inp, model__stem=stem, train__max_steps=2,
                 optim__optimizer="adamw", optim__lr=1e-3, augment=[{"name": "ColorJitter", "brightness": 0.2, "contrast": 0.2,
-                                                                "saturation": 0.2}, {"name": "Mixup", "alpha": 0.2}],
+                                                                "saturation": 0.2, "hue": 0.05},
+                                                               {"name": "Mixup", "mixup_alpha": 0.2}],
                 model__stats_batches=2)
     record = Trainer(load_recipe(path)).fit()
     assert record["val_images"] == 60 and record["train_loss"] > 0
@@ -224,7 +233,7 @@ def test_native_chroma_vit_trains_on_mixed_layouts(shapes, tmp_path):
     the input statistics are those of the native inputs (y in channel 0, c in 1-2)."""
     path = tiny(shapes, tmp_path, model__arch="timm:vit_tiny_patch16_224", model__input="dct", model__stem="dct-patch",
                 model__chroma="native", train__max_steps=2, optim__optimizer="adamw", optim__lr=1e-3,
-                augment=[{"name": "Mixup", "alpha": 0.2}], model__stats_batches=2)
+                augment=[{"name": "Mixup", "mixup_alpha": 0.2}], model__stats_batches=2)
     trainer = Trainer(load_recipe(path))
     embed = trainer.model.patch_embed.proj
     assert embed.chroma == "native" and embed.luma.in_features == 4 * 64 and embed.chroma_weight.shape[-1] == 2 * 64

@@ -32,7 +32,7 @@ from torch import Tensor
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.transforms import functional as TF
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.transforms.normalization import data_config, input_mean_std
 from dctnet.train.recipe import Recipe
 
 __all__ = ["Pipeline", "build_pipeline", "data_root"]
@@ -76,16 +76,49 @@ class Pipeline:
     def __post_init__(self) -> None:
         r = self.recipe
         self.skipped: list[tuple[str, str, str]] = []
-        #: the recipe's augmentation (None: no augment list); built with the trainer's public API
-        self.augment: T.Transform | None = (T.build_transform(r.augment, num_classes=self.num_classes, seed=r.train.seed)
-                                            .to(self.device) if r.augment and r.model.input != "rgb" else None)
-        #: coefficient image → the unchanged model's normalised RGB (device-rgb), by the one rule
-        self.to_rgb = T.ToRGB.for_model(r.model.arch).to(self.device)
-        #: the torchvision baseline's batch-level mixing (MixUp / CutMix of torchvision v2)
-        self.rgb_mixing = _torchvision_mixing(r, self.num_classes) if r.model.input == "rgb" else []
+        mean, std = input_mean_std(r.model.arch)
+        #: coefficient image or pixels → the unchanged model's normalised RGB (device-rgb), by the one rule
+        self.to_rgb = T.ToRGB(mean, std).to(self.device)
+        #: the model's eval transform (timm's resolve_data_config rule; recipe fields override)
+        self.eval_config = eval_config(r)
+        self.eval_fill = D.ResizeCenterCrop.from_config(self.eval_config).fill(self.eval_config["mean"])
+        #: the recipe's augmentation on the device (None: no augment list): the recipe's list in its
+        #: order on the pixel crops, then what the model takes — ToRGB (device-rgb) or ToCoefficients
+        #: (dct), so the batch changes representation only where an op needs it
+        self.augment: T.Compose | None = None
+        if r.augment and r.model.input != "rgb":
+            ops = T.build_transform(r.augment, num_classes=self.num_classes, seed=r.train.seed, mean=mean, std=std,
+                                    label_smoothing=r.optim.label_smoothing)
+            last = self.to_rgb if r.model.input == "device-rgb" else T.ToCoefficients()
+            self.augment = T.Compose([*ops.transforms, last], seed=r.train.seed).to(self.device)
+        #: the torchvision/timm baseline's batch-level mixing (input rgb)
+        self.rgb_mixing = _baseline_mixing(r, self.num_classes) if r.model.input == "rgb" else []
+        #: labels come out of the augmentation already smoothed (timm's Mixup folds optim.label_smoothing
+        #: into its targets, as timm's train.py does): the loss must not smooth them again
+        self.targets_smoothed = any(s["name"] == "Mixup" for s in r.augment)
         #: seconds the training loop spent blocked on the host loaders (see :class:`_TimedLoader`)
         self.wait_seconds = 0.0
         self.set_epoch(0)
+
+    def describe(self) -> str:
+        """The training input pipeline this recipe built, as the objects' reprs (the run directory's
+        ``pipeline.txt``): the host transform and batch mixing of the baseline, or the device Compose."""
+        r = self.recipe
+        if r.model.input == "rgb":
+            tf = getattr(getattr(self.train_loader, "loader", None), "dataset", None)
+            tf = getattr(getattr(tf, "dataset", tf), "transform", None)
+            lines = [f"input: rgb (torchvision/timm, per sample in {r.data.workers} DataLoader workers)",
+                     f"per-sample transform: {tf!r}", f"batch mixing: {[_described(m) for m in self.rgb_mixing]}"]
+        else:
+            lines = [f"input: {r.model.input} (dctnet: host reads coefficient windows; device step below)",
+                     f"crop: {self.crop_description()}", f"device augmentation: {self.augment!r}"]
+        return "\n".join(lines) + "\n"
+
+    def crop_description(self) -> str:
+        r, c = self.recipe, self.eval_config
+        return (f"train RandomResizedCrop(size={r.data.image_size}, scale={tuple(r.data.scale)}, "
+                f"interpolation={r.data.interpolation}, antialias=True); eval resize to "
+                f"floor({r.data.image_size}/{c['crop_pct']}) ({c['crop_mode']}, {c['interpolation']}) + centre crop")
 
     # ------------------------------------------------------------------ epochs
     def set_epoch(self, epoch: int) -> None:
@@ -130,7 +163,7 @@ class Pipeline:
         return gen
 
     def _mix_rgb(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """The torchvision baseline's batch-level mixing (its per-sample ops ran in the workers)."""
+        """The baseline's batch-level mixing (its per-sample ops ran in the workers)."""
         for mix in self.rgb_mixing:
             x, y = mix(x, y)
         return x, y.float() if y.dim() == 2 else y
@@ -157,20 +190,28 @@ class Pipeline:
         return self.device_step(batch, None, None)
 
     def device_step(self, batch, augment: T.Transform | None, generator: torch.Generator | None):
-        """``JpegBatch`` → ``(inputs, targets, labels)``: the resized crops as coefficients, the
-        augmentation (DCT-domain transforms; labels become soft targets under mixing), then what
-        the model takes — normalised RGB for ``device-rgb``, coefficients (native chroma,
-        per-(c,u,v) standardisation as the recipe says) for ``dct``."""
+        """``JpegBatch`` → ``(inputs, targets, labels)``, one representation change a stage: decode and
+        resize the crops to pixels, run the augmentation there (pixel ops clamped as torchvision does;
+        labels become soft targets under mixing), then what the model takes — normalised RGB for
+        ``device-rgb`` (no DCT round trip), or one forward DCT, the coefficient-only ops and the
+        per-(c,u,v) standardisation for ``dct``."""
         r = self.recipe
         size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
         labels = batch.labels
-        if r.model.input == "device-rgb" and augment is None:  # no augmentation: no round trip through the DCT
-            return self.rgb_normalize(T.crops_to_rgb(batch, size, exact=exact)), labels, labels
-        x, target = T.crops_to_coefficients(batch, size, exact=exact), labels
-        if augment is not None:
+        # eval batches carry the resize of the model's eval crop (batch.resize); training crops do not
+        evaluating = getattr(batch, "resize", None) is not None
+        interpolation = self.eval_config["interpolation"] if evaluating else r.data.interpolation
+        fill = self.eval_fill if evaluating else 0.0
+        if augment is None:
+            if r.model.input == "device-rgb":
+                rgb = T.crops_to_rgb(batch, size, exact=exact, interpolation=interpolation, fill=fill)
+                return self.rgb_normalize(rgb), labels, labels
+            x, target = T.crops_to_coefficients(batch, size, exact=exact, interpolation=interpolation, fill=fill), labels
+        else:
+            x = T.crops_to_rgb(batch, size, exact=exact, interpolation=interpolation)
             x, target = augment(x, labels, generator=generator)
-        if r.model.input == "device-rgb":
-            return self.to_rgb(x), target, labels
+            if r.model.input == "device-rgb":
+                return x, target, labels
         if r.model.chroma == "native":  # after the augmentation: every transform acts on the full chroma grid
             x = T.native_chroma(x)
         if self.normalize is not None:
@@ -180,6 +221,15 @@ class Pipeline:
     def rgb_normalize(self, rgb: Tensor) -> Tensor:
         """``(rgb − mean) / std`` with the model's normalisation (:meth:`ToRGB.for_model`'s)."""
         return (rgb - self.to_rgb.mean.to(rgb)) / self.to_rgb.std.to(rgb)
+
+
+def _described(obj) -> str:
+    """``repr`` of a transform, or its public attributes where the class has no repr of its own (timm's Mixup)."""
+    text = repr(obj)
+    if " object at 0x" in text:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(obj).items() if not k.startswith("_"))
+        text = f"{type(obj).__module__}.{type(obj).__name__}({fields})"
+    return text
 
 
 # ---------------------------------------------------------------------- CPU accounting
@@ -284,6 +334,15 @@ def _limited(n: int, limit: int) -> list[int]:
     return [int(i * n / limit) for i in range(limit)]
 
 
+def eval_config(r: Recipe) -> dict:
+    """The model's eval transform (:func:`dctnet.transforms.normalization.data_config`) at the
+    recipe's image size, with the recipe's ``data.crop_pct`` / ``crop_mode`` / ``eval_interpolation``
+    where set."""
+    s = r.data.image_size
+    return data_config(r.model.arch, input_size=(3, s, s), crop_pct=r.data.crop_pct, crop_mode=r.data.crop_mode,
+                       interpolation=r.data.eval_interpolation)
+
+
 def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_size: int = 1) -> Pipeline:
     """Datasets and loaders for ``recipe`` on this rank (training split by rank, drop_last;
     validation split by rank without padding, so summed counts cover it exactly once)."""
@@ -294,7 +353,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         n_classes = r.model.num_classes or len(classes)
         return Pipeline(r, device, rank, world_size, train, val, n_classes, classes)
     crop = D.RandomResizedCrop(scale=r.data.scale)
-    center = D.CenterCrop(r.data.crop_fraction)
+    center = D.ResizeCenterCrop.from_config(eval_config(r))
     policy = dict(seed=r.train.seed, on_error=r.data.on_error)
     pin = device.type == "cuda"
     if r.data.source == "cache":
@@ -346,7 +405,8 @@ def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
     # over the inputs the model is fed: native (y, c) when the stem takes native chroma
     return D.compute_stats((T.as_jpeg_batch(b.to(device)) for b in loader),
-                           lambda b: T.crops_to_coefficients(b, size, exact=exact, chroma=r.model.chroma),
+                           lambda b: T.crops_to_coefficients(b, size, exact=exact, chroma=r.model.chroma,
+                                                             interpolation=r.data.interpolation),
                            max_batches=r.model.stats_batches)
 
 
@@ -359,63 +419,85 @@ def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor
     return TF.normalize(x, mean, std)
 
 
-#: the torchvision baseline's counterpart of each dctnet transform a recipe can name: (torchvision
-#: v2 class, the arguments both take); the others are DCT-only
-_TORCHVISION_OPS = {
-    "RandomHorizontalFlip": ("RandomHorizontalFlip", ("p",)),
-    "RandomVerticalFlip": ("RandomVerticalFlip", ("p",)),
-    "RandomGrayscale": ("RandomGrayscale", ("p",)),
-    "ColorJitter": ("ColorJitter", ("brightness", "contrast", "saturation")),
-    "RandAugment": ("RandAugment", ("num_ops", "magnitude", "num_magnitude_bins")),
-    "RandomRequantize": ("JPEG", ("quality",)),
-    "RandomErasing": ("RandomErasing", ("p", "scale", "ratio")),
-    "Mixup": ("MixUp", ("alpha",)),
-    "CutMix": ("CutMix", ("alpha",)),
-}
-#: transforms whose ``p`` torchvision's class lacks: a RandomApply gives it
-_RANDOM_APPLY = ("ColorJitter", "RandomRequantize", "Mixup", "CutMix")
-#: batch-level mixers (applied to the collated batch, not in the workers)
-_MIXERS = ("Mixup", "CutMix")
-
-
-def _torchvision_op(spec: dict, num_classes: int):
-    """One augment entry as its torchvision v2 op, with dctnet's defaults for what it leaves out
-    (so both pipelines draw from the same ranges)."""
+def _spec_args(spec: dict) -> dict:
+    """A spec's arguments with the dctnet class's defaults filled in (what both arms then use)."""
     import inspect
 
+    cls = T.TRANSFORMS[spec["name"]]
+    args = {k: v.default for k, v in inspect.signature(cls).parameters.items() if v.default is not inspect.Parameter.empty}
+    args.update({k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "name"})
+    return args
+
+
+def _baseline_op(spec: dict, r: Recipe, num_classes: int):
+    """One augment entry as torchvision's or timm's own implementation, mapped one to one (same
+    arguments, same probabilities — a RandomApply only where dctnet's class has a ``p`` that the
+    library's lacks). Per-sample ops run on the PIL image in the workers; the mixers on the batch."""
     from torchvision.transforms import v2
 
-    name = spec["name"]
-    if name not in _TORCHVISION_OPS:
-        raise ValueError(f"augment: {name} has no torchvision counterpart for model.input 'rgb' (a DCT-domain "
-                         "transform); use it with input 'dct' or 'device-rgb'")
-    cls, shared = _TORCHVISION_OPS[name]
-    extra = [k for k, v in spec.items() if k not in ("name", *shared)
-             and not (k == "p" and (v == 1.0 or name in _RANDOM_APPLY))]
-    if extra:
-        raise ValueError(f"augment: {name}'s {', '.join(extra)} has no torchvision counterpart for model.input 'rgb'")
-    args = {k: v.default for k, v in inspect.signature(T.TRANSFORMS[name]).parameters.items()
-            if v.default is not inspect.Parameter.empty}
-    args.update({k: v for k, v in spec.items() if k != "name"})
-    kwargs = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in args.items() if k in shared}
-    op = getattr(v2, cls)(**kwargs, **({"num_classes": num_classes} if name in _MIXERS else {}))
-    p = args.get("p", 1.0)
-    return v2.RandomApply([op], p=p) if name in _RANDOM_APPLY and p != 1.0 else op
+    name, a = spec["name"], _spec_args(spec)
+    mean, std = input_mean_std(r.model.arch)
+
+    def pil_fill(fill):  # dctnet's fills are on the [0, 1] scale; torchvision's PIL ops take 0..255
+        return None if fill is None else [round(255 * v) for v in ((fill,) * 3 if isinstance(fill, (int, float)) else fill)]
+
+    def maybe(op, p):
+        return v2.RandomApply([op], p=p) if p < 1.0 else op
+
+    if name in ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"):
+        return getattr(v2, name)(p=a["p"])
+    if name == "ColorJitter":
+        return maybe(v2.ColorJitter(a["brightness"], a["contrast"], a["saturation"], a["hue"]), a["p"])
+    if name == "RandAugment":
+        return v2.RandAugment(a["num_ops"], a["magnitude"], a["num_magnitude_bins"], interpolation=a["interpolation"],
+                              fill=pil_fill(a["fill"]))
+    if name == "TrivialAugmentWide":
+        return v2.TrivialAugmentWide(a["num_magnitude_bins"], interpolation=a["interpolation"], fill=pil_fill(a["fill"]))
+    if name == "AutoAugment":
+        return v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, interpolation=a["interpolation"], fill=pil_fill(a["fill"]))
+    if name in ("TimmAugment", "ThreeAugment"):
+        from timm.data.auto_augment import auto_augment_transform, rand_augment_transform
+        from timm.data.transforms import str_to_pil_interp
+
+        policy = a.get("policy", "3a")
+        # timm's create_transform: fill = the normalisation mean in 8 bits, translate_const from the crop
+        hparams = dict(translate_const=int(r.data.image_size * 0.45), img_mean=tuple(min(255, round(255 * m)) for m in mean),
+                       interpolation=str_to_pil_interp(a["interpolation"]), translate_pct=a.get("translate_pct", 0.45))
+        return (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
+    if name == "RandomErasing":
+        scale = a["scale"] or ((0.02, 0.33) if a["mode"] is None else (0.02, 1.0 / 3.0))
+        if a["mode"] is None:
+            return v2.RandomErasing(p=a["p"], scale=scale, ratio=a["ratio"], value=a["value"])
+        from timm.data.random_erasing import RandomErasing
+
+        return RandomErasing(probability=a["p"], min_area=scale[0], max_area=scale[1],
+                             min_aspect=a["ratio"][0], max_aspect=a["ratio"][1], mode=a["mode"],
+                             min_count=a["min_count"], max_count=a["max_count"], device="cpu")
+    if name == "RandomRequantize":
+        return maybe(v2.JPEG(a["quality"]), a["p"])
+    if name == "Mixup":
+        from timm.data import Mixup
+
+        return Mixup(mixup_alpha=a["mixup_alpha"], cutmix_alpha=a["cutmix_alpha"], cutmix_minmax=a["cutmix_minmax"],
+                     prob=a["prob"], switch_prob=a["switch_prob"], mode=a["mode"], correct_lam=a["correct_lam"],
+                     label_smoothing=r.optim.label_smoothing, num_classes=num_classes)
+    if name in ("MixUp", "CutMix"):
+        return getattr(v2, name)(alpha=a["alpha"], num_classes=num_classes)
+    raise ValueError(f"augment: {name} has no torchvision or timm counterpart for model.input 'rgb' (a DCT-domain "
+                     "transform); use it with input 'dct' or 'device-rgb'")
 
 
-def _torchvision_augment(r: Recipe) -> tuple[list, list]:
-    """Per-sample torchvision ops for the workers: (before normalisation, after it — erasing)."""
-    ops = [(s["name"], _torchvision_op(s, 0)) for s in r.augment if s["name"] not in _MIXERS]
+def _baseline_augment(r: Recipe) -> tuple[list, list]:
+    """Per-sample ops for the workers: (on the PIL crop, after normalisation — erasing, which timm and
+    torchvision run on the normalised tensor)."""
+    ops = [(s["name"], _baseline_op(s, r, 0)) for s in r.augment if s["name"] not in T.MIXERS]
     return [op for n, op in ops if n != "RandomErasing"], [op for n, op in ops if n == "RandomErasing"]
 
 
-def _torchvision_mixing(r: Recipe, num_classes: int) -> list:
-    """Batch-level MixUp / CutMix for the torchvision baseline (with the data's class count)."""
-    from torchvision.transforms import v2
-
-    out = [_torchvision_op(s, num_classes) for s in r.augment if s["name"] in _MIXERS]
-    # torchvision's mixers take class indices, not each other's soft targets: one of them per batch
-    return [v2.RandomChoice(out)] if len(out) > 1 else out
+def _baseline_mixing(r: Recipe, num_classes: int) -> list:
+    """Batch-level mixing for the baseline (with the data's class count): timm's ``Mixup`` or
+    torchvision's ``MixUp`` / ``CutMix`` (a recipe names at most one mixer)."""
+    return [_baseline_op(s, r, num_classes) for s in r.augment if s["name"] in T.MIXERS]
 
 
 def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
@@ -424,17 +506,20 @@ def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
     size = r.data.image_size
     # the model's own normalisation (timm ViTs: 0.5/0.5), which `dctnet convert` folds into the stem
     norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(*input_mean_std(r.model.arch))]
-    before, after = _torchvision_augment(r)
+    before, after = _baseline_augment(r)
     # crop and augment the PIL image (Pillow's resize is ~1.5x faster than a tensor resize of the
     # full photo), then tensor, normalise and erase: torchvision's and timm's ImageNet order
-    train_tf = v2.Compose([v2.RandomResizedCrop(size, scale=r.data.scale, antialias=True), *before, *norm, *after])
-    # evaluation: the centre square of side crop_fraction·min(H, W), resized to the input size in
-    # float — the geometry and arithmetic dctnet's CenterCrop + device resize give the other input
-    # paths, so every row of a comparison sees the same pixels up to the decoders' rounding.
-    # (Resize(size/fraction) + CenterCrop(size) shifts the crop by ~½ output pixel, and a uint8
-    # resize rounds every pixel: measured, those alone flip 14% and 1.1% of a weak ViT's predictions.)
-    val_tf = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), _CentreSquare(r.data.crop_fraction),
-                         v2.Resize((size, size), antialias=True), v2.Normalize(*input_mean_std(r.model.arch))])
+    crop = v2.RandomResizedCrop(size, scale=r.data.scale, interpolation=v2.InterpolationMode(r.data.interpolation),
+                                antialias=True)
+    train_tf = v2.Compose([crop, *before, *norm, *after])
+    # evaluation: the model's eval transform as timm builds it (resize the shorter side to
+    # floor(size / crop_pct) with the model's interpolation, centre crop, normalise) — the same
+    # data config dctnet's eval crop reproduces on the device
+    from timm.data import create_transform
+
+    cfg = eval_config(r)
+    val_tf = create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"], crop_pct=cfg["crop_pct"],
+                              crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"], is_training=False)
     train_ds = _jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error)
     val_ds = _jpeg_image_folder(str(root / r.data.val), val_tf, r.data.on_error)
     if r.data.limit_train:
@@ -452,22 +537,6 @@ def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
     val = torch.utils.data.DataLoader(val_ds, sampler=val_sampler, **common)
     classes = train_ds.dataset.classes if isinstance(train_ds, torch.utils.data.Subset) else train_ds.classes
     return _RgbLoader(train), _RgbLoader(val), list(classes)
-
-
-class _CentreSquare(torch.nn.Module):
-    """torchvision transform: the centred square of side ``fraction · min(H, W)`` (rounded as
-    :class:`dctnet.data.CenterCrop` rounds it)."""
-
-    def __init__(self, fraction: float) -> None:
-        super().__init__()
-        self.fraction = fraction
-
-    def forward(self, img):
-        from torchvision.transforms.v2 import functional as TVF
-
-        h, w = TVF.get_size(img)
-        top, left, side, _ = D.CenterCrop(self.fraction).box(h, w)
-        return TVF.crop(img, top, left, side, side)
 
 
 class _RankSlice(torch.utils.data.Sampler):

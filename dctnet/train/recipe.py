@@ -43,7 +43,12 @@ class DataConfig:
     threads: int = 2                  # dctnet loader threads (input dct / device-rgb)
     workers: int = 2                  # DataLoader worker processes (input rgb: torchvision pipeline)
     scale: tuple[float, float] = (0.08, 1.0)   # RandomResizedCrop area range
-    crop_fraction: float = 0.875      # eval centre crop: side = fraction · min(H, W)
+    interpolation: Literal["bilinear", "bicubic"] = "bilinear"  # the training crop's antialiased resize (timm, DeiT: bicubic)
+    # the eval transform: the model's own (timm's resolve_data_config over its pretrained_cfg;
+    # torchvision models: Resize(size/0.875) + CenterCrop, bilinear), each field overridable
+    crop_pct: float | None = None     # resize to floor(image_size / crop_pct), then the centre crop
+    crop_mode: Literal["center", "squash", "border"] | None = None
+    eval_interpolation: Literal["bilinear", "bicubic"] | None = None
     decode: Literal["float", "exact"] = "float"  # device decode: float maths, or libjpeg's integer decode (= Pillow's pixels)
     limit_train: int = 0              # use only the first N training samples (0: all), for smoke tests
     limit_val: int = 0
@@ -272,7 +277,7 @@ _INF = float("inf")
 _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "data.image_size": (16, 8192, False, False), "data.batch_size": (1, _INF, False, True),
     "data.threads": (1, 1024, False, False), "data.workers": (0, 1024, False, False),
-    "data.crop_fraction": (0, 1, True, False), "data.limit_train": (0, _INF, False, True),
+    "data.crop_pct": (0, 4, True, False), "data.limit_train": (0, _INF, False, True),
     "data.limit_val": (0, _INF, False, True), "data.synthetic_classes": (2, 100_000, False, False),
     "data.synthetic_train_per_class": (1, _INF, False, True), "data.synthetic_val_per_class": (1, _INF, False, True),
     "model.keep": (1, 64, False, False), "model.stats_batches": (1, _INF, False, True),
@@ -285,6 +290,32 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "train.log_every": (1, _INF, False, True), "train.torch_threads": (0, 4096, False, False),
     "train.max_steps": (0, _INF, False, True),
 }
+
+
+def _pointer(exc: Exception, spec: dict) -> str:
+    """The transform's error, with a pointer where a name belongs to another section of the recipe."""
+    if spec.get("name") in ("RandomResizedCrop", "RandomCrop", "Resize", "CenterCrop"):
+        return (f"crops are the loader's, not an augment entry: the training crop is data.scale (RandomResizedCrop's "
+                f"area range), data.image_size and data.interpolation")
+    return str(exc)
+
+
+def _check_augment_order(r: Recipe, bad) -> None:
+    """Mixing acts on the batch after every per-sample op (timm and torchvision erase before they
+    mix), and a recipe names one mixer: timm's Mixup switches between mixup and CutMix itself."""
+    from dctnet.transforms import MIXERS
+
+    names = [s.get("name") for s in r.augment]
+    mixers = [n for n in names if n in MIXERS]
+    if len(mixers) > 1:
+        bad(f"augment names {len(mixers)} mixers ({', '.join(mixers)}): use one — timm's Mixup with mixup_alpha, "
+            "cutmix_alpha and switch_prob mixes with one or the other per batch (or per sample in mode elem)")
+    if mixers and names[-1] not in MIXERS:
+        bad(f"augment: {mixers[0]} must come last: mixing acts on the batch after every per-sample op "
+            f"({names[-1]} follows it); timm and torchvision erase before they mix")
+    if mixers and r.data.batch_size % 2:
+        bad(f"data.batch_size must be even with {mixers[0]} (timm mixes each sample with its mirror in the batch), "
+            f"got {r.data.batch_size}")
 
 
 def _check(r: Recipe, where: str) -> None:
@@ -309,9 +340,11 @@ def _check(r: Recipe, where: str) -> None:
 
     for i, spec in enumerate(r.augment):  # built once here, so a typo fails before any data is read
         try:
-            build_transform(spec, num_classes=max(2, r.model.num_classes), seed=0)
+            build_transform(spec, num_classes=max(2, r.model.num_classes), seed=0,
+                            label_smoothing=r.optim.label_smoothing)
         except (TypeError, ValueError) as exc:
-            bad(f"augment[{i}] ({spec.get('name')}): {exc}")
+            bad(f"augment[{i}] ({spec.get('name')}): {_pointer(exc, spec)}")
+    _check_augment_order(r, bad)
     if r.data.source in ("cache", "shards") and r.model.input == "rgb":
         bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
             "baseline) reads image folders — use 'dct' or 'device-rgb'")

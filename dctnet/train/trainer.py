@@ -87,7 +87,9 @@ class Trainer:
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
                           "auto": torch.bfloat16 if self.device.type == "cuda" else None}[r.train.amp]
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=r.optim.label_smoothing)
+        # timm's Mixup puts optim.label_smoothing into its targets: the loss must not smooth them again
+        smoothing = 0.0 if self.pipe.targets_smoothed else r.optim.label_smoothing
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=smoothing)
         self.train_model: nn.Module = model
         if self.world_size > 1:
             self.train_model = nn.parallel.DistributedDataParallel(
@@ -100,6 +102,7 @@ class Trainer:
             self._load(self.out / "last.pt")
         if self.rank == 0:  # written once everything above succeeded: a refused resume keeps the old one
             r.dump(self.out / "recipe.yaml")
+            (self.out / "pipeline.txt").write_text(self.pipe.describe())
             # a fresh run starts its records afresh; a resumed one keeps those of the epochs it kept
             self._rewrite_records()
 
