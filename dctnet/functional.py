@@ -273,20 +273,27 @@ def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str =
 _YCC_TO_RGB = ((1.0, 0.0, 1.402), (1.0, -0.344136, -0.714136), (1.0, 1.772, 0.0))
 
 
+_RGB_TO_YCC = ((0.299, 0.587, 0.114), (-0.168735892, -0.331264108, 0.5), (0.5, -0.418687589, -0.081312411))
+
+
+def _constant(name: str, values: Any, like: Tensor) -> Tensor:
+    """A small constant tensor on ``like``'s dtype and device, built once: a ``torch.tensor(...,
+    device=cuda)`` per call would be a blocking host-to-device copy (a sync) inside the device step."""
+    return _cached((name, like.dtype, str(like.device)),
+                   lambda: torch.tensor(values, dtype=torch.float64).to(dtype=like.dtype, device=like.device))
+
+
 def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
     """JFIF YCbCr → RGB on samples (0..255 scale), channels along ``dim``; no clamping."""
-    m = torch.tensor(_YCC_TO_RGB, dtype=ycc.dtype, device=ycc.device)
+    m = _constant("ycc_to_rgb", _YCC_TO_RGB, ycc)
     x = ycc.movedim(dim, -1)
-    offset = torch.tensor([0.0, 128.0, 128.0], dtype=ycc.dtype, device=ycc.device)
-    return ((x - offset) @ m.T).movedim(-1, dim)
+    return ((x - _constant("ycc_offset", (0.0, 128.0, 128.0), ycc)) @ m.T).movedim(-1, dim)
 
 
 def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:
     """RGB → JFIF YCbCr on samples (0..255 scale), channels along ``dim``."""
-    m = torch.tensor(((0.299, 0.587, 0.114), (-0.168735892, -0.331264108, 0.5), (0.5, -0.418687589, -0.081312411)),
-                     dtype=rgb.dtype, device=rgb.device)
-    x = rgb.movedim(dim, -1) @ m.T
-    return (x + torch.tensor([0.0, 128.0, 128.0], dtype=rgb.dtype, device=rgb.device)).movedim(-1, dim)
+    x = rgb.movedim(dim, -1) @ _constant("rgb_to_ycc", _RGB_TO_YCC, rgb).T
+    return (x + _constant("ycc_offset", (0.0, 128.0, 128.0), rgb)).movedim(-1, dim)
 
 
 def _components_to_rgb(comps: Tensor, color_space: str) -> Tensor:
@@ -380,7 +387,8 @@ def _triangle_int(x: Tensor, valid: Tensor, bias: tuple[int, int], shift: int) -
     b, rows, n = x.shape
     near, far = _neighbours(n, 2, valid)
     gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
-    rounding = torch.tensor(bias, dtype=x.dtype, device=x.device).repeat(n)
+    rounding = _cached(("triangle_bias", tuple(bias), n, x.dtype, str(x.device)),
+                       lambda: torch.tensor(bias, dtype=x.dtype).repeat(n).to(x.device))
     return (3 * gather(near) + gather(far) + rounding) >> shift
 
 
@@ -557,8 +565,8 @@ def from_rgb(rgb: Tensor, sampling: Sequence[tuple[int, int]] = ((2, 2), (1, 1),
     mcu_h, mcu_w = 8 * vmax, 8 * hmax
     pad_h, pad_w = -height % mcu_h, -width % mcu_w
     x = rgb.float() * 255.0
-    ycc = rgb_to_ycbcr(x, dim=1) if len(sampling) > 1 else (x * torch.tensor(
-        [0.299, 0.587, 0.114], device=x.device).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
+    ycc = rgb_to_ycbcr(x, dim=1) if len(sampling) > 1 else (x * _constant(
+        "luma_weights", _RGB_TO_YCC[0], x).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
     if pad_h or pad_w:
         ycc = torch.nn.functional.pad(ycc, (0, pad_w, 0, pad_h), mode="replicate")
     planes = []

@@ -122,3 +122,38 @@ def test_device_rgb_never_round_trips_through_the_dct(tmp_path, monkeypatch):
     # timm's Mixup put optim.label_smoothing (0.1 by default) into the targets; the loss does not add it again
     assert pipe.targets_smoothed and float(target.min()) >= 0.1 / 2 - 1e-6
     assert "TimmAugment" in pipe.describe() and "ToRGB" in pipe.describe()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("inp", ["dct", "device-rgb"])
+def test_device_step_with_deits_list_makes_no_host_sync_on_cuda(tmp_path, inp):
+    """The whole device step (decode, crop, DeiT's list, ToRGB / DCT, per-(c,u,v) statistics) under
+    torch.cuda.set_sync_debug_mode("error"): any blocking copy or .item() raises."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    from dctnet.synthetic import make_labelled_dataset
+    from dctnet.train import load_recipe
+    from dctnet.train.pipeline import build_pipeline
+
+    from conftest import write_recipe
+
+    root = make_labelled_dataset(str(tmp_path / "d"), classes=3, train_per_class=8, val_per_class=2, size=(40, 64),
+                                 seed=2)
+    augment = [{"name": "RandomHorizontalFlip"}, {"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"},
+               {"name": "RandomErasing", "p": 0.5, "mode": "pixel"},
+               {"name": "Mixup", "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "switch_prob": 0.5}]
+    extra = {"model__arch": "timm:vit_tiny_patch16_224", "model__stem": "dct-patch"} if inp == "dct" else {}
+    r = load_recipe(write_recipe(tmp_path, root, model__input=inp, augment=augment, batch_size=8, **extra))
+    device = torch.device("cuda")
+    pipe = build_pipeline(r, device)
+    host = next(iter(pipe.train_loader))
+    batch = host.to(device, non_blocking=True)
+    step = pipe.device_step(batch, pipe.augment, T.step_generator(0, 0, 0))  # warm-up: caches, kernels
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for k in range(3):
+            x, target, labels = pipe.device_step(batch, pipe.augment, T.step_generator(0, 0, k + 1))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert x.is_cuda and target.shape == (8, 3) and step[0].shape == x.shape

@@ -146,6 +146,7 @@ def test_params_replay_bit_identical():
         pipeline(0)(x, y, params={"0": {}})
 
 
+@pytest.mark.cuda
 def test_params_replay_on_the_device_view():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")
@@ -271,8 +272,17 @@ def test_build_transform_and_describe():
     e = T.build_transform({"name": "RandomErasing", "mode": "pixel"}, num_classes=None, seed=0, mean=(0.5,) * 3,
                           std=(0.5,) * 3)
     assert e.mean == (0.5,) * 3 and e.std == (0.5,) * 3
-    assert T.build_transform({"name": "RandomErasing", "mean": [0.1, 0.2, 0.3], "std": [1, 1, 1]}, num_classes=None,
-                             seed=0, mean=(0.5,) * 3, std=(0.5,) * 3).mean == (0.1, 0.2, 0.3)
+    # a spec does not set them: the recipe's two arms must erase in the same (the model's) units
+    with pytest.raises(ValueError, match="model's normalisation"):
+        T.build_transform({"name": "RandomErasing", "mean": [0.1, 0.2, 0.3], "std": [1, 1, 1]}, num_classes=None,
+                          seed=0, mean=(0.5,) * 3, std=(0.5,) * 3)
+    # timm's policies follow the training crop's interpolation unless the spec names one
+    assert T.build_transform({"name": "TimmAugment"}, num_classes=None, seed=0, interpolation="bilinear").interpolation \
+        == "bilinear"
+    assert T.build_transform({"name": "TimmAugment", "interpolation": "bicubic"}, num_classes=None, seed=0,
+                             interpolation="bilinear").interpolation == "bicubic"
+    assert T.build_transform({"name": "RandAugment"}, num_classes=None, seed=0, interpolation="bilinear").interpolation \
+        == "nearest"  # torchvision's default stays
     ta = T.build_transform({"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"}, num_classes=None, seed=0,
                            mean=(0.5,) * 3, std=(0.5,) * 3)
     assert ta.fill == (128 / 255,) * 3  # round(255 · 0.5) in 8 bits, as timm's img_mean

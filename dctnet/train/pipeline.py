@@ -88,14 +88,15 @@ class Pipeline:
         self.augment: T.Compose | None = None
         if r.augment and r.model.input != "rgb":
             ops = T.build_transform(r.augment, num_classes=self.num_classes, seed=r.train.seed, mean=mean, std=std,
-                                    label_smoothing=r.optim.label_smoothing)
+                                    label_smoothing=r.optim.label_smoothing, interpolation=r.data.interpolation)
             last = self.to_rgb if r.model.input == "device-rgb" else T.ToCoefficients()
             self.augment = T.Compose([*ops.transforms, last], seed=r.train.seed).to(self.device)
         #: the torchvision/timm baseline's batch-level mixing (input rgb)
         self.rgb_mixing = _baseline_mixing(r, self.num_classes) if r.model.input == "rgb" else []
         #: labels come out of the augmentation already smoothed (timm's Mixup folds optim.label_smoothing
         #: into its targets, as timm's train.py does): the loss must not smooth them again
-        self.targets_smoothed = any(s["name"] == "Mixup" for s in r.augment)
+        mixers = list(self.augment.modules()) if self.augment is not None else self.rgb_mixing
+        self.targets_smoothed = any(type(m).__name__ == "Mixup" and getattr(m, "label_smoothing", 0) for m in mixers)
         #: seconds the training loop spent blocked on the host loaders (see :class:`_TimedLoader`)
         self.wait_seconds = 0.0
         self.set_epoch(0)
@@ -215,7 +216,7 @@ class Pipeline:
         if r.model.chroma == "native":  # after the augmentation: every transform acts on the full chroma grid
             x = T.native_chroma(x)
         if self.normalize is not None:
-            x = normalize_input(x, self.normalize.mean.to(labels.device), self.normalize.std.to(labels.device))
+            x = normalize_input(x, self.normalize.mean, self.normalize.std)
         return x, target, labels
 
     def rgb_normalize(self, rgb: Tensor) -> Tensor:
@@ -389,7 +390,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
     if r.model.input == "dct" and "vit" in r.model.arch and r.model.normalize == "stats":
-        pipe.normalize = _coefficient_stats(r, train_ds, device)
+        pipe.normalize = _coefficient_stats(r, train_ds, device).to(device)  # on the device once, not per step
     return pipe
 
 
@@ -462,16 +463,18 @@ def _baseline_op(spec: dict, r: Recipe, num_classes: int):
         policy = a.get("policy", "3a")
         # timm's create_transform: fill = the normalisation mean in 8 bits, translate_const from the crop
         hparams = dict(translate_const=int(r.data.image_size * 0.45), img_mean=tuple(min(255, round(255 * m)) for m in mean),
-                       interpolation=str_to_pil_interp(a["interpolation"]), translate_pct=a.get("translate_pct", 0.45))
+                       interpolation=str_to_pil_interp(spec.get("interpolation", r.data.interpolation)),
+                       translate_pct=a.get("translate_pct", 0.45))
         return (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
     if name == "RandomErasing":
         scale = a["scale"] or ((0.02, 0.33) if a["mode"] is None else (0.02, 1.0 / 3.0))
+        ratio = a["ratio"] or ((0.3, 3.3) if a["mode"] is None else (0.3, 1.0 / 0.3))
         if a["mode"] is None:
-            return v2.RandomErasing(p=a["p"], scale=scale, ratio=a["ratio"], value=a["value"])
+            return v2.RandomErasing(p=a["p"], scale=scale, ratio=ratio, value=a["value"])
         from timm.data.random_erasing import RandomErasing
 
         return RandomErasing(probability=a["p"], min_area=scale[0], max_area=scale[1],
-                             min_aspect=a["ratio"][0], max_aspect=a["ratio"][1], mode=a["mode"],
+                             min_aspect=ratio[0], max_aspect=ratio[1], mode=a["mode"],
                              min_count=a["min_count"], max_count=a["max_count"], device="cpu")
     if name == "RandomRequantize":
         return maybe(v2.JPEG(a["quality"]), a["p"])

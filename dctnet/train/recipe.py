@@ -300,12 +300,25 @@ def _pointer(exc: Exception, spec: dict) -> str:
     return str(exc)
 
 
+#: dctnet transforms the torchvision/timm baseline has no class for
+_NO_BASELINE = ("FrequencyDropout", "RandomTranspose", "RandomChromaRotation")
+
+
 def _check_augment_order(r: Recipe, bad) -> None:
     """Mixing acts on the batch after every per-sample op (timm and torchvision erase before they
     mix), and a recipe names one mixer: timm's Mixup switches between mixup and CutMix itself."""
     from dctnet.transforms import MIXERS
 
     names = [s.get("name") for s in r.augment]
+    for i, name in enumerate(names):
+        if name == "Compose":
+            bad(f"augment[{i}]: a recipe's augment list is already one Compose: list the transforms themselves")
+        if name in ("ToRGB", "SelectFrequencies"):
+            bad(f"augment[{i}] ({name}): the model's input is the pipeline's last step (ToRGB for device-rgb, the "
+                "DCT for dct, model.keep for frequency selection), not an augment entry")
+        if r.model.input == "rgb" and name in _NO_BASELINE:
+            bad(f"augment[{i}] ({name}) has no torchvision or timm counterpart for model.input 'rgb' (the baseline); "
+                "use it with input 'dct' or 'device-rgb'")
     mixers = [n for n in names if n in MIXERS]
     if len(mixers) > 1:
         bad(f"augment names {len(mixers)} mixers ({', '.join(mixers)}): use one — timm's Mixup with mixup_alpha, "

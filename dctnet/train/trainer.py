@@ -263,7 +263,7 @@ class Trainer:
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
                  "scaler": self.scaler.state_dict(), "epoch": epoch, "history": self.history,
                  "recipe": self.recipe.to_dict(), "classes": self.pipe.classes,
-                 "normalize": {"mean": norm.mean, "std": norm.std} if norm is not None else None,
+                 "normalize": {"mean": norm.mean.cpu(), "std": norm.std.cpu()} if norm is not None else None,
                  "torch_rng": torch.get_rng_state()}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
@@ -285,7 +285,9 @@ class Trainer:
         self.sched.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         if state.get("normalize") is not None and self.pipe.normalize is not None:
-            self.pipe.normalize.mean, self.pipe.normalize.std = state["normalize"]["mean"].cpu(), state["normalize"]["std"].cpu()
+            dev = self.pipe.normalize.mean.device  # the statistics live on the device (no per-step copies)
+            self.pipe.normalize.mean = state["normalize"]["mean"].to(dev)
+            self.pipe.normalize.std = state["normalize"]["std"].to(dev)
         torch.set_rng_state(state["torch_rng"].cpu())
         self.history = list(state.get("history", []))
         self.start_epoch = int(state["epoch"]) + 1

@@ -66,6 +66,7 @@ import hashlib
 import inspect
 import math
 import operator
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,17 @@ def _representation(x: Tensor) -> str:
     return "pixel" if x.dim() == 4 else "coefficient"
 
 
+def _full_precision(x: Tensor) -> Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def to_pixels(x: Tensor) -> Tensor:
     """A coefficient image as RGB ``(B, 3, 8·Hb, 8·Wb)`` in [0, 1] (clamped as a decoder does);
-    pixels unchanged."""
-    return TF.to_rgb(x) if x.dim() == 5 else x
+    pixels unchanged. Computed in float32 at least, outside autocast (bf16 would be ~2 grey levels off)."""
+    if x.dim() != 5:
+        return x
+    with torch.autocast(x.device.type, enabled=False):
+        return TF.to_rgb(_full_precision(x))
 
 
 def to_coefficients(x: Tensor) -> Tensor:
@@ -138,7 +146,8 @@ def to_coefficients(x: Tensor) -> Tensor:
     if x.shape[-2] % 8 or x.shape[-1] % 8:
         raise ValueError(f"pixels go to the DCT domain in 8×8 blocks: H and W must be multiples of 8, got "
                          f"{tuple(x.shape[-2:])}")
-    return TF.from_rgb(x)
+    with torch.autocast(x.device.type, enabled=False):  # float32 at least, as to_pixels
+        return TF.from_rgb(_full_precision(x))
 
 
 def _pixel_shape(shape: torch.Size) -> torch.Size:
@@ -198,7 +207,8 @@ class Transform(nn.Module):
                 raise ValueError(f"{type(self).__name__}: p must be a probability in [0, 1], got {p!r}")
             p = float(p)
         self.p = p
-        self.seed = int(seed) if seed is not None else int(torch.randint(0, 2**62, ()).item())
+        # an OS seed when none is given: drawing it from torch's global RNG would shift the caller's stream
+        self.seed = int(seed) if seed is not None else secrets.randbits(62)
         self.generator = torch.Generator().manual_seed(self.seed)
 
     # ------------------------------------------------------------------ subclass hooks

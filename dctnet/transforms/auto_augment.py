@@ -114,6 +114,16 @@ def _pil_affine(which: str) -> Kernel:
     return kernel
 
 
+def _pil_posterize(img: Tensor, bits: Tensor) -> Tensor:
+    """PIL's ``ImageOps.posterize`` as timm calls it, on the 8-bit values ``round(255·x)``: keep the top
+    ``bits (n,)`` bits (``v & ~(2^(8−b) − 1)``); 8 bits or more leave the image as it is. (torchvision's
+    float rule, :func:`dctnet.transforms.pixel.posterize`, gives levels k/2^b instead.)"""
+    shift = (8 - bits.clamp(0, 8)).to(torch.int32).reshape(-1, 1, 1, 1)
+    v = torch.round(img.clamp(0, 1) * 255).to(torch.int32)
+    out = ((v >> shift) << shift).to(img.dtype) / 255
+    return torch.where(shift > 0, out, img)
+
+
 def _blur(img: Tensor, arg: Tensor, ctx: _Context) -> Tensor:
     # PIL's GaussianBlur(radius) has standard deviation `radius`; a kernel reaching 3σ of the largest
     # radius timm draws (2.0) covers it
@@ -141,6 +151,7 @@ KERNELS: dict[str, Kernel | None] = {
     "Contrast": lambda img, a, ctx: P.adjust_contrast(img, a),
     "Sharpness": lambda img, a, ctx: P.adjust_sharpness(img, a),
     "Posterize": lambda img, a, ctx: P.posterize(img, a.long()),
+    "PilPosterize": lambda img, a, ctx: _pil_posterize(img, a.long()),
     "Solarize": lambda img, a, ctx: P.solarize(img, a),
     "SolarizeAdd": lambda img, a, ctx: P.solarize_add(img, a, torch.full_like(a, 128.0 / 255.0)),
     "AutoContrast": lambda img, a, ctx: P.autocontrast(img),
@@ -171,11 +182,14 @@ class _Policy(Transform):
                                  f"[0, 1] scale), got {fill!r}")
             fill = tuple(values)
         self.interpolation, self.fill = interpolation, fill
+        # a buffer, so it moves with .to(device): building it per call would be a host-to-device copy
+        self.register_buffer("fill_rgb", None if fill is None else torch.tensor(fill, dtype=torch.float32),
+                             persistent=False)
 
     def _run_native(self, x, labels, params, gen):
         if params is None:
             params = self.draw_params(x.shape, gen)
-        fill = None if self.fill is None else torch.tensor(self.fill, dtype=x.dtype, device=x.device)
+        fill = None if self.fill_rgb is None else self.fill_rgb.to(x.device, non_blocking=True)
         ctx = _Context(self.interpolation, fill)
         kernels = [None if KERNELS[name] is None else (lambda img, a, k=KERNELS[name]: k(img, a, ctx))
                    for name in self.ops]
@@ -365,9 +379,9 @@ def _timm_levels(translate_pct: float, translate_const: float) -> dict[str, tupl
         "Equalize": ("Equalize", lambda m: m * 0, False),
         "Invert": ("Invert", lambda m: m * 0, False),
         "Rotate": ("PilRotate", lambda m: lv(m) * 30.0, True),
-        "Posterize": ("Posterize", posterize, False),
-        "PosterizeIncreasing": ("Posterize", lambda m: 4 - posterize(m), False),
-        "PosterizeOriginal": ("Posterize", lambda m: posterize(m) + 4, False),
+        "Posterize": ("PilPosterize", posterize, False),
+        "PosterizeIncreasing": ("PilPosterize", lambda m: 4 - posterize(m), False),
+        "PosterizeOriginal": ("PilPosterize", lambda m: posterize(m) + 4, False),
         # thresholds and additions of timm's uint8 LUTs, on the [0, 1] scale
         "Solarize": ("Solarize", lambda m: solarize(m) / 255.0, False),
         "SolarizeIncreasing": ("Solarize", lambda m: (256 - solarize(m)) / 255.0, False),
@@ -376,7 +390,7 @@ def _timm_levels(translate_pct: float, translate_const: float) -> dict[str, tupl
         "Contrast": ("Contrast", enhance, False),
         "Brightness": ("Brightness", enhance, False),
         "Sharpness": ("Sharpness", enhance, False),
-        # the increasing variants: 1 ± 0.9·level, kept >= 0.1 (the sign is folded in by _timm_draw)
+        # the increasing variants: 1 ± 0.9·level, kept >= 0.1 (the sign is folded in by TimmAugment.draw)
         "ColorIncreasing": ("Color", lambda m: lv(m) * 0.9, True),
         "ContrastIncreasing": ("Contrast", lambda m: lv(m) * 0.9, True),
         "BrightnessIncreasing": ("Brightness", lambda m: lv(m) * 0.9, True),
@@ -509,6 +523,12 @@ class TimmConfig:
         if kw.get("transforms") not in (None, "weights", "3a", "3aw"):
             raise ValueError(f"timm augmentation {config!r}: transform set must be 'weights', '3a' or '3aw', "
                              f"got {kw['transforms']!r}")
+        if not 0.0 <= kw.get("prob", 0.5) <= 1.0:
+            raise ValueError(f"timm augmentation {config!r}: p must be a probability in [0, 1], got {kw['prob']}")
+        if kw.get("num_layers", 2) < 0:
+            raise ValueError(f"timm augmentation {config!r}: n must be >= 0, got {kw['num_layers']}")
+        if kw.get("magnitude_max") is not None and kw["magnitude_max"] <= 0:
+            raise ValueError(f"timm augmentation {config!r}: mmax must be > 0, got {kw['magnitude_max']}")
         return cls(**kw)
 
 
@@ -521,7 +541,10 @@ class TimmAugment(_Policy):
     ``mean`` is the model's normalisation mean: timm fills the area a geometric op uncovers with it,
     rounded to 8 bits (``img_mean``), and sets ``translate_const = int(0.45·min(H, W))`` from the image
     size. ``interpolation`` is timm's ``train_interpolation`` (DeiT: ``bicubic``; timm's ``random``,
-    a bilinear/bicubic coin per op, is not provided)."""
+    a bilinear/bicubic coin per op, is not provided); recipes default it to ``data.interpolation``."""
+
+    #: a recipe's build defaults ``interpolation`` to the training crop's, as timm's create_transform does
+    interpolation_from_crop = True
 
     def __init__(self, policy: str = "rand-m9-mstd0.5-inc1", interpolation: str = "bicubic",
                  mean: tuple[float, float, float] = IMAGENET_MEAN, translate_pct: float = 0.45,
@@ -542,6 +565,9 @@ class TimmAugment(_Policy):
                 names, weights = (_RAND_INCREASING_TRANSFORMS if c.increasing else _RAND_TRANSFORMS), None
             self.timm_ops = names
             self._weights = None if weights is None else torch.tensor(weights, dtype=torch.float64)
+            if weights is not None and c.num_layers > len(names):  # timm draws a weighted set without replacement
+                raise ValueError(f"timm augmentation {policy!r}: n={c.num_layers} ops without replacement from a "
+                                 f"weighted set of {len(names)}")
         else:
             policy_ops = _TIMM_POLICIES[c.kind]
             self.timm_ops = tuple(dict.fromkeys(o for sp in policy_ops for o, _, _ in sp))
@@ -566,7 +592,9 @@ class TimmAugment(_Policy):
         n, c = shape[0], self.config
         if c.kind == "rand":
             slots = c.num_layers
-            if self._weights is None:
+            if slots == 0:
+                which = torch.zeros(n, 0, dtype=torch.long)
+            elif self._weights is None:
                 which = torch.randint(len(self.timm_ops), (n, slots), generator=gen)
             else:  # timm: np.random.choice(ops, n, replace=False, p=weights)
                 which = torch.multinomial(self._weights.expand(n, -1), slots, replacement=False, generator=gen)
@@ -612,7 +640,8 @@ class TimmAugment(_Policy):
 
 class ThreeAugment(TimmAugment):
     """DeiT III's 3-Augment (timm's ``3a``): per sample one of grayscale, solarize (threshold 128)
-    and Gaussian blur (σ uniform in [0.1, 2]), always applied."""
+    and Gaussian blur (σ uniform in [0.1, 2]), always applied. timm's ``create_transform`` keeps its
+    ColorJitter on with ``3a`` (DeiT III: 0.3): list a :class:`~dctnet.transforms.ColorJitter` after it."""
 
     def __init__(self, interpolation: str = "bicubic", mean: tuple[float, float, float] = IMAGENET_MEAN,
                  seed: int | None = None) -> None:

@@ -142,7 +142,8 @@ class RandomErasing(Transform):
     N(0, 1)).
 
     ``mode="const" | "rand" | "pixel"`` — **timm**: ``p`` ↔ ``probability``, ``scale`` ↔
-    ``(min_area, max_area)`` (default ``None``: each library's, (0.02, 0.33) and (0.02, 1/3)), ``ratio`` ↔ ``(min_aspect, max_aspect)``; a count uniform in
+    ``(min_area, max_area)``, ``ratio`` ↔ ``(min_aspect, max_aspect)`` (defaults ``None``: each library's —
+    torchvision (0.02, 0.33) and (0.3, 3.3), timm (0.02, 1/3) and (0.3, 1/0.3)), ``ratio`` ↔ ``(min_aspect, max_aspect)``; a count uniform in
     ``min_count..max_count`` (``max_count=None``: ``min_count``), each box of area
     ``H·W·U(scale) / count`` with 10 attempts as above, position uniform in ``0..H − h`` (timm's
     inclusive ``randint``); fill 0 (``const``), per-box per-channel N(0, 1) (``rand``) or per-pixel
@@ -155,7 +156,7 @@ class RandomErasing(Transform):
     domain = "any"
 
     def __init__(self, p: float = 0.5, scale: tuple[float, float] | None = None,
-                 ratio: tuple[float, float] = (0.3, 3.3), value: float | str | tuple[float, ...] = 0.0,
+                 ratio: tuple[float, float] | None = None, value: float | str | tuple[float, ...] = 0.0,
                  mode: str | None = None, min_count: int = 1, max_count: int | None = None,
                  mean: tuple[float, ...] | None = IMAGENET_MEAN, std: tuple[float, ...] | None = IMAGENET_STD,
                  seed: int | None = None) -> None:
@@ -163,6 +164,8 @@ class RandomErasing(Transform):
         name = type(self).__name__
         if scale is None:  # each library's default: torchvision's (0.02, 0.33), timm's min_area 0.02, max_area 1/3
             scale = (0.02, 0.33) if mode is None else (0.02, 1.0 / 3.0)
+        if ratio is None:  # torchvision's (0.3, 3.3); timm's min_aspect 0.3, max_aspect = 1 / min_aspect
+            ratio = (0.3, 3.3) if mode is None else (0.3, 1.0 / 0.3)
         lo, hi = _pair(name, "scale", scale)
         if not 0.0 <= lo <= hi <= 1.0:
             raise ValueError(f"{name}: scale must be (lo, hi) with 0 <= lo <= hi <= 1, got {scale!r}")

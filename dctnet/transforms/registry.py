@@ -41,9 +41,11 @@ MIXERS = ("Mixup", "MixUp", "CutMix")
 
 #: set by build_transform's arguments, never by a spec (a recipe states label smoothing once, in
 #: optim.label_smoothing, as timm's train.py passes --smoothing to its Mixup)
-_INJECTED = ("seed", "num_classes", "label_smoothing")
-#: defaulted from build_transform's arguments (the model's normalisation) unless the spec sets them
-_DEFAULTED = ("mean", "std")
+_INJECTED = ("seed", "num_classes", "label_smoothing", "mean", "std")
+#: defaulted from build_transform's arguments unless the spec sets them: the training crop's
+#: interpolation, for the transforms that follow it (timm's policies: their affine ops use
+#: create_transform's train interpolation)
+_DEFAULTED = ("interpolation",)
 
 
 def _recipe_parameters(cls: type[Transform]) -> dict[str, inspect.Parameter]:
@@ -133,7 +135,7 @@ def _coerce(what: str, value: Any, hint: Any) -> Any:
 
 def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, num_classes: int | None,
                     seed: int, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                    label_smoothing: float | None = None) -> Transform:
+                    label_smoothing: float | None = None, interpolation: str | None = None) -> Transform:
     """A transform from a recipe spec: ``{"name": "RandAugment", "num_ops": 2, "magnitude": 9}``.
 
     ``name`` is a key of :data:`TRANSFORMS`; the other keys are constructor arguments, checked
@@ -141,11 +143,13 @@ def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, nu
     of specs (or ``{"name": "Compose", "transforms": [...]}``) builds a :class:`Compose`. ``seed``
     seeds every transform built (a Compose draws everything from its own); ``num_classes`` goes to
     the mixing transforms (``Mixup``, ``MixUp``, ``CutMix``), ``label_smoothing`` to timm's ``Mixup``
-    (its targets carry the smoothing); ``mean`` / ``std`` (the model's normalisation) are the
-    default of the transforms that take them (erasing fills, timm's fill colour). An unknown name or
+    (its targets carry the smoothing), ``mean`` / ``std`` (the model's normalisation) to the
+    transforms that take them (erasing fills, timm's fill colour), so both arms of a recipe agree;
+    ``interpolation`` (the training crop's) is the default of timm's policies. An unknown name or
     argument, a missing or ill-typed argument, or an injected argument in the spec raise
     ``ValueError`` naming it (with a "did you mean" for near misses)."""
-    inject = dict(num_classes=num_classes, seed=seed, mean=mean, std=std, label_smoothing=label_smoothing)
+    inject = dict(num_classes=num_classes, seed=seed, mean=mean, std=std, label_smoothing=label_smoothing,
+                  interpolation=interpolation)
     if isinstance(spec, Sequence) and not isinstance(spec, (str, bytes)):
         return Compose([build_transform(s, **inject) for s in spec], seed=seed)
     if not isinstance(spec, Mapping):
@@ -172,7 +176,8 @@ def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, nu
     kwargs = {}
     for arg, value in spec.items():
         if arg in _INJECTED:
-            where = "optim.label_smoothing" if arg == "label_smoothing" else f"build_transform({arg}=...)"
+            where = {"label_smoothing": "optim.label_smoothing", "mean": "the model's normalisation",
+                     "std": "the model's normalisation"}.get(arg, f"build_transform({arg}=...)")
             raise ValueError(f"{name}: argument {arg!r} comes from {where}, not from the spec")
         if arg not in allowed:
             raise ValueError(f"{name}: unknown argument {arg!r}{_did_you_mean(arg, list(allowed))} "
@@ -184,12 +189,12 @@ def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, nu
     params = inspect.signature(cls.__init__).parameters
     for arg in _INJECTED:
         if arg in params and inject[arg] is not None:
-            kwargs[arg] = inject[arg]
+            kwargs[arg] = tuple(float(v) for v in inject[arg]) if arg in ("mean", "std") else inject[arg]
     if "num_classes" in params:
         kwargs["num_classes"] = num_classes
     for arg in _DEFAULTED:
-        if arg in params and arg not in kwargs and inject[arg] is not None:
-            kwargs[arg] = tuple(float(v) for v in inject[arg])
+        if getattr(cls, f"{arg}_from_crop", False) and arg not in kwargs and inject[arg] is not None:
+            kwargs[arg] = inject[arg]
     return cls(**kwargs)
 
 

@@ -107,7 +107,8 @@ _KERNELS = {
 _ALTERNATIVES = {
     "resize": "dctnet.transforms.crops_to_coefficients (resizes crop boxes of a JpegBatch)",
     "resized_crop": "dctnet.data.RandomResizedCrop boxes + dctnet.transforms.crops_to_coefficients",
-    "center_crop": "dctnet.data.CenterCrop boxes + dctnet.transforms.crops_to_coefficients",
+    "center_crop": "dctnet.data.ResizeCenterCrop (the model's eval crop: timm's crop_pct and interpolation) "
+                   "+ dctnet.transforms.crops_to_coefficients",
     "normalize": "dctnet.transforms.Normalize (per channel and frequency) or ToRGB (torchvision-style)",
     "adjust_hue": "dctnet.transforms.ColorJitter(hue=...) (torchvision's HSV hue, on pixels) or "
                   "RandomChromaRotation(degrees=...) (a linear Cb/Cr rotation, exact on coefficients)",
