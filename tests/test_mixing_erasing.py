@@ -453,7 +453,7 @@ class _FakeImage:
 
 @functools.cache
 def timm_erasing_reference() -> dict[str, np.ndarray]:
-    ref = timm_erasing.RandomErasing(probability=0.6, min_area=0.02, min_aspect=0.3, max_aspect=3.3,  # timm's max_area 1/3
+    ref = timm_erasing.RandomErasing(probability=0.6, min_area=0.02, min_aspect=0.3,  # timm's max_area 1/3, max_aspect 1/0.3
                                      mode="const", min_count=1, max_count=3, device="cpu")
     random.seed(5)
     orig = timm_erasing._get_pixels
