@@ -5,6 +5,9 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.dctnet-installed
 PYTEST_ARGS ?=
+# two pytest workers (pytest-xdist), a test file each at a time, one torch thread each: the suite is
+# mostly single-threaded work, so two workers use the two cores CI has instead of one
+TEST_WORKERS ?= 2
 
 .PHONY: setup test demo bench evidence fuzz clean
 
@@ -23,7 +26,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h)
 	@touch $@
 
 test: setup
-	$(VPY) -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda" $(PYTEST_ARGS)
 
 # The main job: generate a small labelled JPEG dataset and train a DCT-stem ResNet-18 on it.
 demo: setup
