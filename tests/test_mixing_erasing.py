@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import torch
 
+from dctnet.transforms.boxes import box_mask
+
 from dctnet.transforms import erasing as E
 from dctnet.transforms import functional as TF
 from dctnet.transforms import mixing as M
@@ -722,7 +724,7 @@ def test_erasing_only_where_applied_and_inside_the_box():
         assert changed.flatten(1).any(1)[applied].all()
         inside = torch.zeros(200, 1, 24, 32, dtype=torch.bool)
         for k in range(p["boxes"].shape[1]):
-            inside |= M._box_mask(x, p["boxes"][:, k]) & p["active"][:, k].reshape(-1, 1, 1, 1)
+            inside |= box_mask(x, p["boxes"][:, k]) & p["active"][:, k].reshape(-1, 1, 1, 1)
         assert not (changed & ~inside).any()
         assert 0.38 < applied.double().mean() < 0.62
 

@@ -5,7 +5,7 @@
 - :mod:`dctnet.transforms.augment` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
   flips, colour, requantization, ``Compose``, ``ToRGB`` / ``ToCoefficients``;
 - :mod:`dctnet.transforms.auto_augment` — torchvision's and timm's policies, per sample;
-- :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and erasing;
+- :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and erasing (boxes: :mod:`dctnet.transforms.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
 - :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """

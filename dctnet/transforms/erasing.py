@@ -54,7 +54,7 @@ from torch import Tensor
 
 from dctnet import functional as F
 from dctnet.transforms.augment import IMAGENET_MEAN, IMAGENET_STD, Transform
-from dctnet.transforms.mixing import _box_mask, _geometry, _snap
+from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["RandomErasing"]
 
@@ -239,11 +239,11 @@ class RandomErasing(Transform):
         return torch.stack([top, left, h, w], -1), active
 
     def draw(self, shape, gen):
-        coef, height, width = _geometry(shape, type(self).__name__)
+        coef, height, width = image_geometry(shape, type(self).__name__)
         batch, chans = int(shape[0]), int(shape[1])
         boxes, active = self._boxes(batch, height, width, gen)
         if coef:
-            boxes = torch.stack(_snap(*boxes.unbind(-1)), -1)
+            boxes = torch.stack(snap_to_blocks(*boxes.unbind(-1)), -1)
         kmax = boxes.shape[1]
         if self.mean is not None and len(self.mean) != chans:
             raise ValueError(f"{type(self).__name__}: mean/std have {len(self.mean)} channels, the input has {chans}")
@@ -290,7 +290,7 @@ class RandomErasing(Transform):
         boxes, active, fill = params["boxes"], params["active"], params["fill"]
         coef = x.dim() == 5
         if not coef and x.dim() != 4:
-            _geometry(x.shape, type(self).__name__)
+            image_geometry(x.shape, type(self).__name__)
         batch = x.shape[0]
         view = (batch,) + (1,) * (x.dim() - 1)
         noise = None
@@ -298,7 +298,7 @@ class RandomErasing(Transform):
             noise = normal_noise(params["noise_key"], (3, 8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[1:]),
                                  x.dtype)
         for k in range(boxes.shape[1]):  # a loop over the boxes of a sample (max_count), not over samples
-            inside = _box_mask(x, boxes[:, k]) & active[:, k].reshape(view)
+            inside = box_mask(x, boxes[:, k]) & active[:, k].reshape(view)
             if noise is not None:
                 pix = (fill[:, k].to(x.dtype)[:, :, None, None]
                        + params["noise_scale"][:, k].to(x.dtype)[:, :, None, None] * noise)

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from dctnet.transforms.augment import Transform
+from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["CutMix", "MixUp", "Mixup"]
 
@@ -56,43 +57,6 @@ _F64 = torch.float64
 
 
 # ---------------------------------------------------------------------- shared helpers
-def _geometry(shape: Sequence[int], name: str) -> tuple[bool, int, int]:
-    """``(is a coefficient image, H, W)`` with H, W in pixels (``8·Hb, 8·Wb`` for a coefficient image)."""
-    if len(shape) == 4:
-        return False, int(shape[2]), int(shape[3])
-    if len(shape) == 5 and shape[-1] == 64:
-        return True, 8 * int(shape[2]), 8 * int(shape[3])
-    raise ValueError(f"{name} takes pixels (B, C, H, W) or a coefficient image (B, 3, Hb, Wb, 64), "
-                     f"got shape {tuple(shape)}")
-
-
-def _snap(top: Tensor, left: Tensor, h: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Pixel boxes snapped to the 8-pixel grid: every edge to the nearest multiple of 8 (halves up)."""
-    def r(v: Tensor) -> Tensor:
-        return torch.div(v + 4, 8, rounding_mode="floor") * 8
-
-    t, b, l, rr = r(top), r(top + h), r(left), r(left + w)
-    return t, l, b - t, rr - l
-
-
-def _box_mask(x: Tensor, boxes: Tensor) -> Tensor:
-    """Bool mask of the pixels (blocks) inside ``boxes (B, 4)`` = (top, left, height, width) in pixels:
-    ``(B, 1, H, W)`` for pixels, ``(B, 1, Hb, Wb, 1)`` for a coefficient image (boxes block-aligned)."""
-    coef = x.dim() == 5
-    if coef:
-        boxes = torch.div(boxes, 8, rounding_mode="floor")
-        hh, ww = x.shape[2], x.shape[3]
-    else:
-        hh, ww = x.shape[-2], x.shape[-1]
-    top, left, h, w = boxes.unbind(-1)
-    r = torch.arange(hh, device=x.device)
-    c = torch.arange(ww, device=x.device)
-    rows = (r >= top[:, None]) & (r < (top + h)[:, None])
-    cols = (c >= left[:, None]) & (c < (left + w)[:, None])
-    m = rows[:, :, None] & cols[:, None, :]
-    return m[:, None, :, :, None] if coef else m[:, None]
-
-
 def _beta(alpha: Tensor, gen: torch.Generator) -> Tensor:
     """Beta(α, α) per entry of ``alpha`` (float64) as G1 / (G1 + G2), Gi ~ Gamma(α) from ``gen``
     (``torch.distributions.Beta`` takes no generator). Both gammas underflowing to 0 (tiny α, rare)
@@ -144,7 +108,7 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     # weights cast to x's dtype as the references' scalar multiplies do: λ and (1 − λ) in float64 first
     out = x * lam.to(x.dtype).reshape(view) + xp * (1.0 - lam).to(x.dtype).reshape(view)
     if "boxes" in params:
-        cut = torch.where(_box_mask(x, params["boxes"]), xp, x)
+        cut = torch.where(box_mask(x, params["boxes"]), xp, x)
         out = torch.where(params["cutmix"].reshape(view), cut, out)
     out = torch.where(mixed.reshape(view), out, x)
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
@@ -295,7 +259,7 @@ class Mixup(Transform):
         else:
             h, w, top, left = ints.unbind(1)
         if coef:
-            top, left, h, w = _snap(top, left, h, w)
+            top, left, h, w = snap_to_blocks(top, left, h, w)
         area_lam = 1.0 - (h * w).to(_F64) / float(height * width)
         correct = coef or self.correct_lam or self.cutmix_minmax is not None
         cutmix = use_cutmix & mixed
@@ -310,7 +274,7 @@ class Mixup(Transform):
         """Per-sample parameters from the raw draws of :meth:`_draw_units` (one per unit), expanded
         to the batch: unit 0 for every sample (batch), unit i (elem), unit min(i, B − 1 − i) (pair;
         the middle sample of an odd batch has the last unit)."""
-        coef, height, width = _geometry(shape, type(self).__name__)
+        coef, height, width = image_geometry(shape, type(self).__name__)
         batch = int(shape[0])
         u = self._unit_params(coef, height, width, use_cutmix, lam, coin, ints)
         if batch < 2:  # no partner
@@ -322,7 +286,7 @@ class Mixup(Transform):
         return {"perm": timm_partners(batch), **{k: v[unit] for k, v in u.items()}}
 
     def draw(self, shape, gen):
-        _, height, width = _geometry(shape, type(self).__name__)
+        _, height, width = image_geometry(shape, type(self).__name__)
         return self._params_from_draws(shape, **self._draw_units(self._units(int(shape[0])), height, width, gen))
 
     # ------------------------------------------------------------------ apply
@@ -353,14 +317,14 @@ class MixUp(Transform):
 
     def _params_from_draws(self, shape: Sequence[int], lam: float | Tensor) -> dict[str, Tensor]:
         """Per-sample parameters from the batch's λ."""
-        _geometry(shape, type(self).__name__)
+        image_geometry(shape, type(self).__name__)
         batch = int(shape[0])
         lam = torch.as_tensor(lam, dtype=_F64).reshape(())
         mixed = torch.full((batch,), batch >= 2)
         return {"perm": torchvision_partners(batch), "lam": torch.where(mixed, lam, 1.0), "mixed": mixed}
 
     def draw(self, shape, gen):
-        _geometry(shape, type(self).__name__)
+        image_geometry(shape, type(self).__name__)
         return self._params_from_draws(shape, _beta(torch.full((1,), self.alpha, dtype=_F64), gen)[0])
 
     def _prepare_labels(self, labels):
@@ -390,13 +354,13 @@ class CutMix(MixUp):
         x2, y2 = torch.clamp(r_x + r_w_half, max=width), torch.clamp(r_y + r_h_half, max=height)
         top, left, h, w = y1, x1, y2 - y1, x2 - x1
         if coef:
-            top, left, h, w = _snap(top, left, h, w)
+            top, left, h, w = snap_to_blocks(top, left, h, w)
         return torch.stack([top, left, h, w], 1), 1.0 - (h * w).to(_F64) / float(width * height)
 
     def _params_from_draws(self, shape: Sequence[int], lam: float | Tensor, r_x: int | Tensor = 0,
                            r_y: int | Tensor = 0) -> dict[str, Tensor]:
         """Per-sample parameters from the batch's draws ``(λ, r_x, r_y)`` (torchvision's ``make_params``)."""
-        coef, height, width = _geometry(shape, type(self).__name__)
+        coef, height, width = image_geometry(shape, type(self).__name__)
         batch = int(shape[0])
         box, lam_adjusted = self._box(coef, height, width, lam, r_x, r_y)
         mixed = torch.full((batch,), batch >= 2)
@@ -404,7 +368,7 @@ class CutMix(MixUp):
                 "cutmix": mixed.clone(), "boxes": box.expand(batch, 4).clone()}
 
     def draw(self, shape, gen):
-        _, height, width = _geometry(shape, type(self).__name__)
+        _, height, width = image_geometry(shape, type(self).__name__)
         lam = _beta(torch.full((1,), self.alpha, dtype=_F64), gen)[0]
         r_x = torch.randint(0, width, (1,), generator=gen)[0]
         r_y = torch.randint(0, height, (1,), generator=gen)[0]
