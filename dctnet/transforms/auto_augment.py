@@ -108,10 +108,54 @@ def _pil_affine(which: str) -> Kernel:
             cos, sin = torch.cos(a), torch.sin(a)
             cx, cy = w / 2.0, h / 2.0
             data = [cos, sin, cos * -cx + sin * -cy + cx, -sin, cos, -sin * -cx + cos * -cy + cy]
-        inv = P.pil_affine_inverse(torch.stack(data, 1), size=(h, w))
+        data = torch.stack(data, 1)
+        if ctx.interpolation == "bicubic":
+            return _pil_bicubic_affine(img, data, ctx.fill)
+        inv = P.pil_affine_inverse(data, size=(h, w))
         return P.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
     return kernel
+
+
+def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tensor:
+    """PIL's ``Image.transform(size, AFFINE, data, BICUBIC, fillcolor=fill)`` batched, as timm's
+    geometric ops call it: output pixel (x, y) samples the input at ``(a·X + b·Y + c, d·X + e·Y + f)``
+    with ``X = x + ½, Y = y + ½`` (``data (n, 6)`` = a..f); a point outside the input takes the fill;
+    inside, PIL's 4×4 cubic convolution with **a = −1** (its ``BICUBIC`` macro in Geometry.c, not the
+    a = −0.5 of PIL's resize nor grid_sample's a = −0.75) over neighbours clipped to the edge.
+    ``img (n, C, H, W)`` in [0, 1] → same, clipped to [0, 1] as PIL's 8 bits are."""
+    n, c, h, w = img.shape
+    x = img.float() if img.dtype in (torch.float16, torch.bfloat16) else img
+    d = data.to(device=x.device, dtype=torch.float64)
+    ys = (torch.arange(h, device=x.device, dtype=torch.float64) + 0.5)[None, :, None]
+    xs = (torch.arange(w, device=x.device, dtype=torch.float64) + 0.5)[None, None, :]
+    col = lambda k: d[:, k, None, None]  # noqa: E731
+    xin = col(0) * xs + col(1) * ys + col(2)                                     # (n, H, W)
+    yin = col(3) * xs + col(4) * ys + col(5)
+    inside = (xin >= 0) & (xin < w) & (yin >= 0) & (yin < h)
+    fx, fy = xin - 0.5, yin - 0.5
+    x0, y0 = torch.floor(fx), torch.floor(fy)
+    tx, ty = fx - x0, fy - y0
+
+    def weights(t: Tensor) -> list[Tensor]:  # PIL's cubic with a = −1, taps at −1, 0, 1, 2
+        t2, t3 = t * t, t * t * t
+        return [-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3]
+
+    wx, wy = weights(tx), weights(ty)
+    flat = x.reshape(n, c, h * w)
+    out = torch.zeros(n, c, h, w, dtype=torch.float64, device=x.device)
+    for j in range(4):                                   # 16 taps: a loop over the kernel, not over samples
+        row = (y0 + (j - 1)).clamp(0, h - 1).long() * w
+        for k in range(4):
+            idx = row + (x0 + (k - 1)).clamp(0, w - 1).long()
+            tap = flat.gather(2, idx.reshape(n, 1, h * w).expand(n, c, h * w)).reshape(n, c, h, w)
+            out += (wy[j] * wx[k])[:, None] * tap
+    out = out.clamp(0.0, 1.0).to(x.dtype)
+    if fill is None:
+        fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
+    else:
+        fill_v = fill.to(device=x.device, dtype=x.dtype).reshape(-1, c, 1, 1) if fill.dim() else fill.to(x)
+    return torch.where(inside[:, None], out, fill_v).to(img.dtype)
 
 
 def _pil_posterize(img: Tensor, bits: Tensor) -> Tensor:
