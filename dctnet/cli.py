@@ -7,7 +7,7 @@
     dctnet cache build|info|verify   coefficient caches
     dctnet verify SRC        dataset checks: unreadable, warnings, duplicates, leakage, balance
     dctnet stats SRC OUT     per-(channel, frequency) statistics of a dataset's crops (for Normalize)
-    dctnet bench [SRC]       decode speed on your files: dctnet vs Pillow vs torchvision, same run
+    dctnet bench [FOLDER]    per-sample host cost and cores needed: dctnet vs torchvision vs timm
     dctnet train RECIPE      train from a recipe (recipes/*.yaml); also under torchrun
 """
 
@@ -336,101 +336,72 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    files = _bench_files(args.src, args.images)
-    if not files:
-        print(f"error: no JPEG files under {args.src}", file=sys.stderr)
+    from dctnet.train import RecipeError
+    from dctnet.train.bench import run_bench
+
+    src = args.src
+    if src is None:
+        src = tempfile.mkdtemp(prefix="dctnet-bench-")
+        _demo_files(Path(src))
+    say = None if args.json else (lambda text: print(f"  ... {text}", file=sys.stderr, flush=True))
+    try:
+        report = run_bench(src, recipe=args.recipe, limit=args.limit, rate=args.rate, rounds=args.repeat,
+                           size=args.size, threads=args.threads, batch_size=args.batch, device=args.device,
+                           progress=say)
+    except (FileNotFoundError, ValueError, RecipeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
-    rows, layouts = _loader_timings(files, args.threads, args.repeat, args.size)
-    mp = sum(read_header(f).width * read_header(f).height for f in files) / len(files) / 1e6
-    print(f"{len(files)} files ({mp:.2f} Mpixel average; {', '.join(f'{k} {v}' for k, v in layouts.items())}) from "
-          f"{args.src or 'generated photos'}; median of {args.repeat} passes, CPU µs per image, one thread unless noted")
-    print("What a training loader does per sample: dctnet reads coefficients, draws a RandomResizedCrop box, slices "
-          "the MCU window of the native planes and collates by layout (decode and resize happen on the device); "
-          f"torchvision and Pillow decode the whole image and crop + resize it to {args.size}x{args.size}.")
-    base = rows["dctnet loader: read + window + collate"]
-    for name, us in rows.items():
-        print(f"  {name:<58} {us:9.1f}   {us / base:5.2f}x dctnet")
+    if args.json:
+        print(json.dumps(report, indent=1, ensure_ascii=False))
+        return 0
+    _print_bench(report, generated=args.src is None)
     return 0
 
 
-def _loader_timings(files: list[str], threads: int, repeat: int, size: int) -> tuple[dict[str, float], dict[str, int]]:
-    """CPU µs per image of dctnet's loader and of Pillow/torchvision's decode + RandomResizedCrop."""
-    import collections
+def _print_bench(rep: dict, generated: bool) -> None:
+    c = rep["census"]
 
-    import torch
-    from torchvision.transforms import v2
+    def counts(d: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in d.items() if v) or "none"
 
-    from dctnet import _jpeg
-    from dctnet import data as D
-
-    layouts = collections.Counter(read_header(f).subsampling for f in files)
-
-    def timed(fn) -> float:
-        fn()
-        runs = []
-        for _ in range(repeat):
-            t = time.thread_time()
-            fn()
-            runs.append((time.thread_time() - t) / len(files) * 1e6)
-        return statistics.median(runs)
-
-    blobs = [Path(f).read_bytes() for f in files]
-    rows = {"raw libjpeg floor (jpeg_read_coefficients, no Python)":
-            timed(lambda: [_jpeg.time_raw(b, 1) for b in blobs])}
-    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), on_error="skip")
-
-    def loader_cpu(n_threads: int) -> float:
-        loader = D.ThreadLoader(ds, 32, threads=n_threads, pin_memory=False)
-        runs = []
-        for _ in range(repeat + 1):
-            before = loader.cpu_seconds
-            for _ in loader:
-                pass
-            runs.append((loader.cpu_seconds - before) / len(files) * 1e6)
-        return statistics.median(runs[1:])
-
-    rows["dctnet loader: read + window + collate"] = loader_cpu(1)
-    if threads > 1:
-        rows[f"dctnet loader, {threads} threads (CPU per image)"] = loader_cpu(threads)
-    torch.set_num_threads(1)
-    crop = v2.RandomResizedCrop(size, antialias=True)
-    try:
-        from PIL import Image
-
-        def pillow() -> None:
-            for f in files:
-                with Image.open(f) as im:
-                    crop(v2.functional.pil_to_tensor(im.convert("RGB")))
-
-        rows["Pillow decode + RandomResizedCrop (torchvision v2)"] = timed(pillow)
-    except ImportError:
-        pass
-    import torchvision.io
-
-    datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
-
-    def tv() -> None:
-        for d in datas:
-            try:
-                crop(torchvision.io.decode_jpeg(d, mode=torchvision.io.ImageReadMode.RGB))
-            except RuntimeError:
-                pass
-
-    rows["torchvision decode_jpeg + RandomResizedCrop"] = timed(tv)
-    return rows, dict(layouts)
-
-
-def _bench_files(src: str | None, limit: int) -> list[str]:
-    if src is None:
-        out = Path(tempfile.mkdtemp(prefix="dctnet-bench-"))
-        return _demo_files(out)[:limit]
-    root = Path(src)
-    if root.is_file():
-        return [str(root)]
-    exts = (".jpg", ".jpeg", ".jpe", ".jfif")
-    files = sorted(str(p) for p in root.rglob("*") if p.suffix.lower() in exts)
-    step = max(1, len(files) // limit)
-    return files[::step][:limit]
+    where = "generated photos" if generated else rep["source"]
+    print(f"{rep['files_found']} JPEG-named files in {where}; {rep['files_sampled']} sampled, {rep['files_used']} used, "
+          f"{len(rep['skipped'])} skipped")
+    if rep["skipped"]:
+        print("skipped (not timed, not in the census):")
+        for s in rep["skipped"]:
+            print(f"  {s['file']}: {s['reason']}")
+    if rep["warnings"]:
+        print(f"read with libjpeg warnings that lost nothing (used): {len(rep['warnings'])}")
+        for w in rep["warnings"][:10]:
+            print(f"  {w['file']}: {'; '.join(w['warnings'])}")
+    print(f"layouts of the {c['files']} files used ({c['megapixels_mean']:.2f} Mpixel average):")
+    print(f"  coding    {counts(c['process'])}")
+    print(f"  colour    {counts(c['color_space'])}")
+    print(f"  sampling  {counts(c['sampling'])}" + ("  (files with colour; gray has one component)"
+                                                     if c["color_space"].get("gray") else ""))
+    print(f"augmentation: {rep['augment_source']}")
+    print("  " + ", ".join(s["name"] for s in rep["augment"]) +
+          f"; crop {rep['crop_size']}x{rep['crop_size']}, scale {tuple(rep['scale'])}, {rep['interpolation']}; "
+          f"dctnet input {rep['input']}")
+    print(f"host CPU per sample on one core (torch 1 thread), median of {rep['rounds']} interleaved rounds, "
+          f"batch {rep['batch_size']}, {rep['cpus']} CPUs, device {rep['device']}")
+    rate = rep["rate"]
+    print(f"\n  {'pipeline':<58} {'µs/sample':>9} {'img/s/core':>10} {f'cores @ {rate:g}/s':>15}")
+    for name, row in rep["pipelines"].items():
+        per_core = f"{row['images_per_s_per_core']:.0f}" if row["images_per_s_per_core"] else "-"
+        print(f"  {row['label']:<58} {row['host_us_per_sample']:9.0f} {per_core:>10} {row['cores_needed']:15.2f}")
+    step = rep["pipelines"]["dctnet_device_step"]
+    if step["runs_on"] != "host":
+        print(f"  (device step on {step['runs_on']}: {step['device_us_per_sample']:.0f} µs/sample of device time, "
+              f"{step['images_per_s_on_device']:.0f} img/s)")
+    if rep["threads"]:
+        t = rep["threads"]
+        print(f"  dctnet host with {t['threads']} threads: {t['images_per_s']:.0f} img/s wall clock, "
+              f"{t['host_us_per_sample']:.0f} µs/sample CPU")
+    print()
+    for note in rep["notes"]:
+        print(note)
 
 
 def _positive(text: str) -> int:
@@ -514,18 +485,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_stats)
-    p = sub.add_parser("bench", help="loader cost on your files: dctnet vs Pillow vs torchvision",
-                       description="Time what a training loader does per sample on the same files in the same run: "
-                                   "dctnet's read + crop window + collate (any layout, no pixel work) against Pillow's "
-                                   "and torchvision's decode + RandomResizedCrop, next to the raw libjpeg floor "
-                                   "(medians of CPU time; ratios are what to compare). SRC: a JPEG file or folder "
-                                   "(default: generated photos). Full suites: `make bench` (benchmarks/).")
-    p.add_argument("src", metavar="SRC", nargs="?")
-    p.add_argument("--images", type=_positive, default=200, help="at most this many files (evenly spread)")
+    p = sub.add_parser("bench", help="per-sample host cost and cores needed on your files: dctnet vs torchvision vs timm",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Time every input pipeline on the same files in the same run, with a recipe's "
+                                   "augmentation (or DeiT's per-sample list at 224) on every side: the raw libjpeg "
+                                   "floor; dctnet's host side (read + crop window + collate); dctnet's device step "
+                                   "(crop resize + augmentation + ToRGB) on the device present — on the host CPU when "
+                                   "there is no GPU; torchvision v2 (Pillow decode, RandomResizedCrop, the list mapped "
+                                   "one to one); timm's create_transform(is_training=True). For each: host µs/sample "
+                                   "on one core, images/s per core and host cores needed for --rate images/s. Bad "
+                                   "files are skipped and named with the reason; the layout census counts coding "
+                                   "process, colour space and chroma sampling. Full suites: `make bench`.",
+                       epilog="--json prints one object (see dctnet.train.bench for every key): version, cpus, "
+                              "device, source, files_found, files_sampled, files_used, skipped [{file, reason, by}], "
+                              "warnings [{file, warnings}], census {files, process, color_space, sampling, layouts, "
+                              "megapixels_mean}, augment, augment_source, input, crop_size, scale, interpolation, "
+                              "rate, rounds, batch_size, left_out, pipelines {libjpeg_floor, dctnet_host, "
+                              "dctnet_device_step, dctnet_total_host, torchvision, timm: {label, runs_on, "
+                              "host_us_per_sample, images_per_s_per_core, cores_needed, [device_us_per_sample, "
+                              "images_per_s_on_device, same_as]}}, threads, notes.")
+    p.add_argument("src", metavar="FOLDER", nargs="?",
+                   help="an image folder (class folders) or a flat folder of JPEGs, or one file (default: generated "
+                        "photos)")
+    p.add_argument("--recipe", help="time this recipe's augmentation list, crop size, scale and interpolation")
+    p.add_argument("--limit", "--images", dest="limit", type=_positive, default=200,
+                   help="at most this many files, spread evenly over the folder (default 200)")
+    p.add_argument("--rate", type=float, default=3000.0, help="target images/s for the cores-needed column (3000)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
-                   help="also time the loader with this many threads")
-    p.add_argument("--size", type=_positive, default=224, help="output size of the torchvision/Pillow crops")
-    p.add_argument("--repeat", type=_positive, default=5, help="timed passes")
+                   help="also time dctnet's loader with this many threads (wall clock); 1: skip")
+    p.add_argument("--size", type=_positive, help="crop side (default: the recipe's image_size, else 224)")
+    p.add_argument("--repeat", type=_positive, default=3, help="timed rounds (medians are reported)")
+    p.add_argument("--batch", type=_positive, default=64, help="batch size of the loaders and the device step")
+    p.add_argument("--device", help="device for dctnet's device step (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("train", help="train a model from a recipe (recipes/*.yaml)",
                        description="Build dataset, loader, device transforms and model from RECIPE and train: "

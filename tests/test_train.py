@@ -323,16 +323,16 @@ def test_train_cli_errors_and_stats_and_bench(shapes, tmp_path, capsys):
     loader = D.ThreadLoader(ds, 16, sampler=D.EpochSampler(len(ds), seed=0), pin_memory=False)
     ref = D.compute_stats(loader, lambda b: T.crops_to_coefficients(b, (32, 32)), max_batches=2)
     torch.testing.assert_close(norm.mean, ref.mean)
-    assert run_cli("bench", f"{shapes}/val", "--images", "8", "--repeat", "1", "--threads", "1") == 0
+    assert run_cli("bench", f"{shapes}/val", "--images", "8", "--repeat", "1", "--threads", "1", "--size", "32") == 0
     text = capsys.readouterr().out
     for bad, why in ((["--size", "0"], "must be >= 1"), (["--images", "-3"], "must be >= 1"),
                      (["--repeat", "x"], "expected a positive integer")):  # a usage error, not a traceback
         with pytest.raises(SystemExit) as exit_:
             cli_main(["bench", f"{shapes}/val", *bad])
         assert exit_.value.code == 2 and why in capsys.readouterr().err
-    # what the loader does per sample (not the read alone), next to decode + crop and the raw floor
-    assert "dctnet loader: read + window + collate" in text and "Pillow decode + RandomResizedCrop" in text
-    assert "raw libjpeg floor" in text and "torchvision decode_jpeg + RandomResizedCrop" in text
+    # what the loader does per sample (not the read alone), next to the baselines and the raw floor
+    assert "dctnet host: read + crop window + collate" in text and "torchvision v2: Pillow + RandomResizedCrop" in text
+    assert "raw libjpeg floor" in text and "dctnet device step" in text
 
 
 @pytest.mark.cuda
