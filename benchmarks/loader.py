@@ -22,7 +22,11 @@ interleaved rounds, each with its own floor pass; every ratio is the median of t
 ratios (this VM's speed drifts by ±10% over minutes, which a ratio of figures measured moments
 apart cancels).
 
-    python benchmarks/loader.py [--images 1024] [--batch 64] [--sets stored,4:4:4,...]
+    python benchmarks/loader.py [--images 1024] [--batch 64] [--sets stored,4:4:4,...] [--folder DIR]
+
+The floor and the loader measurement (``floor_us``, ``measure``) are ``dctnet.train.bench``'s, the
+functions ``dctnet bench`` reports with: on the same files (``--folder``) the two agree within
+run-to-run noise (``dctnet bench --threads 2``'s threaded row is this script's ThreadLoader row).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -45,6 +48,8 @@ import torch  # noqa: E402
 import dctnet  # noqa: E402
 from dctnet import data as D  # noqa: E402
 from dctnet import transforms as T  # noqa: E402
+# the measurements `dctnet bench` reports, so the two agree on the same files
+from dctnet.train.bench import census, floor_us, layout_facts, measure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 128
@@ -76,50 +81,6 @@ class TorchvisionFolder(torch.utils.data.Dataset):
         return self.tf(img), label
 
 
-def cpu_seconds() -> float:
-    """This process only: worker processes are read from /proc (RUSAGE_CHILDREN would also book
-    the CPU of an earlier configuration's workers, reaped while a later one is measured)."""
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    return s.ru_utime + s.ru_stime
-
-
-def process_cpu(pid: int) -> float:
-    """utime + stime of a live process, seconds (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def worker_pids(loader) -> list[int]:
-    it = getattr(loader, "_iterator", None)
-    return [w.pid for w in getattr(it, "_workers", [])] if it is not None else []
-
-
-def measure(loader, n_images: int) -> tuple[float, float]:
-    """(images/s, CPU µs per image) for one epoch, after a warm-up epoch (worker start-up, imports
-    and first-touch page faults are not per-sample costs). CPU time = this process + the
-    persistent worker processes, read from /proc around the measured epoch."""
-    for _ in loader:  # warm-up epoch; starts persistent workers
-        pass
-    pids = worker_pids(loader)
-    cpu0 = cpu_seconds() + sum(process_cpu(p) for p in pids)
-    t0 = time.perf_counter()
-    count = 0
-    for batch in loader:
-        count += len(batch) if not isinstance(batch, (list, tuple)) else len(batch[0])
-    wall = time.perf_counter() - t0
-    cpu = cpu_seconds() + sum(process_cpu(p) for p in pids) - cpu0
-    assert count == n_images, (count, n_images)
-    return count / wall, cpu / count * 1e6
-
-
-def floor_us(blobs: list[bytes]) -> float:
-    """One pass of the raw libjpeg coefficient read over the files, mean µs per image (one core)."""
-    from dctnet import _jpeg
-
-    return sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3
-
-
 def main() -> None:
     from layout_sets import SETS, build
 
@@ -128,15 +89,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--folder", help="time this image folder (class folders of JPEGs) instead of the layout sets, "
+                                     "e.g. to compare with `dctnet bench FOLDER` on the same files")
     ap.add_argument("--device-transforms", action="store_true", help="also time the device transforms on this CPU")
     args = ap.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
     print(f"dctnet {dctnet.__version__}, {dctnet.libjpeg_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
-          f"{args.images} images per set, batch {args.batch}, crop {SIZE}, medians of {args.repeats} rounds", flush=True)
+          f"{'every image of ' + args.folder if args.folder else f'{args.images} images per set'}, batch {args.batch}, crop {SIZE}, medians of {args.repeats} rounds", flush=True)
     table = []
-    for name in args.sets.split(","):
-        folder = build(name, args.images)
+    sets = [args.folder] if args.folder else args.sets.split(",")
+    for name in sets:
+        folder = name if args.folder else build(name, args.images)
         ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=0)
         n = len(ds)
         tv = TorchvisionFolder(ds.samples)
@@ -168,7 +132,7 @@ def main() -> None:
                   statistics.median(t[1] / v[1] for t, v in zip(tl_r, tv_r)),     # CPU vs torchvision
                   statistics.median(t[0] / v[0] for t, v in zip(tl_r, tv_r)))     # images/s vs torchvision
         floor = statistics.median(floors)
-        layouts = sorted({dctnet.read_header(p).subsampling for p, _ in ds.samples})
+        layouts = list(census([layout_facts(dctnet.read_header(p)) for p, _ in ds.samples])["layouts"])
         table.append((name, floor, med, layouts, ratios))
         tl = med["dctnet ThreadLoader 2 threads"]
         print(f"{name}: floor {floor:.0f} µs; ThreadLoader {tl[1]:.0f} µs ({ratios[0]:.2f}× floor, "

@@ -70,7 +70,8 @@ import torch
 
 from dctnet.codec import JpegError, read_coefficients_batch
 
-__all__ = ["DEFAULT_AUGMENT", "census", "floor_us", "measure", "run_bench", "sample_files"]
+__all__ = ["DEFAULT_AUGMENT", "census", "check_files", "floor_us", "layout_facts", "measure", "run_bench",
+           "sample_files"]
 
 #: the augmentation timed without a recipe: the per-sample part of DeiT's ImageNet recipe (timm's
 #: defaults for ViTs), at 224 with bicubic crops; its Mixup is a batch op on the device
@@ -164,7 +165,8 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _layout_facts(h) -> dict[str, Any]:
+def layout_facts(h) -> dict[str, Any]:
+    """What :func:`census` counts of one header (a :class:`dctnet.codec.JpegHeader`)."""
     sub = h.subsampling
     return {"process": h.process, "color_space": h.color_space, "components": h.num_components,
             "sampling": sub if sub in SAMPLINGS else "other", "factors": sub, "pixels": h.width * h.height}
@@ -185,7 +187,7 @@ def check_files(files: list[str], threads: int = 1) -> tuple[list[str], dict[str
             if isinstance(res, BaseException):
                 skipped.append({"file": path, "reason": _reason(res), "by": "dctnet"})
                 continue
-            facts[path] = _layout_facts(res)
+            facts[path] = layout_facts(res)
             if res.warnings:
                 warned.append({"file": path, "warnings": list(res.warnings)})
             ok.append(path)
