@@ -391,6 +391,9 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
 
     for item in skipped + warned:
         item["file"] = rel(item["file"])
+    if not files:
+        raise ValueError(f"none of the {len(found_files)} files under {src} is usable "
+                         f"({len(skipped)} skipped; first: {skipped[0]['file']}: {skipped[0]['reason']})")
     import timm
     import torchvision
 
@@ -404,9 +407,6 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
         "input": r.model.input, "crop_size": r.data.image_size, "scale": list(r.data.scale),
         "interpolation": r.data.interpolation, "rate": rate, "rounds": rounds, "batch_size": None, "left_out": {},
         "pipelines": {}, "threads": None, "notes": []}
-    if not files:
-        raise ValueError(f"none of the {len(found_files)} files under {src} is usable "
-                         f"({len(skipped)} skipped; first: {skipped[0]['file']}: {skipped[0]['reason']})")
     batch = max(1, min(batch_size, len(files)))
     if any(s["name"] in T.MIXERS for s in r.augment) and batch % 2:
         batch = max(2, batch - 1)  # timm's Mixup mixes each sample with its mirror: even batches
