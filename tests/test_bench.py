@@ -152,3 +152,21 @@ def test_no_usable_file_is_an_error_not_a_traceback(tmp_path, capsys):
     (tmp_path / "only.jpg").write_bytes(b"")
     assert bench_main(str(tmp_path), "--repeat", "1") == 1
     assert "none of the 1 files" in capsys.readouterr().err
+
+
+def test_a_baseline_transform_that_raises_on_a_draw_is_drawn_again_and_counted(mixed):
+    """timm's posterize asks Pillow >= 13 for 0 bits on some draws, which raises: the bench draws that
+    sample again and reports it, instead of stopping (or calling the file bad)."""
+    calls = []
+
+    def flaky(img):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("bits must be between or equal to 1 and 8")
+        return img.size
+
+    ds = bench.PilFolder([str(mixed / "a" / "s422.jpg")], flaky)
+    assert ds[0] == ((56, 40), 0)
+    assert ds.draws == 2 and ds.errors == {"ValueError: bits must be between or equal to 1 and 8": 1}
+    with pytest.raises(ValueError):
+        bench.PilFolder([str(mixed / "a" / "s422.jpg")], lambda img: int("x"))[0]
