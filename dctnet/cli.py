@@ -200,8 +200,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         return 2
     try:
         keep = int(args.keep) if args.keep and args.keep.isdigit() else args.keep
-        r = convert(args.src, args.dst, args.arch, image_size=args.image_size, image=args.image, keep=keep,
-                    mean=tuple(args.mean) if args.mean else None, std=tuple(args.std) if args.std else None)
+        r = convert(args.src, args.dst, args.arch, stem=args.stem, image_size=args.image_size, image=args.image,
+                    keep=keep, mean=tuple(args.mean) if args.mean else None, std=tuple(args.std) if args.std else None)
     except (OSError, ValueError, RuntimeError, TypeError, JpegError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -211,7 +211,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     source = "--mean/--std" if r.source == "argument" else r.source
     print(f"normalisation: mean {fmt(r.mean)} std {fmt(r.std)} (from {source})")
     stem = "DCT patch embedding (converted conv)" if r.stem == "dct-patch" else "IDCT stem (device IDCT + original conv)"
-    print(f"stem: {stem}")
+    print(f"stem: {r.stem}, {stem}")
     print(f"{args.arch}: max |logit difference| vs the RGB model {r.diff:.3g} ({r.rel:.2g} relative)"
           + (" — frequency truncation, not exact" if args.keep else ""))
     print(f"wrote {args.dst} (load with {r.hint})")
@@ -430,12 +430,16 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("convert", help="convert an RGB checkpoint to its DCT-stem model",
                        description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem "
-                                   "(the converted stem: a patch embedding for ViT/Swin/ConvNeXt-style patchify stems, "
-                                   "device IDCT + the original conv otherwise), check the logits against the RGB "
+                                   "(dct-patch: a patch embedding for ViT/Swin/ConvNeXt-style patchify stems; idct: "
+                                   "device IDCT + the original conv, any model), check the logits against the RGB "
                                    "model on a sample image with the same normalisation, and write OUT.")
     p.add_argument("src", metavar="IN")
     p.add_argument("dst", metavar="OUT")
     p.add_argument("--arch", required=True, help="torchvision name (vit_b_16, resnet50, ...) or timm:NAME")
+    p.add_argument("--stem", metavar="NAME",
+                   help="the converted stem, named as in swap_stem and recipes: dct-patch (block-aligned patchify "
+                        "first conv: ViT, Swin, ConvNeXt) or idct (any first conv); default: dct-patch where the "
+                        "model takes it, else idct. The learned stems have nothing to convert")
     p.add_argument("--image-size", type=int, help="input size the model was built for")
     p.add_argument("--image", help="JPEG to check equivalence on (default: a generated photo)")
     p.add_argument("--keep", help="keep only these frequencies: K (zigzag), square:K, zigzag:K")

@@ -1,5 +1,6 @@
 """``dctnet convert``: normalisation override and its reported source, the load hint after
-``--keep``, no learned-stem choices, a short error for a wrong ``--arch``, the new families.
+``--keep``, the learned stems refused (nothing to convert), a short error for a wrong ``--arch``,
+the new families.
 
 The command runs in-process (``dctnet.cli.main``) to keep the tests fast. The oracle for a written
 file is the RGB model built independently: ``swap_stem(build(ARCH), <printed arguments>)`` loaded
@@ -129,13 +130,15 @@ def test_keep_hint_is_the_call_that_loads_the_file(capsys, tmp_path, image):
     assert code == 0 and "swap_stem(model, keep='square:4'))" in out, err
 
 
-def test_learned_stem_choices_are_gone(capsys, tmp_path):
+def test_learned_stems_have_nothing_to_convert(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["convert", "--help"])
     assert exc.value.code == 0
-    assert "dct8" not in capsys.readouterr().out
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--stem NAME" in help_text and "dct-patch" in help_text and "idct" in help_text
     code, _, err = run(capsys, tmp_path / "a.pt", tmp_path / "b.pt", "--arch", "resnet18", "--stem", "dct8")
-    assert code == 2 and "--stem" in err
+    assert code == 1 and "stem 'dct8' is a learned stem" in err and "'dct-patch', 'idct'" in err
+    assert not (tmp_path / "b.pt").exists()
 
 
 def test_wrong_torchvision_arch_is_a_short_error(capsys, tmp_path):

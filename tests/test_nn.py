@@ -166,14 +166,14 @@ def test_frequency_truncation_drops_columns_and_reports_error():
     torch.testing.assert_close(emb(x), full(x_low), atol=1e-4, rtol=1e-5)  # exact when dropped coefs are 0
 
 
-@pytest.mark.parametrize("stem", ["converted", "dct8", "dct-up"])
+@pytest.mark.parametrize("stem", ["idct", "dct8", "dct-up"])
 def test_resnet_stems(stem):
     torch.manual_seed(3)
     model = torchvision.models.resnet18(num_classes=5).eval()
     planes, sampling = inputs("4:2:0", size=64, n=4)
     x = upsampled(planes, sampling)
     swapped = M.swap_stem(copy.deepcopy(model), stem=stem)
-    if stem == "converted":
+    if stem == "idct":
         with torch.no_grad():
             ref = model(normalize(linear_rgb(planes, sampling, (64, 64)), M.IMAGENET_MEAN, M.IMAGENET_STD))
             check(swapped.eval()(x), ref)
@@ -209,12 +209,14 @@ def test_patch_embed_spatial_init_has_the_conv_scale():
         N.DCTPatchEmbed.from_conv(nn.Conv2d(3, 8, 7, 2))
 
 
-def test_the_old_stem_name_says_the_new_one():
-    """``stem="exact"`` was renamed ``"converted"`` (``exact`` is the libjpeg integer decode)."""
-    with pytest.raises(ValueError, match="stem='exact' is now stem='converted'"):
-        M.swap_stem(torchvision.models.resnet18(), stem="exact")
-    with pytest.raises(ValueError, match="stem='converted'"):
-        M.convert_checkpoint("in.pt", "out.pt", "resnet18", stem="exact")
+def test_names_that_are_not_stems_say_which_are():
+    """``"exact"`` (the libjpeg integer decode) and ``"converted"`` (a kind of stem, not one) name
+    the converted stems, ``dct-patch`` and ``idct``."""
+    for name in ("exact", "converted"):
+        with pytest.raises(ValueError, match=f"stem='{name}': .*the converted stems are 'dct-patch' and 'idct'"):
+            M.swap_stem(torchvision.models.resnet18(), stem=name)
+        with pytest.raises(ValueError, match="the converted stems are 'dct-patch' and 'idct'"):
+            M.convert_checkpoint("in.pt", "out.pt", "resnet18", stem=name)
     with pytest.raises(AttributeError, match="dctnet.models.swap_stem"):  # a clear break, not an upward import
         N.swap_stem
 

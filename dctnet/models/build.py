@@ -10,15 +10,20 @@ __all__ = ["build_model"]
 def build_model(arch: str, *, image_size: int | None = None, num_classes: int | None = None) -> nn.Module:
     """Randomly initialised ``arch``: a torchvision model name (``vit_b_16``, ``resnet50``,
     ``convnext_tiny``, ...) or ``timm:NAME``. ``image_size`` goes to the models that fix it at
-    construction (torchvision ViTs, timm models with ``img_size``); ``num_classes`` to the head.
+    construction (torchvision ViTs, timm models that take ``img_size``: ViT, Swin, ...; the others,
+    ConvNeXt or ResNet, take any size and are built without it); ``num_classes`` to the head.
     ``ValueError`` for an unknown name."""
     if arch.startswith("timm:"):
         import timm
 
-        kwargs = {"img_size": image_size} if image_size else {}
-        if num_classes:
-            kwargs["num_classes"] = num_classes
+        kwargs = {"num_classes": num_classes} if num_classes else {}
         try:
+            if image_size:
+                try:
+                    return timm.create_model(arch[5:], pretrained=False, img_size=image_size, **kwargs)
+                except TypeError as exc:  # a model whose constructor has no img_size: any size fits it
+                    if "img_size" not in str(exc):
+                        raise
             return timm.create_model(arch[5:], pretrained=False, **kwargs)
         except RuntimeError as exc:  # timm: "Unknown model (...)"
             raise ValueError(f"unknown architecture {arch!r}: {exc}") from exc

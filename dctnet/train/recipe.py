@@ -65,7 +65,10 @@ class ModelConfig:
     # rgb: torchvision CPU pipeline (Pillow decode, v2 transforms in DataLoader workers) — the baseline
     # device-rgb: dctnet reads coefficients; decode/crop/resize on the device; unchanged model (plan A)
     # dct: dctnet reads coefficients; the model's first layer is replaced by a DCT stem
-    stem: Literal["dct8", "dct-up", "dct-patch"] = "dct8"   # input dct: ResNet stems / ViT patch embedding
+    # input dct: the DCT stem, a name of dctnet.models.STEMS as swap_stem and `dctnet convert` take them —
+    # dct-patch (ViT, Swin, ConvNeXt), idct (any model), dct8 / dct-up (learned, ResNets); null: the
+    # model's default, swap_stem's (dct-patch where the first conv is a block-aligned patchify conv, else idct)
+    stem: str | None = None
     keep: int | None = None           # frequencies kept per block (zigzag order); None: all 64
     chroma: Literal["upsampled", "native"] = "upsampled"  # DCT ViTs: chroma on the luma grid, or native 4:2:0 (y, c)
     normalize: Literal["stats", "none"] = "stats"  # input dct + ViT: per-(c,u,v) standardisation from data
@@ -361,12 +364,18 @@ def _check(r: Recipe, where: str) -> None:
     if r.data.source in ("cache", "shards") and r.model.input == "rgb":
         bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
             "baseline) reads image folders — use 'dct' or 'device-rgb'")
-    vit = "vit" in r.model.arch
-    if r.model.input == "dct":
-        if vit and r.model.stem != "dct-patch":
-            bad(f"model.stem: a ViT takes stem 'dct-patch', not {r.model.stem!r}")
-        if not vit and r.model.stem == "dct-patch":
-            bad("model.stem: 'dct-patch' is for ViTs; ResNets take 'dct8' or 'dct-up'")
-    if r.model.chroma == "native" and not (r.model.input == "dct" and vit):
-        bad("model.chroma: 'native' is for DCT ViTs (input: dct, stem: dct-patch)")
+    from dctnet.models.surgery import check_stem
 
+    try:
+        check_stem(r.model.stem)
+    except ValueError as exc:
+        bad(f"model.stem: {exc}")
+    if r.model.chroma == "native" and r.model.input != "dct":
+        bad("model.chroma: 'native' is for input 'dct' with a 'dct-patch' stem (ViTs of patch 8k)")
+    if r.model.input == "dct":
+        from dctnet.train.models import check_recipe_model
+
+        try:
+            check_recipe_model(r)
+        except ValueError as exc:
+            bad(str(exc))
