@@ -22,8 +22,9 @@ interleaved rounds:
   policy, flips, jitter and erasing, where the recipe has a TimmAugment/ThreeAugment entry;
   otherwise timm's transform is the torchvision mapping (``same_as: "torchvision"``).
 
-Every figure is host CPU per sample on one core (torch limited to one thread), so images/s per
-core is ``1e6 / µs`` and the cores a pipeline needs for ``rate`` images/s are ``rate · µs / 1e6``.
+Every figure is host CPU per sample on one core (torch limited to one thread; the floor is the wall
+time of a single-threaded C loop, its CPU time on an idle core), so images/s per core is
+``1e6 / µs`` and the cores a pipeline needs for ``rate`` images/s are ``rate · µs / 1e6``.
 Batch mixing (Mixup, CutMix) is a batch op on the training device in both arms, so it is part of the
 device step and not of the torchvision/timm host figures.
 
@@ -184,8 +185,8 @@ def check_files(files: list[str], threads: int = 1) -> tuple[list[str], dict[str
     from PIL import Image
 
     ok, facts, skipped, warned = [], {}, [], []
-    for start in range(0, len(files), 32):
-        chunk = files[start:start + 32]
+    for start in range(0, len(files), 8):  # 8 at a time: a chunk of 12-Mpixel photos is ~300 MB of planes
+        chunk = files[start:start + 8]
         for path, res in zip(chunk, read_coefficients_batch(chunk, threads=threads, errors="return")):
             if isinstance(res, BaseException):
                 skipped.append({"file": path, "reason": _reason(res), "by": "dctnet"})
@@ -348,9 +349,14 @@ class PilFolder(torch.utils.data.Dataset):
                     raise
 
 
-def _device_step_timer(r, batches: list, device: torch.device, num_classes: int):
-    """A function timing one pass of :meth:`Pipeline.device_step` over ``batches`` (already on the
-    device): ``(wall seconds, host CPU seconds to run or launch it, images)``."""
+def _device_step_timer(r, loader, device: torch.device, num_classes: int):
+    """A function timing one pass of :meth:`Pipeline.device_step` over ``loader``'s batches:
+    ``(device seconds, host CPU seconds to run or launch it, images)``. Each batch is moved to the
+    device untimed (the prefetcher's job, overlapped in training), then the step alone is timed:
+    CPU time of this thread (torch runs one intra-op thread here, so on the CPU that is all of the
+    step; the loader thread preparing the next batch is not counted), and on CUDA the wall time
+    between synchronisations, the CPU taken before the second one (the launches). Batches are not
+    kept, so memory stays that of a training loop whatever the photos' size."""
     from dctnet.train.pipeline import Pipeline
     from dctnet.transforms import step_generator
 
@@ -358,16 +364,20 @@ def _device_step_timer(r, batches: list, device: torch.device, num_classes: int)
     cuda = device.type == "cuda"
 
     def one_pass() -> tuple[float, float, int]:
-        if cuda:
-            torch.cuda.synchronize(device)
-        cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
-        for step, batch in enumerate(batches):
-            x, _, _ = pipe.device_step(batch, pipe.augment, step_generator(r.train.seed, 0, step, 0))
+        wall = cpu = 0.0
+        n = 0
+        for step, batch in enumerate(loader):
+            batch = batch.to(device, non_blocking=True)
+            if cuda:
+                torch.cuda.synchronize(device)
+            cpu0, t0 = time.thread_time(), time.perf_counter()
+            pipe.device_step(batch, pipe.augment, step_generator(r.train.seed, 0, step, 0))
+            cpu += time.thread_time() - cpu0  # before the sync: on CUDA, the CPU the launches took
+            if cuda:
+                torch.cuda.synchronize(device)
+            wall += time.perf_counter() - t0
             n += len(batch.labels)
-        cpu = cpu_seconds() - cpu0  # before the sync: on CUDA, the CPU the launches took
-        if cuda:
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - t0, cpu, n
+        return wall, cpu, n
 
     return one_pass
 
@@ -432,7 +442,7 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
     if any(s["name"] in T.MIXERS for s in r.augment) and batch % 2:
         batch = max(2, batch - 1)  # timm's Mixup mixes each sample with its mirror: even batches
     report["batch_size"] = batch
-    kept, left = _mappable(r)
+    _, left = _mappable(r)
     if left:
         report["left_out"]["torchvision"] = left
     timm_tf = timm_transform(r)
@@ -451,11 +461,11 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
                                                 num_workers=0)
         timm_loader = None if timm_tf is None else torch.utils.data.DataLoader(
             PilFolder(files, timm_tf[0]), batch_size=batch, num_workers=0)
-        # the device step's input: the host side's batches, moved to the device once (the prefetcher's job)
+        # the device step's input: the host side's batches (full ones only under a mixer: even sizes)
         drop = any(s["name"] in T.MIXERS for s in r.augment) and len(files) >= batch
-        dev_batches = [b.to(dev) for b in D.ThreadLoader(ds, batch, threads=1, pin_memory=pin, drop_last=drop)]
+        step_loader = D.ThreadLoader(ds, batch, threads=1, pin_memory=pin, drop_last=drop)
         n_classes = max(2, r.model.num_classes or sum(1 for p in Path(root).iterdir() if p.is_dir()) or 2)
-        step = _device_step_timer(r, dev_batches, dev, n_classes)
+        step = _device_step_timer(r, step_loader, dev, n_classes)
         say("warm-up pass")
         floor_us(blobs)
         for loader in (host, tv_loader, timm_loader):
