@@ -12,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jerror.h>
+/* jpeglib.h first: jerror.h declares some message codes only under jconfig.h's settings (as
+ * libjpeg itself is built), and a code missing here would shift every later JWRN_ code. */
 #include <jpeglib.h>
+#include <jerror.h>
 
 struct dctj_decoder {
   /* First member, so a j_common_ptr from a libjpeg callback is also a dctj_decoder*. */
@@ -42,7 +44,7 @@ struct dctj_decoder {
     int cur_n, have_cur;
     int64_t done_rows; /* plane rows [0, done_rows) have gone to the window */
   } virt[DCTJ_MAX_COMPONENTS];
-  int strict;
+  int warn_mode; /* DCTJ_WARN_* */
   int stop_rows; /* > 0: stop a single-scan decode after this many iMCU rows (dctj_set_stop_rows) */
   /* dctj_read_window: the windows being written, and the iMCU rows they need (the stop) */
   const dctj_window *windows;
@@ -52,6 +54,7 @@ struct dctj_decoder {
   size_t scratch_cap; /* int16 elements */
   int active; /* a libjpeg decompressor exists: between dctj_begin and dctj_read/dctj_abort */
   int num_warnings;
+  int num_lost; /* warnings that meant lost data */
   int num_texts;
   char error[DCTJ_MSG_LEN];
   char warnings[DCTJ_MAX_WARNINGS][DCTJ_MSG_LEN];
@@ -81,15 +84,38 @@ static void on_error_exit(j_common_ptr cinfo) {
   longjmp(dec->jump, 1);
 }
 
+int dctj_warning_loses_data(int msg_code) {
+  switch (msg_code) {
+  case JWRN_JPEG_EOF:       /* "Premature end of JPEG file": the rest is filled in */
+  case JWRN_HIT_MARKER:     /* "premature end of data segment": the segment's rest is zero */
+  case JWRN_HUFF_BAD_CODE:  /* the segment's rest is zero */
+#if JPEG_LIB_VERSION >= 70 || defined(C_ARITH_CODING_SUPPORTED) || defined(D_ARITH_CODING_SUPPORTED)
+  case JWRN_ARITH_BAD_CODE: /* likewise (jerror.h declares it under these conditions) */
+#endif
+  case JWRN_MUST_RESYNC:    /* a restart marker missing: MCUs skipped or zero-filled */
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 static void on_emit_message(j_common_ptr cinfo, int msg_level) {
   dctj_decoder *dec = (dctj_decoder *)cinfo;
   char text[JMSG_LENGTH_MAX];
+  int lost;
   if (msg_level >= 0) return; /* trace messages */
   cinfo->err->num_warnings++;
   dec->num_warnings++;
+  lost = dctj_warning_loses_data(cinfo->err->msg_code);
+  dec->num_lost += lost;
   (*cinfo->err->format_message)(cinfo, text);
-  if (dec->strict) {
+  if (dec->warn_mode == DCTJ_WARN_ALL) {
     snprintf(dec->error, DCTJ_MSG_LEN, "%.150s (strict mode turns warnings into errors)", text);
+    longjmp(dec->jump, 1);
+  }
+  if (lost && dec->warn_mode == DCTJ_WARN_LOST) {
+    snprintf(dec->error, DCTJ_MSG_LEN, "%.120s: the image lost data (warnings='accept' reads what libjpeg recovers)",
+             text);
     longjmp(dec->jump, 1);
   }
   for (int i = 0; i < dec->num_texts; i++)
@@ -97,6 +123,9 @@ static void on_emit_message(j_common_ptr cinfo, int msg_level) {
   if (dec->num_texts < DCTJ_MAX_WARNINGS) {
     memcpy(dec->warnings[dec->num_texts], text, DCTJ_MSG_LEN);
     dec->num_texts++;
+  } else if (lost && dec->num_lost == 1) {
+    /* the list is full of harmless ones: the first text saying data was lost takes the last slot */
+    memcpy(dec->warnings[DCTJ_MAX_WARNINGS - 1], text, DCTJ_MSG_LEN);
   }
 }
 
@@ -580,12 +609,23 @@ static void destroy_decompressor(dctj_decoder *dec) {
   dec->windows = NULL;
 }
 
-int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict, uint64_t max_pixels,
+/* Whether data[0:len) holds an EOI marker (FF D9). Searched from the end: what follows EOI
+ * (trailers, an appended gain map) is short, and a truncated file is read once here. Entropy-coded
+ * data cannot hold FF D9 (FF is stuffed as FF 00), so after the first SOS an EOI means the file
+ * was not cut. */
+static int has_eoi(const uint8_t *data, size_t len) {
+  for (size_t i = len; i >= 2; i--)
+    if (data[i - 1] == JPEG_EOI && data[i - 2] == 0xFF) return 1;
+  return 0;
+}
+
+int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int warn_mode, uint64_t max_pixels,
                uint64_t max_bytes, dctj_header *hdr) {
   int sof, precision;
   if (dec->active) dctj_abort(dec);
-  dec->strict = strict;
+  dec->warn_mode = warn_mode;
   dec->num_warnings = 0;
+  dec->num_lost = 0;
   dec->num_texts = 0;
   dec->error[0] = 0;
   if (len == 0) {
@@ -610,6 +650,10 @@ int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict, u
   dec->src.bytes_in_buffer = len;
   jpeg_save_markers(&dec->cinfo, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&dec->cinfo, TRUE);
+  /* A cut file warns only when the decode reaches the cut, which a windowed read that stops early
+   * never does: check the bytes, so that every read of the file agrees. */
+  if (warn_mode != DCTJ_WARN_ACCEPT && !has_eoi(dec->src.next_input_byte, dec->src.bytes_in_buffer))
+    WARNMS(&dec->cinfo, JWRN_JPEG_EOF);
   if (max_pixels > 0 && (uint64_t)dec->cinfo.image_width * dec->cinfo.image_height > max_pixels) {
     snprintf(dec->error, DCTJ_MSG_LEN, "image is %ux%u = %llu pixels, more than max_pixels=%llu (decompression-bomb guard)",
              dec->cinfo.image_width, dec->cinfo.image_height,
@@ -806,6 +850,7 @@ void dctj_abort(dctj_decoder *dec) {
 const char *dctj_error(const dctj_decoder *dec) { return dec->error; }
 int dctj_num_warnings(const dctj_decoder *dec) { return dec->num_warnings; }
 int dctj_num_warning_texts(const dctj_decoder *dec) { return dec->num_texts; }
+int dctj_num_lost(const dctj_decoder *dec) { return dec->num_lost; }
 const char *dctj_warning(const dctj_decoder *dec, int i) { return dec->warnings[i]; }
 int dctj_lib_version(void) { return JPEG_LIB_VERSION; }
 

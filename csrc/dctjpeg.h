@@ -64,6 +64,23 @@ typedef struct {
 
 typedef struct dctj_decoder dctj_decoder;
 
+/*
+ * Which libjpeg warnings fail a read. libjpeg warns and goes on in two kinds of cases:
+ *  - the image lost data: the file ends early (JWRN_JPEG_EOF), or the entropy-coded data is
+ *    corrupt and libjpeg fills the rest of the segment with zeros or resynchronises
+ *    (JWRN_HIT_MARKER, JWRN_HUFF_BAD_CODE, JWRN_ARITH_BAD_CODE, JWRN_MUST_RESYNC);
+ *  - nothing was lost: junk between segments or before EOI (JWRN_EXTRANEOUS_DATA: real
+ *    ImageNet files carry it), an unknown JFIF revision, Adobe transform code or a bad ICC marker,
+ *    odd SOS parameters, an inconsistent progression (the scans present are still decoded).
+ * DCTJ_WARN_LOST fails on the first kind (and on a file without EOI after its first scan, found
+ * from the bytes at dctj_begin, so that a windowed read that stops early still sees truncation);
+ * DCTJ_WARN_ALL fails on any warning; DCTJ_WARN_ACCEPT fails on none. Warnings that do not fail
+ * are recorded (dctj_warning) and counted (dctj_num_warnings, dctj_num_lost).
+ */
+#define DCTJ_WARN_ACCEPT 0
+#define DCTJ_WARN_LOST 1
+#define DCTJ_WARN_ALL 2
+
 /* Returns NULL only when out of memory. */
 dctj_decoder *dctj_new(void);
 void dctj_free(dctj_decoder *dec);
@@ -71,11 +88,12 @@ void dctj_free(dctj_decoder *dec);
 /*
  * Parse the header of data[0:len). max_pixels > 0 refuses images with width*height above it,
  * max_bytes > 0 images whose planes need more bytes than that (both before anything large is
- * allocated); component counts other than DCTJ_READABLE_COMPONENTS are refused too. strict != 0 turns the first libjpeg warning into an
- * error. Returns 0 on success, -1 on error (dctj_error() says why). After success, call either
- * dctj_read() or dctj_abort(). data must stay valid until then.
+ * allocated); component counts other than DCTJ_READABLE_COMPONENTS are refused too. warn_mode
+ * (DCTJ_WARN_*) says which libjpeg warnings become errors. Returns 0 on success, -1 on error
+ * (dctj_error() says why). After success, call either dctj_read() or dctj_abort(). data must stay
+ * valid until then.
  */
-int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int strict,
+int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int warn_mode,
                uint64_t max_pixels, uint64_t max_bytes, dctj_header *hdr);
 
 /*
@@ -123,6 +141,10 @@ const char *dctj_error(const dctj_decoder *dec);
 /* Warnings of the last image: total count and up to DCTJ_MAX_WARNINGS distinct texts. */
 int dctj_num_warnings(const dctj_decoder *dec);
 int dctj_num_warning_texts(const dctj_decoder *dec);
+/* How many of them said the image lost data (non-zero only under DCTJ_WARN_ACCEPT). */
+int dctj_num_lost(const dctj_decoder *dec);
+/* Whether a libjpeg warning code means the image lost data (see DCTJ_WARN_LOST). */
+int dctj_warning_loses_data(int msg_code);
 const char *dctj_warning(const dctj_decoder *dec, int i);
 
 /* libjpeg version the reader was built against (JPEG_LIB_VERSION) and libjpeg-turbo's, if known. */

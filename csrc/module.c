@@ -42,7 +42,7 @@ struct job_t {
   dctj_header hdr;
   char *mem; /* pool memory holding the planes (default output) */
   size_t mem_cap;
-  int num_warnings, num_texts;
+  int num_warnings, num_texts, num_lost;
   char error[DCTJ_MSG_LEN];
   char warnings[DCTJ_MAX_WARNINGS][DCTJ_MSG_LEN];
 };
@@ -442,14 +442,14 @@ static void job_release(job_t *job) {
 
 /* Read the file (if a path), the header, then the planes into out (if given) or pool memory.
  * Without the GIL. */
-static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixels, uint64_t max_bytes, int header_only,
+static void run_job(thread_state *ts, job_t *job, int warn_mode, uint64_t max_pixels, uint64_t max_bytes, int header_only,
                     Py_buffer *out) {
   const uint8_t *data;
   size_t len = 0;
   int rc;
   job->status = ST_OK;
   job->saturated = 0;
-  job->num_warnings = job->num_texts = 0;
+  job->num_warnings = job->num_texts = job->num_lost = 0;
   if (job->path_bytes) {
     job->io_err = read_file(ts, PyBytes_AS_STRING(job->path_bytes), &len);
     if (job->io_err) {
@@ -461,7 +461,7 @@ static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixel
     data = (const uint8_t *)job->in_view.buf;
     len = (size_t)job->in_view.len;
   }
-  rc = dctj_begin(ts->dec, data, len, strict, max_pixels, max_bytes, &job->hdr);
+  rc = dctj_begin(ts->dec, data, len, warn_mode, max_pixels, max_bytes, &job->hdr);
   if (rc == 0 && header_only) {
     dctj_abort(ts->dec);
   } else if (rc == 0 && out) {
@@ -488,6 +488,7 @@ static void run_job(thread_state *ts, job_t *job, int strict, uint64_t max_pixel
   /* The decoder is reused by the next job: keep its warnings with this one. */
   job->num_warnings = dctj_num_warnings(ts->dec);
   job->num_texts = dctj_num_warning_texts(ts->dec);
+  job->num_lost = dctj_num_lost(ts->dec);
   for (int i = 0; i < job->num_texts; i++) snprintf(job->warnings[i], DCTJ_MSG_LEN, "%s", dctj_warning(ts->dec, i));
 }
 
@@ -537,7 +538,8 @@ static PyObject *job_result(job_t *job, int header_only, PyObject *out_obj) {
     }
     PyTuple_SET_ITEM(warnings, i, w);
   }
-  return Py_BuildValue("(NNNiN)", header, data_obj, warnings, job->num_warnings, PyBool_FromLong(job->saturated));
+  return Py_BuildValue("(NNNiNi)", header, data_obj, warnings, job->num_warnings, PyBool_FromLong(job->saturated),
+                       job->num_lost);
 }
 
 /* ---------------------------------------------------------------- read() and read_many() */
@@ -565,21 +567,35 @@ static int parse_limit(PyObject *obj, const char *what, uint64_t *out) {
   return 0;
 }
 
+/* warn_mode argument: one of DCTJ_WARN_ACCEPT, DCTJ_WARN_LOST, DCTJ_WARN_ALL. */
+static int parse_warn_mode(PyObject *obj, int *out) {
+  long v = PyLong_AsLong(obj);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v < DCTJ_WARN_ACCEPT || v > DCTJ_WARN_ALL) {
+    PyErr_Format(PyExc_ValueError, "warn_mode must be %d, %d or %d, not %ld", DCTJ_WARN_ACCEPT, DCTJ_WARN_LOST,
+                 DCTJ_WARN_ALL, v);
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
 PyDoc_STRVAR(read_doc,
-             "read(src, out, strict, max_pixels, max_bytes, header_only, name)\n"
-             "    -> header | (header, data, warnings, num_warnings, saturated)\n\n"
+             "read(src, out, warn_mode, max_pixels, max_bytes, header_only, name)\n"
+             "    -> header | (header, data, warnings, num_warnings, saturated, num_lost)\n\n"
              "header is a tuple in the order of dctnet.codec._HEADER_FIELDS.\n"
              "src: a path (str) or any bytes-like object (read in place, zero copy).\n"
              "out: None, or a writable C-contiguous buffer of at least the image's 'nbytes' bytes\n"
              "     that receives the int16 planes (returned as 'data'); None takes a pooled CoefBuffer.\n"
-             "strict: turn libjpeg warnings into errors. max_pixels, max_bytes: 0 for no limit.\n"
+             "warn_mode: which libjpeg warnings are errors: 0 none, 1 those that lost data, 2 all.\n"
+             "max_pixels, max_bytes: 0 for no limit. num_lost: warnings that lost data.\n"
              "header_only: stop after the header. name: used in error messages for bytes input.\n"
              "Raises JpegError(reason, source) for bad data, OSError for file-system errors.");
 
 static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   PyObject *out_obj, *name, *result = NULL;
   Py_buffer out_view = {0};
-  int strict, header_only, have_out = 0, own_job = 0;
+  int warn_mode, header_only, have_out = 0, own_job = 0;
   uint64_t max_pixels, max_bytes;
   thread_state *ts;
   job_t *job;
@@ -590,8 +606,7 @@ static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return NULL;
   }
   out_obj = args[1];
-  strict = PyObject_IsTrue(args[2]);
-  if (strict < 0 || parse_limit(args[3], "max_pixels", &max_pixels) || parse_limit(args[4], "max_bytes", &max_bytes))
+  if (parse_warn_mode(args[2], &warn_mode) || parse_limit(args[3], "max_pixels", &max_pixels) || parse_limit(args[4], "max_bytes", &max_bytes))
     return NULL;
   header_only = PyObject_IsTrue(args[5]);
   name = args[6];
@@ -621,7 +636,7 @@ static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
   /* The only GIL release of the call: file I/O, header, output memory (pool) and decode. */
   Py_BEGIN_ALLOW_THREADS
-  run_job(ts, job, strict, max_pixels, max_bytes, header_only, have_out ? &out_view : NULL);
+  run_job(ts, job, warn_mode, max_pixels, max_bytes, header_only, have_out ? &out_view : NULL);
   Py_END_ALLOW_THREADS
 
   if (job->status == ST_OUT_TOO_SMALL) {
@@ -646,21 +661,21 @@ free_job:
 }
 
 PyDoc_STRVAR(read_many_doc,
-             "read_many(srcs, strict, max_pixels, max_bytes, header_only=False) -> list\n\n"
+             "read_many(srcs, warn_mode, max_pixels, max_bytes, header_only=False) -> list\n\n"
              "read() for each source of a sequence, all decoded in one GIL-free stretch; each item is\n"
              "the result tuple (the header alone with header_only) or the exception instance\n"
              "(JpegError, OSError) for that source.");
 
 static PyObject *py_read_many(PyObject *self, PyObject *args) {
-  PyObject *seq, *fast, *result = NULL, *max_pixels_obj, *max_bytes_obj;
-  int strict, header_only = 0;
+  PyObject *seq, *fast, *result = NULL, *max_pixels_obj, *max_bytes_obj, *mode_obj;
+  int warn_mode, header_only = 0;
   uint64_t max_pixels, max_bytes;
   Py_ssize_t n, ready = 0;
   thread_state *ts;
   job_t *jobs = NULL;
   (void)self;
-  if (!PyArg_ParseTuple(args, "OpOO|p", &seq, &strict, &max_pixels_obj, &max_bytes_obj, &header_only)) return NULL;
-  if (parse_limit(max_pixels_obj, "max_pixels", &max_pixels) || parse_limit(max_bytes_obj, "max_bytes", &max_bytes))
+  if (!PyArg_ParseTuple(args, "OOOO|p", &seq, &mode_obj, &max_pixels_obj, &max_bytes_obj, &header_only)) return NULL;
+  if (parse_warn_mode(mode_obj, &warn_mode) || parse_limit(max_pixels_obj, "max_pixels", &max_pixels) || parse_limit(max_bytes_obj, "max_bytes", &max_bytes))
     return NULL;
   /* A private tuple: a list could change under us (another thread while the GIL is released, or
    * Python code run by a __buffer__ method), and every job takes its own reference (job_init). */
@@ -677,7 +692,7 @@ static PyObject *py_read_many(PyObject *self, PyObject *args) {
   for (; ready < n; ready++)
     if (job_init(&jobs[ready], PyTuple_GET_ITEM(fast, ready)) != 0) goto done;
   Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], strict, max_pixels, max_bytes, header_only, NULL);
+  for (Py_ssize_t i = 0; i < n; i++) run_job(ts, &jobs[i], warn_mode, max_pixels, max_bytes, header_only, NULL);
   Py_END_ALLOW_THREADS
   result = PyList_New(n);
   for (Py_ssize_t i = 0; result && i < n; i++) {
@@ -741,7 +756,7 @@ typedef struct {
 } file_status;
 
 PyDoc_STRVAR(read_headers_doc,
-             "read_headers(paths, max_pixels, max_bytes) -> (table, errors, files)\n\n"
+             "read_headers(paths, warn_mode, max_pixels, max_bytes) -> (table, errors, files)\n\n"
              "Read each file once (without the GIL) and parse its header. table: bytes of int64\n"
              "(n, 24): status (0 ok), height, width, components, colour space (libjpeg's code: 0 unknown,\n"
              "1 gray, 2 RGB, 3 YCbCr, 4 CMYK, 5 YCCK), EXIF orientation (0 none), progressive, plane\n"
@@ -751,7 +766,9 @@ PyDoc_STRVAR(read_headers_doc,
              "the bytes, to pass to decode_windows as its sources (part i = the i-th path).");
 
 static PyObject *py_read_headers(PyObject *self, PyObject *args) {
-  PyObject *seq, *mp_obj, *mb_obj, *srcs = NULL, *paths = NULL, *table = NULL, *errors = NULL, *result = NULL;
+  PyObject *seq, *mode_obj, *mp_obj, *mb_obj, *srcs = NULL, *paths = NULL, *table = NULL, *errors = NULL,
+           *result = NULL;
+  int warn_mode;
   FileBatch *fb = NULL;
   file_status *st = NULL;
   uint64_t max_pixels, max_bytes;
@@ -760,8 +777,8 @@ static PyObject *py_read_headers(PyObject *self, PyObject *args) {
   thread_state *ts = get_thread_state();
   (void)self;
   if (!ts) return PyErr_NoMemory();
-  if (!PyArg_ParseTuple(args, "OOO", &seq, &mp_obj, &mb_obj)) return NULL;
-  if (parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
+  if (!PyArg_ParseTuple(args, "OOOO", &seq, &mode_obj, &mp_obj, &mb_obj)) return NULL;
+  if (parse_warn_mode(mode_obj, &warn_mode) || parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
   srcs = PySequence_Tuple(seq);
   if (!srcs) return NULL;
   n = PyTuple_GET_SIZE(srcs);
@@ -838,7 +855,7 @@ static PyObject *py_read_headers(PyObject *self, PyObject *args) {
       fb->len[i] = -1;
       continue;
     }
-    if (dctj_begin(ts->dec, data, got, 0, max_pixels, max_bytes, &hdr) != 0) {
+    if (dctj_begin(ts->dec, data, got, warn_mode, max_pixels, max_bytes, &hdr) != 0) {
       st[i].status = ST_JPEG_ERROR;
       snprintf(st[i].error, DCTJ_MSG_LEN, "%s", dctj_error(ts->dec));
       continue;
@@ -1334,7 +1351,7 @@ done:
 }
 
 PyDoc_STRVAR(decode_windows_doc,
-             "decode_windows(srcs, items, outs, max_pixels, max_bytes) -> None\n\n"
+             "decode_windows(srcs, items, outs, warn_mode, max_pixels, max_bytes) -> None\n\n"
              "Decode JPEGs and write each plane's window straight into one layout group's outputs (the\n"
              "folder loader's batch path). srcs: a sequence of paths (str: read here, without the GIL)\n"
              "or bytes-like JPEGs; items: int64 (n, 31) gather_item rows whose part is the index into\n"
@@ -1344,7 +1361,8 @@ PyDoc_STRVAR(decode_windows_doc,
              "Raises ValueError(message, item) at the first image that fails or does not match its item.");
 
 static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
-  PyObject *srcs_obj, *items_obj, *outs_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
+  PyObject *srcs_obj, *items_obj, *outs_obj, *mode_obj, *mp_obj, *mb_obj, *srcs = NULL, *outs_t = NULL;
+  int warn_mode;
   Py_buffer it = {0}, ov[GATHER_MAX_COMPONENTS];
   Py_buffer *sv = NULL;
   PyObject **paths = NULL; /* fs-encoded bytes of str sources (owned), NULL for buffers */
@@ -1362,8 +1380,8 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   (void)self;
   memset(ov, 0, sizeof ov);
   if (!ts) return PyErr_NoMemory();
-  if (!PyArg_ParseTuple(args, "OOOOO", &srcs_obj, &items_obj, &outs_obj, &mp_obj, &mb_obj)) return NULL;
-  if (parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
+  if (!PyArg_ParseTuple(args, "OOOOOO", &srcs_obj, &items_obj, &outs_obj, &mode_obj, &mp_obj, &mb_obj)) return NULL;
+  if (parse_warn_mode(mode_obj, &warn_mode) || parse_limit(mp_obj, "max_pixels", &max_pixels) || parse_limit(mb_obj, "max_bytes", &max_bytes)) return NULL;
   if (PyObject_GetBuffer(items_obj, &it, PyBUF_SIMPLE) != 0) goto done;
   have_it = 1;
   n = (int64_t)(it.len / (Py_ssize_t)sizeof(gather_item));
@@ -1430,7 +1448,7 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
       data = (const uint8_t *)sv[one.part].buf;
       len = (size_t)sv[one.part].len;
     }
-    if (dctj_begin(ts->dec, data, len, 0, max_pixels, max_bytes, &hdr) != 0) {
+    if (dctj_begin(ts->dec, data, len, warn_mode, max_pixels, max_bytes, &hdr) != 0) {
       bad = i + 1;
       break;
     }
@@ -1457,7 +1475,7 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
       }
       rc = dctj_read_window(ts->dec, &hdr, win, &saturated);
       if (rc == 0) continue;
-      if (rc != DCTJ_RESTART || dctj_begin(ts->dec, data, len, 0, max_pixels, max_bytes, &hdr) != 0) {
+      if (rc != DCTJ_RESTART || dctj_begin(ts->dec, data, len, warn_mode, max_pixels, max_bytes, &hdr) != 0) {
         bad = i + 1;
         break;
       }
@@ -1660,7 +1678,9 @@ PyMODINIT_FUNC PyInit__jpeg(void) {
 #ifdef LIBJPEG_TURBO_VERSION_NUMBER
       PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER", LIBJPEG_TURBO_VERSION_NUMBER) ||
 #endif
-      PyModule_AddIntConstant(m, "MAX_SCANS", DCTJ_MAX_SCANS)) {
+      PyModule_AddIntConstant(m, "MAX_SCANS", DCTJ_MAX_SCANS) ||
+      PyModule_AddIntConstant(m, "WARN_ACCEPT", DCTJ_WARN_ACCEPT) ||
+      PyModule_AddIntConstant(m, "WARN_LOST", DCTJ_WARN_LOST) || PyModule_AddIntConstant(m, "WARN_ALL", DCTJ_WARN_ALL)) {
     Py_DECREF(m);
     return NULL;
   }

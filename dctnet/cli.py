@@ -225,7 +225,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if args.cache_command == "build":
             t0 = time.perf_counter()
             out = build_cache(args.src, args.out, format=args.format, workers=args.workers, resume=args.resume,
-                              on_error=args.on_error, progress=not args.quiet)
+                              on_error=args.on_error, progress=not args.quiet, warnings=args.warnings)
             cache = open_cache(out, verify="none")
             n = len(cache)
             dt = time.perf_counter() - t0
@@ -271,7 +271,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from dctnet.data.verify import format_report, verify_dataset
 
     try:
-        report = verify_dataset(args.src, threads=args.threads)
+        report = verify_dataset(args.src, threads=args.threads, warnings=args.warnings)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -279,7 +279,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
         print(f"\nJSON report: {args.json}")
-    bad = sum(len(s["unreadable"]) for s in report["splits"].values())
+    # files the loaders would refuse: unreadable (incl. lost data), and non-JPEG data under JPEG names
+    bad = sum(len(s["unreadable"]) + len(s["not_jpeg_data"]) for s in report["splits"].values())
     return 1 if (bad or report["leakage"]) and args.strict else 0
 
 
@@ -462,6 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--workers", type=int, default=1, help="local build processes (ignored under torchrun)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build of OUT")
     b.add_argument("--on-error", choices=["skip", "raise"], default="raise", help="unreadable source files: stop with the file and the reason (default), or skip and record them in the cache")
+    b.add_argument("--warnings", choices=["raise", "accept", "strict"], default="raise",
+                   help="raise (default): a file that lost data (truncated, corrupt) is unreadable; accept: cache "
+                        "what libjpeg fills in; strict: any libjpeg warning makes a file unreadable")
     b.add_argument("--quiet", action="store_true", help="no progress line")
     for name, hlp in (("info", "print the sidecar summary"), ("verify", "re-decode a sample and compare bit for bit")):
         v = csub.add_parser(name, help=hlp, description=hlp)
@@ -475,7 +479,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("src", metavar="SRC")
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--threads", type=int, help="decode threads (default: all CPUs)")
-    p.add_argument("--strict", action="store_true", help="exit 1 when files are unreadable or leak across splits")
+    p.add_argument("--warnings", choices=["raise", "accept", "strict"], default="raise",
+                   help="which libjpeg warnings make a file unreadable, as data.warnings in a recipe: raise (default) "
+                        "those that mean lost data (truncated, corrupt entropy-coded data); accept none; strict all")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when files are unreadable (incl. lost data), hold non-JPEG data, or leak across splits")
     p.set_defaults(func=cmd_verify)
     p = sub.add_parser("stats", help="per-(channel, frequency) coefficient statistics for Normalize",
                        description="Mean and std of every (Y/Cb/Cr, frequency) over centre crops of an image folder, "

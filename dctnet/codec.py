@@ -38,6 +38,7 @@ __all__ = [
     "JpegError",
     "JpegHeader",
     "Source",
+    "WARNING_POLICIES",
     "libjpeg_version",
     "read_coefficients",
     "read_coefficients_batch",
@@ -97,6 +98,33 @@ def _limit(name: str, value: int | None) -> int:
     if value < 0:
         raise ValueError(f"{name} must be >= 0 or None (no limit), not {value}")
     return int(value)
+
+#: ``warnings=`` values of the readers and the datasets, and which libjpeg warnings each makes an
+#: error. libjpeg warns and goes on in two kinds of cases:
+#:
+#: * **the image lost data** — "Premature end of JPEG file" (truncated; also found from the
+#:   bytes, a file without EOI after its scan, so that every read of the file agrees), and corrupt
+#:   entropy-coded data that libjpeg fills with zeros or skips: "premature end of data segment"
+#:   (a marker inside the scan data), "bad Huffman code", "bad arithmetic code", "found marker
+#:   0x.. instead of RST..";
+#: * **nothing was lost** — "N extraneous bytes before marker 0x.." (junk between segments or
+#:   before EOI: real ImageNet files carry it), unknown JFIF revision, unknown Adobe transform,
+#:   bad ICC marker, odd SOS parameters, an inconsistent progression (the scans present decode).
+WARNING_POLICIES = {
+    "raise": "warnings that mean lost data raise JpegError; the others are recorded on the result",
+    "accept": "no warning raises: libjpeg's fill-in is returned (lost_data says so)",
+    "strict": "every warning raises JpegError",
+}
+_WARN_MODES = {"raise": _jpeg.WARN_LOST, "accept": _jpeg.WARN_ACCEPT, "strict": _jpeg.WARN_ALL}
+
+
+def warn_mode(warnings: str) -> int:
+    """The extension's code for a ``warnings=`` policy (ValueError naming the choices otherwise)."""
+    try:
+        return _WARN_MODES[warnings]
+    except (KeyError, TypeError):
+        raise ValueError(f"warnings must be one of {sorted(_WARN_MODES)}, not {warnings!r}") from None
+
 
 #: What the readers accept: a path, or bytes-like data (bytes, bytearray, memoryview, a numpy
 #: uint8 array, an mmap), or a binary file object (read to the end).
@@ -211,15 +239,19 @@ class JpegCoefficients(JpegHeader):
         planes: per component an ``int16 (blocks_h, blocks_w, 64)`` array, natural order
             ``k = 8*v + u``, values ``q * Q`` saturated to int16. Views of ``data``.
         data: the buffer the planes live in (a bytearray, or the caller's ``out``).
-        warnings: distinct libjpeg warning texts (e.g. ``"Premature end of JPEG file"``).
+        warnings: distinct libjpeg warning texts (e.g. ``"Corrupt JPEG data: 240 extraneous
+            bytes before marker 0xd9"``).
         num_warnings: how many warnings libjpeg emitted in all.
+        lost_data: whether a warning said the image lost data (libjpeg filled it in); only
+            possible when read with ``warnings="accept"`` (see :data:`WARNING_POLICIES`).
         saturated: whether any dequantized value was clamped to the int16 range.
     """
 
-    __slots__ = ("planes", "data", "warnings", "num_warnings", "saturated")
+    __slots__ = ("planes", "data", "warnings", "num_warnings", "lost_data", "saturated")
 
     def __init__(self, result: tuple) -> None:
-        fields, self.data, self.warnings, self.num_warnings, self.saturated = result
+        fields, self.data, self.warnings, self.num_warnings, self.saturated, lost = result
+        self.lost_data = lost > 0
         super().__init__(fields)
         planes = []
         offset = 0
@@ -292,19 +324,22 @@ def read_header(src: Source, *, max_pixels: int | None = DEFAULT_MAX_PIXELS, max
         ValueError: a negative limit.
         OSError: the path cannot be read.
     """
-    return JpegHeader(_jpeg.read(_prepare(src), None, False, _limit("max_pixels", max_pixels),
+    return JpegHeader(_jpeg.read(_prepare(src), None, _jpeg.WARN_ACCEPT, _limit("max_pixels", max_pixels),
                                  _limit("max_bytes", max_bytes), True, name))
 
 
-def read_coefficients(src: Source, *, strict: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+def read_coefficients(src: Source, *, warnings: str = "raise", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                       max_bytes: int | None = DEFAULT_MAX_BYTES, out: Any = None,
                       name: str | None = None) -> JpegCoefficients:
     """Read a JPEG's dequantized DCT coefficients.
 
     Args:
         src: a path, bytes-like data (read in place, zero copy), or a binary file object.
-        strict: raise :class:`JpegError` on the first libjpeg warning (corrupt or truncated data)
-            instead of returning what libjpeg recovered with the warnings attached.
+        warnings: which libjpeg warnings raise (:data:`WARNING_POLICIES`): ``"raise"`` (default)
+            those that mean the image lost data — a truncated file, corrupt entropy-coded data
+            that libjpeg fills in — while harmless ones (junk bytes before a marker, …) are only
+            recorded; ``"accept"`` none (libjpeg's fill-in, :attr:`JpegCoefficients.lost_data`
+            says so); ``"strict"`` every warning.
         max_pixels: refuse images with more pixels before allocating anything (``None``: no limit).
         max_bytes: refuse images whose planes would need more bytes, before allocating anything
             (``None``: no limit). A header alone can ask for gigabytes; this bounds it.
@@ -318,15 +353,15 @@ def read_coefficients(src: Source, *, strict: bool = False, max_pixels: int | No
 
     Raises:
         JpegError: corrupt/unsupported data (incl. more than 4 components), a guard tripped, or a
-            warning under ``strict``.
+            warning that ``warnings`` makes an error.
         ValueError: ``out`` is too small or misaligned; a negative limit.
         OSError: the path cannot be read, or is not a regular file (a FIFO is refused, not waited on).
     """
-    return JpegCoefficients(_jpeg.read(_prepare(src), out, strict, _limit("max_pixels", max_pixels),
+    return JpegCoefficients(_jpeg.read(_prepare(src), out, warn_mode(warnings), _limit("max_pixels", max_pixels),
                                        _limit("max_bytes", max_bytes), False, name))
 
 
-def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = None, strict: bool = False,
+def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = None, warnings: str = "raise",
                             max_pixels: int | None = DEFAULT_MAX_PIXELS, max_bytes: int | None = DEFAULT_MAX_BYTES,
                             errors: str = "raise") -> list[JpegCoefficients | JpegError | OSError]:
     """Read many JPEGs on ``threads`` threads (default: the CPUs this process may use).
@@ -339,7 +374,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
     Args:
         srcs: paths, bytes-like data or file objects.
         threads: worker threads; 1 reads in the calling thread.
-        strict, max_pixels, max_bytes: as for :func:`read_coefficients`.
+        warnings, max_pixels, max_bytes: as for :func:`read_coefficients`.
         errors: ``"raise"`` re-raises the first failure (after all workers stop);
             ``"return"`` puts the exception (:class:`JpegError` or ``OSError``) in its slot.
     """
@@ -352,6 +387,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
     threads = max(1, min(int(threads), n))
     results: list[Any] = [None] * n
     limit, byte_limit = _limit("max_pixels", max_pixels), _limit("max_bytes", max_bytes)
+    mode = warn_mode(warnings)
     chunk = max(1, min(16, n // (threads * 8)))
     counter = itertools.count(0, chunk)  # next() on itertools.count is atomic under the GIL
 
@@ -364,7 +400,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
                 if start >= n:
                     return
                 chunk_srcs = [_prepare(src) for src in items[start:start + chunk]]
-                for i, r in enumerate(_jpeg.read_many(chunk_srcs, strict, limit, byte_limit), start):
+                for i, r in enumerate(_jpeg.read_many(chunk_srcs, mode, limit, byte_limit), start):
                     results[i] = r if isinstance(r, BaseException) else JpegCoefficients(r)
         except BaseException as exc:  # a bad source type: surfaced in the calling thread
             failures.append(exc)

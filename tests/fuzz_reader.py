@@ -93,14 +93,15 @@ def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> No
     if rng.random() < 0.1:  # a window field edited past the plane, the output or below zero
         item[0, 15 + int(rng.integers(16))] += int(rng.choice([-1, 1, 7, 1 << 20, -(1 << 40)]))
     srcs = [data]
+    mode = int(rng.integers(3))  # a warnings policy: accept, lost data raises, strict
     if rng.random() < 0.5:  # the folder loader's sources: read_headers() reads the file once
         with open(SCRATCH, "wb") as f:
             f.write(data)
-        _, errors, srcs = _jpeg.read_headers([SCRATCH], max_pixels, 0)
+        _, errors, srcs = _jpeg.read_headers([SCRATCH], mode, max_pixels, 0)
         if errors[0] is not None:
             raise dctnet.JpegError(str(errors[0]))
     try:
-        _jpeg.decode_windows(srcs, item, outs, max_pixels, 0)
+        _jpeg.decode_windows(srcs, item, outs, mode, max_pixels, 0)
     except ValueError as exc:
         if "decode_windows" not in str(exc.args[0]):
             raise
@@ -125,9 +126,9 @@ def run(cases: int, seed: int, corpus: str | None, max_pixels: int) -> dict[str,
                 counts["ok"] += 1
                 continue
             if mode == 1:
-                c = dctnet.read_coefficients(data, strict=True, max_pixels=max_pixels)
+                c = dctnet.read_coefficients(data, warnings="strict", max_pixels=max_pixels)
             elif mode == 2 and dctnet.read_header(data, max_pixels=max_pixels).nbytes <= out.nbytes:
-                c = dctnet.read_coefficients(data, max_pixels=max_pixels, out=out)
+                c = dctnet.read_coefficients(data, max_pixels=max_pixels, out=out, warnings="accept")
             else:
                 c = dctnet.read_coefficients(data, max_pixels=max_pixels)
         except dctnet.JpegError:

@@ -15,7 +15,7 @@ import pytest
 import dctnet
 from dctnet.synthetic import synthetic_jpeg
 
-from conftest import ROOT, corpus_file, corpus_params, jpeglib_components
+from conftest import ROOT, corpus_file, corpus_params, corpus_rows, jpeglib_components
 
 READABLE = corpus_params(lambda r: not r["libjpeg_coef"].startswith("error"))
 REJECTED = corpus_params(lambda r: r["libjpeg_coef"].startswith("error"))
@@ -23,8 +23,9 @@ WARNING = corpus_params(lambda r: r["libjpeg_coef"].startswith("warning"))
 
 
 def check_against_libjpeg(path: str) -> None:
-    """Quantized coefficients and tables bit-identical to libjpeg's; planes = sat(q × Q)."""
-    ours = dctnet.read_coefficients(path)
+    """Quantized coefficients and tables bit-identical to libjpeg's; planes = sat(q × Q). Read
+    with warnings="accept": jpeglib returns libjpeg's fill-in for files that lost data too."""
+    ours = dctnet.read_coefficients(path, warnings="accept")
     coefs, tables = jpeglib_components(path)
     assert ours.num_components == len(coefs)
     mcu_rows, mcu_cols = ours.mcu
@@ -83,10 +84,17 @@ def test_corpus_header_matches_catalog(row):
 
 @pytest.mark.parametrize("row", REJECTED)
 def test_corpus_rejected_files_raise(row):
+    """libjpeg's own reason under warnings="accept"; by default a file cut before its image data
+    raises at the cut (it lost data) before libjpeg gets to its error."""
     path = corpus_file(row)
-    with pytest.raises(dctnet.JpegError) as info:
+    with pytest.raises(dctnet.JpegError) as default:
         dctnet.read_coefficients(path)
+    assert default.value.source == path and path in str(default.value)
+    with pytest.raises(dctnet.JpegError) as info:
+        dctnet.read_coefficients(path, warnings="accept")
     assert info.value.source == path and path in str(info.value)
+    assert default.value.reason in (info.value.reason, "Premature end of JPEG file: the image lost data "
+                                    "(warnings='accept' reads what libjpeg recovers)")
     reason = row["libjpeg_coef"].split(":", 1)[1].replace("[header] ", "")
     if "precision 12" in reason:
         assert "unsupported" in info.value.reason and "12-bit" in info.value.reason
@@ -94,15 +102,47 @@ def test_corpus_rejected_files_raise(row):
         assert info.value.reason == reason
 
 
+#: libjpeg's texts of the warnings after which the image lost data (libjpeg filled it in): the
+#: file ended early, or corrupt entropy-coded data was zero-filled or skipped up to a marker
+LOST_DATA_TEXTS = ("Premature end of JPEG file", "Corrupt JPEG data: premature end of data segment",
+                   "Corrupt JPEG data: bad Huffman code", "Corrupt JPEG data: bad arithmetic code",
+                   "Corrupt JPEG data: found marker")
+
+
 @pytest.mark.parametrize("row", WARNING)
-def test_corpus_warnings_reported_and_strict_raises(row):
+def test_corpus_warnings_by_class(row):
+    """Every warning is recorded under "accept"; by default the files whose warnings say data was
+    lost raise (naming the file and the warning) and the others read with their warnings;
+    "strict" raises on any warning."""
     path = corpus_file(row)
-    c = dctnet.read_coefficients(path)
+    c = dctnet.read_coefficients(path, warnings="accept")
     assert c.num_warnings >= 1 and c.warnings
     first = row["libjpeg_coef"].split(":", 1)[1].replace(" (+more)", "")
     assert first in c.warnings
+    lost = any(w.startswith(LOST_DATA_TEXTS) for w in c.warnings)
+    assert c.lost_data == lost
+    if lost:
+        with pytest.raises(dctnet.JpegError, match="lost data") as info:
+            dctnet.read_coefficients(path)
+        assert info.value.source == path
+        assert any(info.value.reason.startswith(w) for w in c.warnings)
+    else:
+        kept = dctnet.read_coefficients(path)
+        assert kept.warnings == c.warnings and not kept.lost_data
+        assert all(np.array_equal(a, b) for a, b in zip(kept.planes, c.planes))
     with pytest.raises(dctnet.JpegError, match="strict"):
-        dctnet.read_coefficients(path, strict=True)
+        dctnet.read_coefficients(path, warnings="strict")
+
+
+def test_both_warning_classes_are_in_the_corpus():
+    """The class test above sees files of each kind (a corpus change could leave one untested)."""
+    rows = [r for r in corpus_rows() if r["libjpeg_coef"].startswith("warning")]
+    if not rows:
+        pytest.skip("corpus not found")
+    kinds = {any(w.startswith(LOST_DATA_TEXTS) for w in dctnet.read_coefficients(corpus_file(r),
+                                                                                warnings="accept").warnings)
+             for r in rows}
+    assert kinds == {True, False}
 
 
 def _replace_sof(data: bytes, new_marker: int) -> bytes:

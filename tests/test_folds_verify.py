@@ -61,14 +61,16 @@ def test_verify_reports_problems(tmp_path):
     (root / "train" / "b" / "0.jpg").write_bytes(synthetic_jpeg(10, 24, 24))
     (root / "train" / "b" / "dup.jpg").write_bytes(synthetic_jpeg(10, 24, 24))      # duplicate in train
     (root / "train" / "b" / "bad.jpg").write_bytes(b"\xff\xd8 broken")                 # unreadable
-    (root / "train" / "b" / "trunc.jpg").write_bytes(synthetic_jpeg(11, 64, 64)[:-200])  # warning
+    (root / "train" / "b" / "trunc.jpg").write_bytes(synthetic_jpeg(11, 64, 64)[:-200])  # lost data
     (root / "val" / "a" / "leak.jpg").write_bytes(synthetic_jpeg(3, 24, 24))          # same bytes as train/a/3
     (root / "val" / "b" / "ok.jpg").write_bytes(synthetic_jpeg(20, 24, 24))
     report = D.verify_dataset(root)
     train = report["splits"]["train"]
     assert train["files"] == 10 and train["classes"] == {"a": 6, "b": 4}
-    assert [u["path"] for u in train["unreadable"]] == ["b/bad.jpg"]
-    assert [w["path"] for w in train["warnings"]] == ["b/trunc.jpg"]
+    assert [u["path"] for u in train["unreadable"]] == ["b/bad.jpg", "b/trunc.jpg"]
+    assert "lost data" in train["unreadable"][1]["reason"] and train["warnings"] == []
+    accepting = D.verify_dataset(root, warnings="accept")["splits"]["train"]
+    assert [w["path"] for w in accepting["warnings"]] == ["b/trunc.jpg"]
     assert train["duplicates"] == [["b/0.jpg", "b/dup.jpg"]]
     assert report["leakage"] == [["train/a/3.jpg", "val/a/leak.jpg"]]
     out = subprocess.run([sys.executable, "-m", "dctnet", "verify", str(root), "--json", str(tmp_path / "r.json"),

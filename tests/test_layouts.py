@@ -266,7 +266,7 @@ def _decode_window_planes(data: bytes, windows: list[tuple[int, int, int, int]],
         item[0, 5 + c], item[0, 9 + c] = bh, bw
         item[0, 15 + c], item[0, 19 + c], item[0, 23 + c], item[0, 27 + c] = r0, r1, c0, c1
         outs.append(np.full((1, r1 - r0 + pad[0], c1 - c0 + pad[1], 64), 7, np.int16))  # stale data
-    _jpeg.decode_windows([data], item, outs, 0, 0)
+    _jpeg.decode_windows([data], item, outs, 0, 0, 0)
     return outs
 
 
@@ -362,7 +362,7 @@ def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
     fifo = tmp_path / "fifo.jpg"
     os.mkfifo(fifo)
     srcs = paths + [str(bad), str(tmp_path / "missing.jpg"), str(fifo)]
-    table, errors, files = _jpeg.read_headers(srcs, 0, 0)
+    table, errors, files = _jpeg.read_headers(srcs, 0, 0, 0)
     head = np.frombuffer(table, np.int64).reshape(len(srcs), _HEADER_COLUMNS)
     assert len(files) == len(srcs)
     for row, err, p in zip(head[: len(paths)], errors, paths):
@@ -380,9 +380,9 @@ def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
     assert isinstance(errors[-2], FileNotFoundError) and "missing.jpg" in str(errors[-2])
     assert isinstance(errors[-1], OSError) and "regular file" in str(errors[-1])
     with pytest.raises(TypeError):
-        _jpeg.read_headers([b"bytes"], 0, 0)
+        _jpeg.read_headers([b"bytes"], 0, 0, 0)
     with pytest.raises(ValueError):
-        _jpeg.read_headers(paths, -1, 0)
+        _jpeg.read_headers(paths, 0, -1, 0)
 
 
 def _plan_in_numpy(color, ncomp, samp, h, w, boxes):

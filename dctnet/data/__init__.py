@@ -30,6 +30,7 @@ from dctnet.data.dataset import (
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, collate, make_dataloader
 from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
+from dctnet.data.usable import CheckedFiles, check_files, data_kind
 from dctnet.data.verify import format_report, verify_dataset
 from dctnet.data.stats import compute_stats
 
@@ -42,6 +43,9 @@ __all__ = [
     "all_reduce_metric",
     "format_report",
     "kfold",
+    "CheckedFiles",
+    "check_files",
+    "data_kind",
     "verify_dataset",
     "CacheDataset",
     "CacheError",

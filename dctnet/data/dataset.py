@@ -9,7 +9,13 @@ the same whatever the number of workers or threads, and a sample can be re-drawn
 
 Bad samples follow ``on_error``: ``"raise"`` (a :class:`dctnet.JpegError` naming the file) or
 ``"skip"`` (the sample becomes ``None``; collate drops it and records ``(index, name, reason)``
-in the batch's ``skipped``).
+in the batch's ``skipped``). A file that lost data — truncated, or corrupt entropy-coded data
+that libjpeg would fill in — is a bad sample too unless ``warnings="accept"``
+(:data:`dctnet.codec.WARNING_POLICIES` lists which libjpeg warnings mean lost data; the others
+stay recorded on the sample's coefficients). A read stops entropy decoding below its crop window,
+so corrupt data further down a file goes unseen by that read (truncation is found from the bytes
+by every read): :meth:`ImageFolderDataset.check` decodes every file in full once, to decide which
+files are usable before training (``dctnet train`` does).
 
 EXIF orientation is **ignored by default**, like ``torchvision.io.decode_jpeg`` and Pillow's
 ``Image.open``; ``exif="apply"`` rotates/flips the coefficient planes of images whose tag asks for
@@ -19,7 +25,7 @@ it (exact in the DCT domain; see :func:`apply_orientation`).
 from __future__ import annotations
 
 import os
-import warnings
+import warnings as pywarnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from dataclasses import dataclass
@@ -29,8 +35,10 @@ import numpy as np
 import torch
 
 from dctnet import _jpeg
-from dctnet.codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients, read_coefficients_batch
+from dctnet.codec import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients,
+                          read_coefficients_batch, warn_mode)
 from dctnet.data.crop import Box, FullImage, crop_frames, draw_boxes, mcu_windows
+from dctnet.data.usable import check_files
 from dctnet.batch import Sampling
 from dctnet.transforms import functional as TF
 
@@ -173,13 +181,14 @@ class CropDataset(torch.utils.data.Dataset):
     the bad-sample policy, and indexing by ``index`` or ``(epoch, index)``. Subclasses implement
     ``load(index, epoch)`` and ``load_batch(keys)``."""
 
-    def __init__(self, crop: Any, seed: int, on_error: str, exif: str) -> None:
+    def __init__(self, crop: Any, seed: int, on_error: str, exif: str, warnings: str = "raise") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         if exif not in ("ignore", "apply"):
             raise ValueError(f"exif must be 'ignore' or 'apply', not {exif!r}")
+        warn_mode(warnings)  # validated here, not at the first read
         self.crop = crop or FullImage()
-        self.seed, self.on_error, self.exif = seed, on_error, exif
+        self.seed, self.on_error, self.exif, self.warnings = seed, on_error, exif, warnings
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -211,6 +220,8 @@ class ImageFolderDataset(CropDataset):
         on_error: ``"raise"`` or ``"skip"`` (see module docs).
         exif: ``"ignore"`` (default) or ``"apply"``.
         max_pixels: decompression-bomb guard passed to the reader.
+        warnings: ``"raise"`` (default: a file that lost data is a bad sample), ``"accept"``
+            (train on libjpeg's fill-in) or ``"strict"`` (any libjpeg warning is a bad sample).
 
     Indexing takes ``index`` or ``(epoch, index)`` — :class:`dctnet.data.EpochSampler` yields the
     latter so that worker processes know the epoch without shared state.
@@ -218,8 +229,8 @@ class ImageFolderDataset(CropDataset):
 
     def __init__(self, root: str | os.PathLike, *, crop: Callable | None = None, seed: int = 0,
                  on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                 extensions: Sequence[str] = IMG_EXTENSIONS) -> None:
-        super().__init__(crop, seed, on_error, exif)
+                 extensions: Sequence[str] = IMG_EXTENSIONS, warnings: str = "raise") -> None:
+        super().__init__(crop, seed, on_error, exif, warnings)
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"dataset folder not found: {self.root}")
@@ -245,34 +256,58 @@ class ImageFolderDataset(CropDataset):
             raise ValueError(f"no JPEG files under {self.root}" + (f" ({len(self.non_jpeg)} other files, e.g. "
                              f"{self.non_jpeg[0]}: dctnet reads JPEG only)" if self.non_jpeg else ""))
         if self.non_jpeg or self.empty_classes:
-            warnings.warn(describe_unused(self.root, self.non_jpeg, self.empty_classes), UnusedFilesWarning,
+            pywarnings.warn(describe_unused(self.root, self.non_jpeg, self.empty_classes), UnusedFilesWarning,
                           stacklevel=2)
         self.targets = [t for _, t in self.samples]
         self.max_pixels = max_pixels
+        #: files that read with libjpeg warnings that lost nothing, once :meth:`check` ran
+        self.warned: dict[str, tuple[str, ...]] = {}
 
     @classmethod
     def from_files(cls, paths: Sequence[str], *, crop: Callable | None = None, seed: int = 0, on_error: str = "raise",
-                   exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> ImageFolderDataset:
+                   exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                   warnings: str = "raise") -> ImageFolderDataset:
         """A dataset over a plain list of JPEG paths (all labelled 0), e.g. to time the loader."""
         if not paths:
             raise ValueError("from_files needs at least one path")
         ds = cls.__new__(cls)
-        CropDataset.__init__(ds, crop, seed, on_error, exif)
+        CropDataset.__init__(ds, crop, seed, on_error, exif, warnings)
         ds.root, ds.classes, ds.class_to_idx = Path(os.path.commonpath([os.path.abspath(p) for p in paths])), ["all"], \
             {"all": 0}
         ds.samples = [(str(p), 0) for p in paths]
         ds.targets = [0] * len(ds.samples)
-        ds.max_pixels = max_pixels
+        ds.max_pixels, ds.warned = max_pixels, {}
         return ds
 
     def __len__(self) -> int:
         return len(self.samples)
 
+    def check(self, *, threads: int | None = None) -> list[tuple[str, str]]:
+        """Decode every file in full once and decide which are usable, before training: returns
+        ``(path, reason)`` of the files the readers refuse under this dataset's ``warnings``
+        policy (:func:`dctnet.data.usable.check_files`), and keeps the files that read with
+        harmless warnings in :attr:`warned` (``{path: warnings}``). Under ``on_error="raise"``
+        a refused file raises :class:`dctnet.JpegError` naming it, its reason and the others;
+        under ``"skip"`` they leave :attr:`samples` (labels unchanged, indices renumbered), so no
+        epoch meets them. Costs about one epoch of entropy decoding."""
+        found = check_files([p for p, _ in self.samples], warnings=self.warnings, max_pixels=self.max_pixels,
+                            threads=threads)
+        self.warned = found.warned
+        bad = [(p, found.unusable[p]) for p, _ in self.samples if p in found.unusable]
+        if bad and self.on_error == "raise":
+            others = "; ".join(f"{p}: {why}" for p, why in bad[1:6]) + ("; …" if len(bad) > 6 else "")
+            more = f" — and {len(bad) - 1} more unusable files ({others})" if len(bad) > 1 else ""
+            raise JpegError(f"{bad[0][1]}{more} (on_error='skip' leaves them out)", bad[0][0])
+        if bad:
+            self.samples = [s for s in self.samples if s[0] not in found.unusable]
+            self.targets = [t for _, t in self.samples]
+        return bad
+
     def load(self, index: int, epoch: int) -> CoefficientSample | tuple[int, str, str]:
         """Read and crop one sample; on a bad file under ``"skip"``, ``(index, path, reason)``."""
         path, label = self.samples[index]
         try:
-            coeffs = read_coefficients(path, max_pixels=self.max_pixels)
+            coeffs = read_coefficients(path, max_pixels=self.max_pixels, warnings=self.warnings)
         except (JpegError, OSError) as exc:
             if self.on_error == "raise":
                 raise
@@ -283,7 +318,8 @@ class ImageFolderDataset(CropDataset):
         """:meth:`load` for ``(epoch, index)`` keys, reading the files in one GIL-free pass
         (:func:`dctnet.read_coefficients_batch` on the calling thread)."""
         paths = [self.samples[i][0] for _, i in keys]
-        results = read_coefficients_batch(paths, threads=1, max_pixels=self.max_pixels, errors="return")
+        results = read_coefficients_batch(paths, threads=1, max_pixels=self.max_pixels, warnings=self.warnings,
+                                          errors="return")
         out: list[CoefficientSample | tuple[int, str, str] | None] = [None] * len(keys)
         good = []
         for k, ((epoch, index), res, path) in enumerate(zip(keys, results, paths)):
@@ -314,7 +350,7 @@ class ImageFolderDataset(CropDataset):
         from dctnet.data.loader import collate
         from dctnet.data.plan import gather_collated, gather_items, plan_batch
 
-        limits = (_limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
+        limits = (warn_mode(self.warnings), _limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
         paths = [self.samples[i][0] for _, i in keys]
         # every file read once and its header parsed, in one GIL-free C call (FIFOs refused); the
         # bytes stay in `files` for the decode below

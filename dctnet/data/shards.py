@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dctnet.distributed import placement
-from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, warn_mode
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import CoefficientSample, sample_from_coefficients
 
@@ -79,11 +79,13 @@ class WdsDecode:
     ``(index, key, reason)`` tuples, which :func:`dctnet.data.collate` records."""
 
     def __init__(self, crop: Callable | None = None, *, seed: int = 0, label_key: str = "cls",
-                 on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+                 on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 warnings: str = "raise") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         self.crop, self.seed, self.label_key = crop or FullImage(), seed, label_key
-        self.on_error, self.exif, self.max_pixels = on_error, exif, max_pixels
+        warn_mode(warnings)  # validated here, not at the first read
+        self.on_error, self.exif, self.max_pixels, self.warnings = on_error, exif, max_pixels, warnings
         # shared memory: a worker's pickled or forked copy of this step reads the parent's writes
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
@@ -107,7 +109,7 @@ class WdsDecode:
             if data is None:
                 raise JpegError(f"no {'/'.join(IMAGE_EXTS)} member", key)
             label = int(sample[self.label_key]) if self.label_key in sample else -1
-            coeffs = read_coefficients(data, max_pixels=self.max_pixels, name=key)
+            coeffs = read_coefficients(data, max_pixels=self.max_pixels, name=key, warnings=self.warnings)
         except (JpegError, ValueError) as exc:
             if self.on_error == "raise":
                 raise
@@ -131,19 +133,19 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         seed: base of shard order, buffer shuffle and crop draws.
         shuffle: shuffle shard order and samples (buffer of ``buffer`` samples) each epoch.
         rank, world_size: distributed split (defaults from ``torch.distributed``).
-        on_error, exif, max_pixels, label_key: as :class:`WdsDecode`.
+        on_error, exif, max_pixels, label_key, warnings: as :class:`WdsDecode`.
     """
 
     def __init__(self, shards: str | Sequence[str], *, crop: Callable | None = None, seed: int = 0,
                  shuffle: bool = True, buffer: int = 1000, rank: int | None = None, world_size: int | None = None,
                  on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                 label_key: str = "cls") -> None:
+                 label_key: str = "cls", warnings: str = "raise") -> None:
         self.shards = sorted(glob.glob(shards)) if isinstance(shards, str) else [str(s) for s in shards]
         if not self.shards:
             raise FileNotFoundError(f"no shards match {shards!r}")
         self.rank, self.world_size, _ = placement(rank, world_size)
         self.decode = WdsDecode(crop, seed=seed, label_key=label_key, on_error=on_error, exif=exif,
-                                max_pixels=max_pixels)
+                                max_pixels=max_pixels, warnings=warnings)
         self.seed, self.shuffle, self.buffer = seed, shuffle, max(1, buffer)
         self.epoch = 0
         self._counts: list[int] | None = None

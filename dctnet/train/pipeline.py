@@ -21,6 +21,7 @@ CPU time for dctnet, worker-process CPU time for torchvision.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,6 +77,11 @@ class Pipeline:
     def __post_init__(self) -> None:
         r = self.recipe
         self.skipped: list[tuple[str, str, str]] = []
+        #: (split, path, reason) of files left out before training (a full decode found them
+        #: unusable under data.warnings; data.on_error: skip), and (split, path, warnings) of
+        #: files used that read with warnings that lost nothing — the same on every rank
+        self.excluded: list[tuple[str, str, str]] = []
+        self.warned: list[tuple[str, str, str]] = []
         mean, std = input_mean_std(r.model.arch)
         #: coefficient image or pixels → the unchanged model's normalised RGB (device-rgb), by the one rule
         self.to_rgb = T.ToRGB(mean, std).to(self.device)
@@ -253,10 +259,33 @@ class _Skipped(tuple):
     """``(index, path, reason)`` of a sample the torchvision baseline could not read."""
 
 
-def _jpeg_image_folder(root: str, transform, on_error: str):
+class _PilLoader:
+    """torchvision's default loader (Pillow, RGB); ``accept_truncated`` reads a cut file as Pillow
+    can (the rest grey), as ``data.warnings: accept`` has dctnet train on libjpeg's fill-in."""
+
+    def __init__(self, accept_truncated: bool) -> None:
+        self.accept_truncated = accept_truncated
+
+    def __call__(self, path: str):
+        from PIL import Image, ImageFile
+
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            if not self.accept_truncated:
+                return img.convert("RGB")
+            before, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, True  # Pillow's only switch
+            try:
+                return img.convert("RGB")
+            finally:
+                ImageFile.LOAD_TRUNCATED_IMAGES = before
+
+
+def _jpeg_image_folder(root: str, transform, on_error: str, accept_truncated: bool = False,
+                       usable: list[str] | None = None):
     """torchvision's ImageFolder over the files dctnet's datasets read (JPEG names only, empty
-    classes kept, so labels match), with bad files under ``on_error`` as everywhere else: a
-    :class:`dctnet.JpegError` naming the file, or a skipped sample that the collate reports."""
+    classes kept, so labels match; only ``usable`` ones when given), with bad files under
+    ``on_error`` as everywhere else: a :class:`dctnet.JpegError` naming the file, or a skipped
+    sample that the collate reports."""
     import torchvision
     from dctnet import JpegError
     from dctnet.data.dataset import IMG_EXTENSIONS
@@ -272,8 +301,13 @@ def _jpeg_image_folder(root: str, transform, on_error: str):
                     raise JpegError(reason, path) from None
                 return _Skipped((index, path, reason))
 
-    return JpegImageFolder(root, transform=transform, allow_empty=True,
-                           is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
+    ds = JpegImageFolder(root, transform=transform, allow_empty=True, loader=_PilLoader(accept_truncated),
+                         is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
+    if usable is not None:
+        keep = {os.path.normpath(p) for p in usable}
+        ds.samples = ds.imgs = [s for s in ds.samples if os.path.normpath(s[0]) in keep]
+        ds.targets = [t for _, t in ds.samples]
+    return ds
 
 
 class _RgbLoader:
@@ -349,13 +383,31 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     validation split by rank without padding, so summed counts cover it exactly once)."""
     r = recipe
     root = data_root(r)
-    if r.model.input == "rgb":
-        train, val, classes = _torchvision_loaders(r, root, rank, world_size)
-        n_classes = r.model.num_classes or len(classes)
-        return Pipeline(r, device, rank, world_size, train, val, n_classes, classes)
     crop = D.RandomResizedCrop(scale=r.data.scale)
     center = D.ResizeCenterCrop.from_config(eval_config(r))
     policy = dict(seed=r.train.seed, on_error=r.data.on_error)
+    excluded: list[tuple[str, str, str]] = []  # (split, path, reason): files left out before training
+    warned: list[tuple[str, str, str]] = []    # (split, path, warnings): files used, read with warnings
+    if r.data.source not in ("cache", "shards"):  # an image folder (or the generated synthetic one)
+        # which files are usable is decided once, by a full decode of each under data.warnings, for
+        # every epoch, every rank and both arms (the torchvision baseline decodes with Pillow, which
+        # reads PNG data under a .jpg name and fills in corrupt data without a word)
+        threads = max(1, len(os.sched_getaffinity(0)) // world_size)
+        folders = {}
+        for split, box in (("train", crop), ("val", center)):
+            folders[split] = D.ImageFolderDataset(root / getattr(r.data, split), crop=box, warnings=r.data.warnings,
+                                                  **policy)
+            excluded += [(split, path, reason) for path, reason in folders[split].check(threads=threads)]
+            warned += [(split, path, "; ".join(w)) for path, w in folders[split].warned.items()]
+    if r.model.input == "rgb":
+        usable = None
+        if r.data.source not in ("cache", "shards"):
+            usable = {split: [p for p, _ in ds.samples] for split, ds in folders.items()}
+        train, val, classes = _torchvision_loaders(r, root, rank, world_size, usable)
+        n_classes = r.model.num_classes or len(classes)
+        pipe = Pipeline(r, device, rank, world_size, train, val, n_classes, classes)
+        pipe.excluded, pipe.warned = excluded, warned
+        return pipe
     pin = device.type == "cuda"
     if r.data.source == "cache":
         # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
@@ -363,12 +415,12 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         train_ds = D.CacheDataset(root / r.data.train, crop=crop, verify=r.data.verify, device_expand=pin, **policy)
         val_ds = D.CacheDataset(root / r.data.val, crop=center, verify=r.data.verify, device_expand=pin, **policy)
     elif r.data.source == "shards":
-        train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size, **policy)
+        train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
+                                     warnings=r.data.warnings, **policy)
         val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
-                                   world_size=world_size, **policy)
+                                   world_size=world_size, warnings=r.data.warnings, **policy)
     else:
-        train_ds = D.ImageFolderDataset(root / r.data.train, crop=crop, **policy)
-        val_ds = D.ImageFolderDataset(root / r.data.val, crop=center, **policy)
+        train_ds, val_ds = folders["train"], folders["val"]
     if r.data.source == "shards":
         if r.data.limit_train or r.data.limit_val:
             raise ValueError("data.limit_train / limit_val need indexable data; shards are streamed (use a cache)")
@@ -389,6 +441,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
                                drop_last=True, pin_memory=pin)
         val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
+    pipe.excluded, pipe.warned = excluded, warned
     if r.model.input == "dct" and "vit" in r.model.arch and r.model.normalize == "stats":
         pipe.normalize = _coefficient_stats(r, train_ds, device).to(device)  # on the device once, not per step
     return pipe
@@ -503,7 +556,10 @@ def _baseline_mixing(r: Recipe, num_classes: int) -> list:
     return [_baseline_op(s, r, num_classes) for s in r.augment if s["name"] in T.MIXERS]
 
 
-def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
+def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int,
+                         usable: dict[str, list[str]] | None = None):
+    """The torchvision baseline's loaders; ``usable``: per split, the files dctnet decided are
+    usable (the others are left out here too)."""
     from torchvision.transforms import v2
 
     size = r.data.image_size
@@ -523,8 +579,11 @@ def _torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int):
     cfg = eval_config(r)
     val_tf = create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"], crop_pct=cfg["crop_pct"],
                               crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"], is_training=False)
-    train_ds = _jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error)
-    val_ds = _jpeg_image_folder(str(root / r.data.val), val_tf, r.data.on_error)
+    accept = r.data.warnings == "accept"
+    train_ds = _jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error, accept,
+                                  usable["train"] if usable else None)
+    val_ds = _jpeg_image_folder(str(root / r.data.val), val_tf, r.data.on_error, accept,
+                                usable["val"] if usable else None)
     if r.data.limit_train:
         train_ds = torch.utils.data.Subset(train_ds, _limited(len(train_ds), r.data.limit_train))
     if r.data.limit_val:

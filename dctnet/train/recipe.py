@@ -37,6 +37,9 @@ class DataConfig:
     train: str = "train"              # under root: subfolder, cache directory, or shard glob (train-*.tar)
     val: str = "val"
     on_error: Literal["raise", "skip"] = "raise"  # unreadable files: stop naming the file, or skip and report them
+    # which libjpeg warnings make a file unreadable: raise = those that lost data (truncated, corrupt
+    # entropy-coded data), accept = none (train on libjpeg's fill-in), strict = all
+    warnings: Literal["raise", "accept", "strict"] = "raise"
     verify: Literal["stat", "hash", "none"] = "stat"  # source: cache — how the cache's sources are checked
     image_size: int = 224             # side of the square crops fed to the model
     batch_size: int = 64              # per process

@@ -105,6 +105,7 @@ class Trainer:
             (self.out / "pipeline.txt").write_text(self.pipe.describe())
             # a fresh run starts its records afresh; a resumed one keeps those of the epochs it kept
             self._rewrite_records()
+            self._note_checked_files()
 
     # ------------------------------------------------------------------ helpers
     def _rewrite_records(self) -> None:
@@ -115,6 +116,22 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
         if not self.history:
             (self.out / "skipped.txt").unlink(missing_ok=True)
+
+    def _note_checked_files(self) -> None:
+        """Files the pipeline's one full decode left out (``skipped.txt``, epoch 0: before
+        training) or found with harmless libjpeg warnings (``warnings.txt``)."""
+        pipe = self.pipe
+        if pipe.excluded and not self.history:
+            with open(self.out / "skipped.txt", "a") as f:
+                for split, name, reason in pipe.excluded:
+                    f.write(f"0\t{split}\t{name}\t{reason}\n")
+        if pipe.excluded:
+            self.log(f"left out {len(pipe.excluded)} unusable files before training "
+                     f"(names and reasons in {self.out / 'skipped.txt'})")
+        if pipe.warned:
+            (self.out / "warnings.txt").write_text("".join(f"{s}\t{n}\t{w}\n" for s, n, w in pipe.warned))
+            self.log(f"{len(pipe.warned)} files read with libjpeg warnings that lost nothing, used "
+                     f"(names in {self.out / 'warnings.txt'})")
 
     def _skipped(self, epoch: int) -> dict[str, int]:
         """This epoch's skipped samples, summed over ranks, and their names appended to

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients
+from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, warn_mode
 from dctnet.data import sparse as S
 from dctnet.data.dataset import ImageFolderDataset
 from dctnet.data.plan import COLOR_SPACES
@@ -42,7 +42,7 @@ def _encode_sample(coeffs, fmt: str) -> tuple[list[bytes], np.ndarray, int, int]
 
 
 def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, world: int, resume: bool,
-                 on_error: str, max_pixels: int | None, progress: bool) -> None:
+                 on_error: str, max_pixels: int | None, progress: bool, warnings: str = "raise") -> None:
     """Decode samples [lo, hi) of ``src`` into this rank's part files (append, resumable)."""
     n = len(src)
     lo, hi = rank * n // world, (rank + 1) * n // world
@@ -70,9 +70,9 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
             try:
                 if len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
                     coeffs = read_coefficients(_read_member(path, src[i][2], src[i][3]), max_pixels=max_pixels,
-                                               name=name_i)
+                                               name=name_i, warnings=warnings)
                 else:
-                    coeffs = read_coefficients(path, max_pixels=max_pixels)
+                    coeffs = read_coefficients(path, max_pixels=max_pixels, warnings=warnings)
             except (JpegError, OSError) as exc:
                 if on_error == "raise":
                     raise
@@ -195,14 +195,18 @@ def _sources(src: Any) -> tuple[list[tuple], list[str], str, list[str] | None]:
 def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathLike, *, format: str = "sparse",
                 workers: int = 1, resume: bool = False, on_error: str = "raise",
                 max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = True,
-                hash_sources: bool = True) -> Path:
+                hash_sources: bool = True, warnings: str = "raise") -> Path:
     """Build a cache of an image folder (``root/<class>/<image>``) or of uncompressed WebDataset tar
     shards (a list, a glob, or a folder of ``.tar`` files; ``KEY.jpg`` + ``KEY.cls`` members). See
     the module docstring.
 
     Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set, ``torch.distributed`` initialised or
     initialisable with gloo) every rank builds its range and rank 0 finalises; otherwise
-    ``workers`` local processes split the work. Returns the cache path (on every rank)."""
+    ``workers`` local processes split the work. Returns the cache path (on every rank).
+
+    A file that lost data (truncated, corrupt entropy-coded data) is a bad sample under
+    ``on_error`` unless ``warnings="accept"`` (:data:`dctnet.codec.WARNING_POLICIES`)."""
+    warn_mode(warnings)
     if format not in ("dense", "sparse"):
         raise ValueError(f"format must be 'dense' or 'sparse', not {format!r}")
     out = Path(out)
@@ -218,14 +222,15 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         if partial.exists() and not resume:
             shutil.rmtree(partial)
         partial.mkdir(parents=True, exist_ok=True)
-        params = {"format": format, "world": world if distributed else workers, "n": len(samples), "root": root}
+        params = {"format": format, "world": world if distributed else workers, "n": len(samples), "root": root,
+                  "warnings": warnings}
         pfile = partial / "build.json"
         if resume and pfile.exists() and json.loads(pfile.read_text()) != params:
             raise CacheError(f"cannot resume {partial}: it was started with {pfile.read_text()}, now {params}")
         pfile.write_text(json.dumps(params))
     if distributed:
         torch.distributed.barrier()
-        _build_range(samples, partial, format, rank, world, resume, on_error, max_pixels, progress)
+        _build_range(samples, partial, format, rank, world, resume, on_error, max_pixels, progress, warnings)
         torch.distributed.barrier()
         parts = world
     elif workers > 1:
@@ -235,7 +240,8 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         # caller's unguarded __main__ in every worker
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         procs = [ctx.Process(target=_build_range, args=(samples, partial, format, r, workers, resume, on_error,
-                                                         max_pixels, progress and r == 0)) for r in range(workers)]
+                                                         max_pixels, progress and r == 0, warnings))
+                 for r in range(workers)]
         for p in procs:
             p.start()
         for p in procs:
@@ -244,7 +250,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
             raise RuntimeError(f"a build worker failed; {partial} is left for --resume")
         parts = workers
     else:
-        _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress)
+        _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress, warnings)
         parts = 1
     if rank == 0:
         _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards,
