@@ -12,7 +12,9 @@ interleaved rounds:
   (:class:`dctnet.data.ThreadLoader`, one thread);
 * ``dctnet_device_step`` — :meth:`dctnet.train.pipeline.Pipeline.device_step` on the device present
   (CUDA when there is one): crop decode + resize, the recipe's augmentation list, then ToRGB
-  (``device-rgb``) or the forward DCT (``dct``). Without a GPU it runs on the host CPU;
+  (``device-rgb``) or the forward DCT (``dct``; a DCT ViT's per-(c,u,v) standardisation, a few
+  µs, is left out: its statistics would need a pass over the data). Without a GPU it runs on the
+  host CPU;
 * ``dctnet_total_host`` — the host CPU dctnet takes in all: the host side plus the device step's
   host CPU (all of it without a GPU; launching its kernels with one);
 * ``torchvision`` — torchvision v2 as ``model.input: rgb`` trains: Pillow decode, RandomResizedCrop,
@@ -500,7 +502,7 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
     rows["dctnet_host"] = _row("dctnet host: read + crop window + collate", med["host"], rate)
     on_cpu = dev.type != "cuda"
     if on_cpu:
-        rows["dctnet_device_step"] = _row(f"dctnet device step on the CPU: resize + augment + {last}",
+        rows["dctnet_device_step"] = _row(f"dctnet device step on CPU: resize + augment + {last}",
                                           dev_cpu, rate, device_us_per_sample=round(dev_cpu, 1))
         rows["dctnet_total_host"] = _row("dctnet in all without a GPU: host side + device step",
                                          med["host"] + dev_cpu, rate)
