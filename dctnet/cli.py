@@ -340,18 +340,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from dctnet.train import RecipeError
     from dctnet.train.bench import run_bench
 
-    src = args.src
-    if src is None:
-        src = tempfile.mkdtemp(prefix="dctnet-bench-")
-        _demo_files(Path(src))
     say = None if args.json else (lambda text: print(f"  ... {text}", file=sys.stderr, flush=True))
-    try:
-        report = run_bench(src, recipe=args.recipe, limit=args.limit, rate=args.rate, rounds=args.repeat,
-                           size=args.size, threads=args.threads, batch_size=args.batch, device=args.device,
-                           progress=say)
-    except (FileNotFoundError, ValueError, RecipeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    with tempfile.TemporaryDirectory(prefix="dctnet-bench-") as tmp:
+        src = args.src
+        if src is None:
+            _demo_files(Path(tmp))
+            src = tmp
+        try:
+            report = run_bench(src, recipe=args.recipe, limit=args.limit, rate=args.rate, rounds=args.repeat,
+                               size=args.size, threads=args.threads, batch_size=args.batch, device=args.device,
+                               progress=say)
+        except (FileNotFoundError, ValueError, RecipeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(report, indent=1, ensure_ascii=False))
         return 0
