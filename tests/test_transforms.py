@@ -390,5 +390,12 @@ def test_torchvision_v2_dispatches_to_dct_kernels(x0):
                     (v2.ColorJitter(hue=0.1), "RandomChromaRotation")):
         with pytest.raises(TypeError, match=word):
             t(d)
+    # torchvision's policies look for an image before any kernel: they name dctnet's own class
+    for t, word in ((v2.RandAugment(), "dctnet.transforms.RandAugment"), (v2.AutoAugment(), "dctnet.transforms.AutoAugment"),
+                    (v2.TrivialAugmentWide(), "dctnet.transforms.TrivialAugmentWide"), (v2.AugMix(), "no such policy")):
+        with pytest.raises(TypeError, match=word):
+            t(d)
+    pixels = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)  # other inputs: torchvision's own behaviour
+    assert v2.RandAugment()(pixels).shape == pixels.shape
     with pytest.raises(ValueError, match="expects"):
         DCTImage(torch.zeros(2, 3, 8, 8))

@@ -16,9 +16,13 @@ get_size / get_dimensions    sizes in pixels (8 per block)
 
 Every other v2 functional (rotate, affine, resize, hue, normalize, …) raises a ``TypeError``
 naming the dctnet alternative, instead of torchvision's default for unknown tensor types
-(silently passing the input through unchanged). Transforms that first query the image size
-through torchvision's own type list (``RandomCrop``, ``RandomResizedCrop``) stop earlier with
-torchvision's "No image … was found" ``TypeError``: crops belong to the loader (``dctnet.data``).
+(silently passing the input through unchanged). torchvision's policies (``RandAugment``,
+``TrivialAugmentWide``, ``AutoAugment``, ``AugMix``) look for an image among their own types
+before any kernel runs; for a ``DCTImage`` they raise a ``TypeError`` naming dctnet's class of the
+same policy (per sample, on the device) instead of torchvision's "Found no image in the sample".
+Transforms that first query the image size through torchvision's own type list (``RandomCrop``,
+``RandomResizedCrop``) stop with torchvision's "No image … was found" ``TypeError``: crops belong
+to the loader (``dctnet.data``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 import torch
 from torchvision import tv_tensors
+from torchvision.transforms.v2 import _auto_augment as _tv_auto_augment
 from torchvision.transforms.v2 import functional as TVF
 from torchvision.transforms.v2.functional import _utils as _tv_utils
 
@@ -143,4 +148,35 @@ def _register() -> None:
             TVF.register_kernel(functional, DCTImage)(_unsupported(functional.__name__))
 
 
+#: dctnet's class for each torchvision policy class (dctnet has no AugMix)
+_POLICIES = {"RandAugment": "dctnet.transforms.RandAugment", "TrivialAugmentWide": "dctnet.transforms.TrivialAugmentWide",
+             "AutoAugment": "dctnet.transforms.AutoAugment"}
+
+
+def _point_policies_to_dctnet() -> None:
+    """torchvision's policies find their image before any kernel dispatch, so a registered kernel
+    cannot answer for them; the one hook is the base class's image lookup. Wrapped (when it exists
+    under this name) to name dctnet's class for a DCTImage, and otherwise unchanged."""
+    base = getattr(_tv_auto_augment, "_AutoAugmentBase", None)
+    lookup = getattr(base, "_flatten_and_extract_image_or_video", None)
+    if lookup is None or getattr(lookup, "_dctnet", False):
+        return
+
+    def flatten_and_extract(self, inputs: Any, *args: Any, **kwargs: Any):
+        if any(isinstance(x, DCTImage) for x in torch.utils._pytree.tree_leaves(inputs)):
+            name = type(self).__name__
+            if name in _POLICIES:
+                alt = f"use {_POLICIES[name]} (the same policy, drawn per sample and applied batched on the device)"
+            else:
+                alt = ("dctnet has no such policy; its per-sample policies are dctnet.transforms.RandAugment, "
+                       "TrivialAugmentWide, AutoAugment and TimmAugment")
+            raise TypeError(f"torchvision's {name} runs on pixels and has no DCT-domain form for DCTImage: {alt}; "
+                            "or dctnet.transforms.ToRGB first")
+        return lookup(self, inputs, *args, **kwargs)
+
+    flatten_and_extract._dctnet = True  # type: ignore[attr-defined]
+    base._flatten_and_extract_image_or_video = flatten_and_extract
+
+
 _register()
+_point_policies_to_dctnet()
