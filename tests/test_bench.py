@@ -15,7 +15,7 @@ from PIL import Image
 from dctnet.train import bench
 
 PIPELINES = ("libjpeg_floor", "dctnet_host", "dctnet_device_step", "dctnet_total_host", "torchvision", "timm")
-BAD = {"png.jpg": "Not a JPEG", "empty.jpg": "empty", "truncated.jpg": None}
+BAD = {"png.jpg": "PNG", "empty.jpg": "empty", "truncated.jpg": None}
 
 
 def photo(seed: int, h: int = 40, w: int = 56) -> Image.Image:

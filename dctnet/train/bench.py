@@ -74,7 +74,6 @@ from typing import Any
 
 import torch
 
-from dctnet.codec import JpegError, read_coefficients_batch
 
 __all__ = ["DEFAULT_AUGMENT", "census", "check_files", "floor_us", "layout_facts", "measure", "run_bench",
            "sample_files"]
@@ -163,14 +162,6 @@ def sample_files(src: str | os.PathLike, limit: int) -> tuple[list[str], int]:
     return [files[int(i * n / limit)] for i in range(limit)], n
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, JpegError):
-        return exc.reason
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return f"{type(exc).__name__}: {exc}"
-
-
 def layout_facts(h) -> dict[str, Any]:
     """What :func:`census` counts of one header (a :class:`dctnet.codec.JpegHeader`)."""
     sub = h.subsampling
@@ -179,33 +170,37 @@ def layout_facts(h) -> dict[str, Any]:
 
 
 def check_files(files: list[str], threads: int = 1) -> tuple[list[str], dict[str, dict], list[dict], list[dict]]:
-    """Decide once which files every pipeline can read: dctnet's reader (its default policy: a
-    file that lost data is an error), then Pillow's decode (what the torchvision and timm
+    """Decide once which files every pipeline reads, by the rule ``dctnet train`` uses
+    (:func:`dctnet.data.check_files`: a full decode under the readers' default policy, so a file
+    that lost data is refused), then Pillow's decode as a guard (what the torchvision and timm
     pipelines open). Returns ``(usable, facts, skipped, warned)``: the usable paths, their header
-    facts, ``{"file", "reason", "by"}`` of each skipped file, ``{"file", "warnings"}`` of files
-    read with warnings that lost nothing. Reads in chunks, so memory stays bounded."""
+    facts (:func:`layout_facts`), ``{"file", "reason", "by"}`` of each skipped file (``by``:
+    ``"dctnet"`` or ``"pillow"``), ``{"file", "warnings"}`` of files read with warnings that lost
+    nothing. Reads 8 files at a time (12-Mpixel photos: ~300 MB of planes)."""
     from PIL import Image
 
-    ok, facts, skipped, warned = [], {}, [], []
-    for start in range(0, len(files), 8):  # 8 at a time: a chunk of 12-Mpixel photos is ~300 MB of planes
-        chunk = files[start:start + 8]
-        for path, res in zip(chunk, read_coefficients_batch(chunk, threads=threads, errors="return")):
-            if isinstance(res, BaseException):
-                skipped.append({"file": path, "reason": _reason(res), "by": "dctnet"})
-                continue
-            facts[path] = layout_facts(res)
-            if res.warnings:
-                warned.append({"file": path, "warnings": list(res.warnings)})
-            ok.append(path)
-    usable = []
-    for path in ok:
+    from dctnet.codec import read_header
+    from dctnet.data import check_files as checked
+
+    found = checked(files, threads=threads, chunk=8)
+    skipped = [{"file": f, "reason": why, "by": "dctnet"} for f, why in found.unusable.items()]
+    warned = [{"file": f, "warnings": list(w)} for f, w in found.warned.items()]
+    usable, facts = [], {}
+    for path in files:
+        if path in found.unusable:
+            continue
+        try:
+            facts[path] = layout_facts(read_header(path))
+        except (ValueError, OSError) as exc:  # changed since the check
+            skipped.append({"file": path, "reason": str(getattr(exc, "reason", exc)), "by": "dctnet"})
+            continue
         try:
             with Image.open(path) as im:
                 im.convert("RGB")
         except Exception as exc:  # noqa: BLE001 — whatever Pillow raises for bad data, the file is skipped
             skipped.append({"file": path, "reason": f"Pillow cannot decode it ({type(exc).__name__}: {exc})",
                             "by": "pillow"})
-            facts.pop(path)
+            del facts[path]
             continue
         usable.append(path)
     return usable, facts, skipped, warned
