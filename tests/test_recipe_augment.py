@@ -6,6 +6,8 @@ torchvision baseline (input rgb) maps each entry one to one onto torchvision's /
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -230,3 +232,36 @@ def test_the_trainer_has_no_augmentation_code_of_its_own():
         for pattern in (r"\.flip\(", r"Beta\(", r"adjust_(brightness|contrast|saturation)", r"\bhflip\(",
                         r"rgb_to_grayscale"):
             assert not re.search(pattern, text), f"{path.relative_to(ROOT)}: {pattern}"
+
+
+def test_the_rgb_arm_posterizes_0_bits_to_black_as_dctnet_does(tmp_path, data):
+    """timm's -inc1 posterize draws 0 bits now and then; Pillow 13 refuses them (Pillow < 13 gave
+    black). The baseline's timm ops give black, as dctnet's own TimmAugment does, and a
+    transform's error is raised as itself instead of being blamed on the image file."""
+    import numpy as np
+    from PIL import Image
+    from timm.data import auto_augment as timm_aa
+
+    from dctnet.train.pipeline import _jpeg_image_folder
+
+    r = load_recipe(write_recipe(tmp_path, data, model__input="rgb"))
+    op = _baseline_op({"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"}, r, 6)
+    posterize = next(o for o in op.ops if o.name == "PosterizeIncreasing")
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    with pytest.raises(ValueError):  # timm's own op on this Pillow: the failure the baseline avoids
+        timm_aa.posterize(img, 0)
+    black = posterize.aug_fn(img, 0)
+    assert not np.asarray(black).any()
+    from dctnet.transforms.auto_augment import KERNELS
+
+    ours = KERNELS["PilPosterize"](torch.from_numpy(np.asarray(img)).permute(2, 0, 1)[None] / 255.0, torch.zeros(1), None)
+    assert not ours.any()
+    for bits in (1, 4, 7):
+        assert np.array_equal(np.asarray(posterize.aug_fn(img, bits)), np.asarray(timm_aa.posterize(img, bits)))
+
+    def broken(_):
+        raise ValueError("a transform's own error")
+
+    ds = _jpeg_image_folder(os.path.join(data, "train"), broken, "skip")
+    with pytest.raises(ValueError, match="transform's own error"):
+        ds[0]

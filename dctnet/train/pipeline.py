@@ -259,6 +259,33 @@ class _Skipped(tuple):
     """``(index, path, reason)`` of a sample the torchvision baseline could not read."""
 
 
+def _pillow12_posterize(img, bits_to_keep, **__):
+    """timm's posterize as it ran on Pillow < 13, where ``ImageOps.posterize(img, 0)`` gave black:
+    Pillow 13 refuses 0 bits, which timm's ``-inc1`` policies draw (about 1 sample in 500 of
+    DeiT's list). dctnet's ``TimmAugment`` keeps 0 bits as black too."""
+    from PIL import ImageOps
+
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return img.point(lambda i: 0)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def _with_pillow12_posterize(transform):
+    """``transform`` (timm's RandAugment / AutoAugment) with its posterize ops on
+    :func:`_pillow12_posterize`; every other op, probability and magnitude unchanged."""
+    from timm.data import auto_augment as timm_aa
+
+    ops = list(getattr(transform, "ops", []))
+    for sub in getattr(transform, "policy", []):  # AutoAugment: a list of sub-policies
+        ops.extend(sub)
+    for op in ops:
+        if getattr(op, "aug_fn", None) is timm_aa.posterize:
+            op.aug_fn = _pillow12_posterize
+    return transform
+
+
 class _PilLoader:
     """torchvision's default loader (Pillow, RGB); ``accept_truncated`` reads a cut file as Pillow
     can (the rest grey), as ``data.warnings: accept`` has dctnet train on libjpeg's fill-in."""
@@ -292,14 +319,18 @@ def _jpeg_image_folder(root: str, transform, on_error: str, accept_truncated: bo
 
     class JpegImageFolder(torchvision.datasets.ImageFolder):
         def __getitem__(self, index: int):
+            path, target = self.samples[index]
             try:
-                return super().__getitem__(index)
+                sample = self.loader(path)
             except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises for bad image data
-                path = self.samples[index][0]
                 reason = f"{type(exc).__name__}: {exc}"
                 if on_error == "raise":
                     raise JpegError(reason, path) from None
                 return _Skipped((index, path, reason))
+            # a transform's error is not the file's (it is raised, not blamed on the file)
+            sample = self.transform(sample) if self.transform is not None else sample
+            target = self.target_transform(target) if self.target_transform is not None else target
+            return sample, target
 
     ds = JpegImageFolder(root, transform=transform, allow_empty=True, loader=_PilLoader(accept_truncated),
                          is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
@@ -518,7 +549,8 @@ def _baseline_op(spec: dict, r: Recipe, num_classes: int):
         hparams = dict(translate_const=int(r.data.image_size * 0.45), img_mean=tuple(min(255, round(255 * m)) for m in mean),
                        interpolation=str_to_pil_interp(spec.get("interpolation", r.data.interpolation)),
                        translate_pct=a.get("translate_pct", 0.45))
-        return (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
+        op = (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
+        return _with_pillow12_posterize(op)
     if name == "RandomErasing":
         scale = a["scale"] or ((0.02, 0.33) if a["mode"] is None else (0.02, 1.0 / 3.0))
         ratio = a["ratio"] or ((0.3, 3.3) if a["mode"] is None else (0.3, 1.0 / 0.3))
