@@ -15,9 +15,7 @@ import copy
 import re
 
 import pytest
-import timm
 import torch
-import torchvision
 from torch import nn
 
 import dctnet.models as M

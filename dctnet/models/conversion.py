@@ -3,9 +3,10 @@
 ``dctnet convert IN OUT --arch ARCH [--stem dct-patch|idct]`` builds ARCH without downloading
 anything (:func:`dctnet.models.build_model`), loads IN into it, swaps and converts the stem
 (:func:`dctnet.models.swap_stem`: one of the converted stems, ``dct-patch`` or ``idct``; the
-learned ``dct8``/``dct-up`` start from random weights, there is nothing to convert), checks on a sample image that the converted model gives the RGB
-model's logits, and only then writes OUT — a state_dict that ``swap_stem(build_model(ARCH), ...)``
-loads directly (:func:`load_hint` says with which arguments).
+learned ``dct8``/``dct-up`` start from random weights, there is nothing to convert), checks on a
+sample image that the converted model gives the RGB model's logits, and only then writes OUT — a
+state_dict that ``swap_stem(build_model(ARCH), ...)`` loads directly (:func:`load_hint` says with
+which arguments).
 
 The normalisation folded into the stem follows :mod:`dctnet.transforms.normalization`:
 ``--mean/--std``, else the checkpoint's own metadata, else timm's ``pretrained_cfg``, else
