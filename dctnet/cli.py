@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> None:
                               "rate, rounds, batch_size, left_out, pipelines {libjpeg_floor, dctnet_host, "
                               "dctnet_device_step, dctnet_total_host, torchvision, timm: {label, runs_on, "
                               "host_us_per_sample, images_per_s_per_core, cores_needed, [device_us_per_sample, "
-                              "images_per_s_on_device, same_as]}}, threads, transform_errors, notes.")
+                              "images_per_s_on_device, same_as]}}, threads, notes.")
     p.add_argument("src", metavar="FOLDER", nargs="?",
                    help="an image folder (class folders) or a flat folder of JPEGs, or one file (default: generated "
                         "photos)")

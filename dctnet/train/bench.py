@@ -52,9 +52,6 @@ layout census comes from the headers of the files used.
   and ``same_as`` where a row repeats another's figures;
 * ``threads``: ``{"threads", "images_per_s", "host_us_per_sample"}`` of dctnet's loader with that
   many threads (wall clock), or ``None``;
-* ``transform_errors``: ``name`` → ``{"draws_failed", "draws", "errors"}`` where the torchvision or
-  timm transform raised on a random draw (e.g. timm's posterize with 0 bits on Pillow >= 13) and
-  the sample was drawn again; empty when none did;
 * ``notes``: the conclusions in words (what a missing GPU costs, which pipeline needs the fewest
   cores).
 
@@ -289,6 +286,8 @@ def timm_transform(r) -> tuple[Any, list[str]] | None:
         return None
     from timm.data import create_transform
 
+    from dctnet.train.pipeline import _with_pillow12_posterize
+
     kw: dict[str, Any] = {"hflip": 0.0, "vflip": 0.0, "color_jitter": None}
     missing = []
     for spec in kept:
@@ -313,20 +312,16 @@ def timm_transform(r) -> tuple[Any, list[str]] | None:
     mean, std = input_mean_std(r.model.arch)
     tf = create_transform(input_size=r.data.image_size, is_training=True, scale=tuple(r.data.scale),
                           interpolation=r.data.interpolation, mean=mean, std=std, **kw)
+    for t in getattr(tf, "transforms", []):  # posterize with 0 bits as on Pillow < 13, as the training baseline
+        _with_pillow12_posterize(t)
     return tf, missing
 
 
 class PilFolder(torch.utils.data.Dataset):
-    """Files decoded as torchvision's ImageFolder does (Pillow, ``convert("RGB")``), then ``transform``.
-
-    A transform that raises on a drawn sample (timm's posterize with 0 bits on Pillow >= 13: "bits
-    must be between or equal to 1 and 8") is drawn again, up to 3 times; ``errors`` counts those
-    draws and keeps the first message, for the report."""
+    """Files decoded as torchvision's ImageFolder does (Pillow, ``convert("RGB")``), then ``transform``."""
 
     def __init__(self, files: list[str], transform) -> None:
         self.files, self.transform = files, transform
-        self.errors: Counter = Counter()
-        self.draws = 0
 
     def __len__(self) -> int:
         return len(self.files)
@@ -336,14 +331,7 @@ class PilFolder(torch.utils.data.Dataset):
 
         with open(self.files[i], "rb") as f:
             img = Image.open(f).convert("RGB")
-        for attempt in range(4):
-            self.draws += 1
-            try:
-                return self.transform(img), 0
-            except (ValueError, TypeError, OSError) as exc:
-                self.errors[f"{type(exc).__name__}: {exc}"] += 1
-                if attempt == 3:
-                    raise
+        return self.transform(img), 0
 
 
 def _device_step_timer(r, loader, device: torch.device, num_classes: int):
@@ -434,7 +422,7 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
         "augment": [dict(s) for s in r.augment], "augment_source": recipe or DEFAULT_DESCRIPTION,
         "input": r.model.input, "crop_size": r.data.image_size, "scale": list(r.data.scale),
         "interpolation": r.data.interpolation, "rate": rate, "rounds": rounds, "batch_size": None, "left_out": {},
-        "pipelines": {}, "threads": None, "transform_errors": {}, "notes": []}
+        "pipelines": {}, "threads": None, "notes": []}
     batch = max(1, min(batch_size, len(files)))
     if any(s["name"] in T.MIXERS for s in r.augment) and batch % 2:
         batch = max(2, batch - 1)  # timm's Mixup mixes each sample with its mirror: even batches
@@ -516,11 +504,6 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
     else:
         rows["timm"] = dict(rows["torchvision"], label="timm: the torchvision mapping (no timm policy in the list)",
                             same_as="torchvision")
-    for name, loader in (("torchvision", tv_loader), ("timm", timm_loader)):
-        errors = getattr(getattr(loader, "dataset", None), "errors", None)
-        if errors:
-            report["transform_errors"][name] = {"draws_failed": sum(errors.values()), "draws": loader.dataset.draws,
-                                                "errors": dict(errors)}
     report["notes"] = _notes(report, on_cpu)
     return report
 
@@ -548,9 +531,6 @@ def _notes(report: dict[str, Any], on_cpu: bool) -> list[str]:
                      f"{step['host_us_per_sample']:.0f} µs/sample.")
         notes.append(f"Host cores for {rate:g} img/s: dctnet {total['cores_needed']:.1f} (read + launches), "
                      f"torchvision {tv['cores_needed']:.1f}, timm {tm['cores_needed']:.1f}.")
-    for name, e in report["transform_errors"].items():
-        notes.append(f"{name}'s transform raised on {e['draws_failed']} of {e['draws']} draws and was drawn again "
-                     f"(its training loader would stop, or skip the file): {'; '.join(e['errors'])}.")
     if report["left_out"]:
         notes.append("Left out where a library has no class for it: " +
                      "; ".join(f"{k}: {', '.join(v)}" for k, v in report["left_out"].items()) + ".")
