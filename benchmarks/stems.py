@@ -102,16 +102,16 @@ def main() -> None:
                      M.count_flops(stem_rgb, torch.zeros(1, 3, 224, 224)), "—"))
         with torch.no_grad():
             ref = model(norm(rgb, M.IMAGENET_MEAN, M.IMAGENET_STD))
-        for stem in ("converted", "dct-up", "dct8"):
+        for stem in ("idct", "dct-up", "dct8"):
             dct = M.swap_stem(copy.deepcopy(model), stem=stem).eval()
             total = M.count_flops(dct, x1)
-            if stem == "converted":
+            if stem == "idct":
                 with torch.no_grad():
                     err = f"{(dct(x) - ref).abs().max().item() / ref.abs().max().item():.1e}"
             else:
                 err = "learned (trained, not converted)"
             s = M.stem_modules(dct)[0]
-            label = {"converted": "converted stem (device IDCT + colour + original conv1)",
+            label = {"idct": "idct stem (device IDCT + colour + original conv1)",
                      "dct-up": "learned DCT stem, upsampled into layer1",
                      "dct8": "learned DCT stem at 1/8, replaces conv1..layer1"}[stem]
             rows.append((f"{arch}: {label}; model {total / 1e9:.2f} GFLOPs", params(s), M.count_flops(s, x1), err))

@@ -71,11 +71,16 @@ _cache: dict[tuple[Any, ...], Tensor] = {}
 
 
 def _cached(key: tuple[Any, ...], make: Any) -> Tensor:
-    # Small constant matrices, built once per (kind, dtype, device).
+    # Small constant matrices, built once per (kind, dtype, device). device=None means the default
+    # device, which a `with torch.device(...)` block changes: it is part of the key. Meta tensors
+    # (shape-only model building) are never kept.
+    default = str(torch.get_default_device())
+    key = tuple(default if k == "None" else k for k in key)
     t = _cache.get(key)
     if t is None:
         t = make()
-        _cache[key] = t
+        if t.device.type != "meta":
+            _cache[key] = t
     return t
 
 
