@@ -101,7 +101,11 @@ def main() -> None:
     sets = [args.folder] if args.folder else args.sets.split(",")
     for name in sets:
         folder = name if args.folder else build(name, args.images)
-        ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=0)
+        ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=0, on_error="skip")
+        left_out = ds.check()  # a user's folder: the files dctnet train (and dctnet bench) would leave out
+        if left_out:
+            print(f"{name}: left out {len(left_out)} unusable files: " + "; ".join(
+                f"{os.path.relpath(p, folder)}: {why}" for p, why in left_out), flush=True)
         n = len(ds)
         tv = TorchvisionFolder(ds.samples)
         blobs = [Path(p).read_bytes() for p, _ in ds.samples]
