@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from dctnet.transforms.augment import Normalize
+from dctnet.transforms.model_input import Normalize
 
 __all__ = ["compute_stats"]
 

@@ -2,33 +2,31 @@
 
 - :mod:`dctnet.transforms.pixel` — kernels on RGB batches ``(B, 3, H, W)`` (torchvision's ops, per sample);
 - :mod:`dctnet.transforms.functional` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
-- :mod:`dctnet.transforms.augment` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
-  flips, colour, requantization, ``Compose``, ``ToRGB`` / ``ToCoefficients``;
+- :mod:`dctnet.transforms.base` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
+  ``Compose``, the per-step generator;
+- :mod:`dctnet.transforms.augment` — flips, colour, grayscale, chroma rotation, requantization,
+  frequency dropout;
+- :mod:`dctnet.transforms.model_input` — what the model takes: ``ToRGB``, ``ToCoefficients``,
+  per-(c,u,v) ``Normalize``, ``SelectFrequencies``;
 - :mod:`dctnet.transforms.auto_augment` — torchvision's and timm's policies, per sample;
 - :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and erasing (boxes: :mod:`dctnet.transforms.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
 - :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
+from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
+from dctnet.transforms.base import Compose, Transform, step_generator
 from dctnet.transforms.augment import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     ColorJitter,
-    Compose,
     FrequencyDropout,
-    Normalize,
     RandomChromaRotation,
     RandomGrayscale,
     RandomHorizontalFlip,
     RandomRequantize,
     RandomTranspose,
     RandomVerticalFlip,
-    SelectFrequencies,
-    ToCoefficients,
-    ToRGB,
-    Transform,
-    step_generator,
 )
+from dctnet.transforms.model_input import Normalize, SelectFrequencies, ToCoefficients, ToRGB
 from dctnet.transforms.auto_augment import AutoAugment, RandAugment, ThreeAugment, TimmAugment, TrivialAugmentWide
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup

@@ -30,7 +30,7 @@ magnitude conventions of each library are resolved at draw time:
 
 The pixel ops work on RGB ``(B, 3, H, W)`` in [0, 1] and clamp as torchvision does after each op.
 A coefficient image ``(B, 3, Hb, Wb, 64)`` is decoded to RGB first and encoded back afterwards
-(exact up to that clamp); inside a :class:`~dctnet.transforms.augment.Compose` the batch simply stays
+(exact up to that clamp); inside a :class:`~dctnet.transforms.base.Compose` the batch simply stays
 in pixels until an op needs coefficients.
 """
 
@@ -45,7 +45,8 @@ import torch
 from torch import Tensor
 
 from dctnet.transforms import pixel as P
-from dctnet.transforms.augment import IMAGENET_MEAN, Transform, apply_slots, image_size
+from dctnet.transforms.base import Transform, apply_slots, image_size
+from dctnet.transforms.normalization import IMAGENET_MEAN
 
 __all__ = ["AutoAugment", "RandAugment", "ThreeAugment", "TimmAugment", "TrivialAugmentWide"]
 
@@ -209,7 +210,7 @@ KERNELS: dict[str, Kernel | None] = {
 class _Policy(Transform):
     """Base of the policies: subclasses draw ``{"op": (B, S), "arg": (B, S)}`` over :attr:`ops` (names
     of :data:`KERNELS`); this class runs them slot by slot, one batched kernel per (slot, op)
-    (:func:`~dctnet.transforms.augment.apply_slots`)."""
+    (:func:`~dctnet.transforms.base.apply_slots`)."""
 
     domain = "pixel"
     ops: tuple[str, ...] = ()

@@ -53,7 +53,8 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
-from dctnet.transforms.augment import IMAGENET_MEAN, IMAGENET_STD, Transform
+from dctnet.transforms.base import Transform
+from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["RandomErasing"]

@@ -4,7 +4,7 @@ The tensor every kernel here takes is a *coefficient image* ``x (B, 3, Hb, Wb, 6
 channels Y, Cb, Cr all on the luma block grid ("4:4:4"), each block the orthonormal DCT of the
 level-shifted samples ``(s − 128)``, natural order ``k = 8v + u``. Parameters are
 tensors with one entry per sample (drawn on the host by the classes in
-:mod:`dctnet.transforms.augment`); kernels are batched torch with no Python loop over samples or
+:mod:`dctnet.transforms.base`); kernels are batched torch with no Python loop over samples or
 blocks, and are exact against the pixel-domain operation unless a docstring says otherwise
 (the identities, pixel domain → DCT domain):
 

@@ -32,7 +32,7 @@ one way (``m − 1`` keeps its own mirror), and in ``mode="pair"`` it gets a λ 
 torchvision pairs ``i`` with ``i − 1`` (``roll(1, 0)``), never itself for ``B ≥ 2``. A batch of one
 has no partner: it is left unmixed (timm's targets are still label-smoothed).
 
-Draws come from the host generator of the call (:class:`~dctnet.transforms.augment.Transform`):
+Draws come from the host generator of the call (:class:`~dctnet.transforms.base.Transform`):
 Beta(α, α) as ``G1 / (G1 + G2)`` of ``torch._standard_gamma``, the switch as ``rand < switch_prob``,
 the application coin as ``rand < prob``, integers as the references' (uniform over the same range).
 The base class's per-sample ``p`` is not used (``p=None``): timm's ``prob`` is the probability here.
@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from dctnet.transforms.augment import Transform
+from dctnet.transforms.base import Transform
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["CutMix", "MixUp", "Mixup"]

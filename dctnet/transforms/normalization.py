@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dctnet.transforms.augment import IMAGENET_MEAN, IMAGENET_STD
+#: ImageNet's channel statistics on the [0, 1] scale (torchvision's models, timm's defaults)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["DATA_CONFIG_KEYS", "IMAGENET_MEAN", "IMAGENET_STD", "MeanStd", "data_config", "input_mean_std",
            "resolve_mean_std"]

@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 from dctnet.transforms.augment import (
-    ColorJitter, Compose, FrequencyDropout, RandomChromaRotation, RandomGrayscale, RandomHorizontalFlip,
-    RandomRequantize, RandomTranspose, RandomVerticalFlip, SelectFrequencies, ToRGB, Transform,
+    ColorJitter, FrequencyDropout, RandomChromaRotation, RandomGrayscale, RandomHorizontalFlip, RandomRequantize,
+    RandomTranspose, RandomVerticalFlip,
 )
+from dctnet.transforms.base import Compose, Transform
+from dctnet.transforms.model_input import SelectFrequencies, ToRGB
 from dctnet.transforms.auto_augment import AutoAugment, RandAugment, ThreeAugment, TimmAugment, TrivialAugmentWide
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup

@@ -1,0 +1,376 @@
+"""The transform base: parameters drawn on the host, execution batched, on pixels or coefficients.
+
+A transform works on one of two representations of a batch and says which with :attr:`Transform.domain`:
+
+- **pixels** — float RGB ``(B, 3, H, W)`` on the [0, 1] scale, what the device crop step
+  (:func:`dctnet.transforms.crops_to_rgb`) gives; the ops of :mod:`dctnet.transforms.pixel`,
+  clamped after each op as torchvision does;
+- **coefficients** — a coefficient image ``(B, 3, Hb, Wb, 64)`` (see
+  :mod:`dctnet.transforms.functional`), what DCT stems take.
+
+``domain = "pixel"`` transforms (the policies, hue, …) need pixels, ``"coefficient"`` ones
+(requantization, frequency dropout, per-(c,u,v) statistics) need coefficients, and ``"any"`` ones
+(flips, grayscale, brightness/contrast/saturation, chroma rotation, mixing, erasing) have an exact
+kernel in both (each pair is tested equal, up to torchvision's per-op clamp, which the coefficient
+kernels of the colour ops leave out). Called alone, a transform given the other representation
+converts, applies and converts back. A :class:`Compose` converts only where the next transform needs
+it and stays there, so a list runs in as few representation changes as possible; it returns the
+representation it was given, unless it ends in a converter (:class:`ToRGB`, :class:`ToCoefficients`).
+
+A call has two halves — the kornia split of *what* from *how*:
+
+- :meth:`Transform.draw_params` draws the per-sample parameters on the host from a seeded CPU
+  ``torch.Generator`` (cheap, reproducible, the same numbers whatever the device or representation:
+  draws depend on the image size in pixels, never on the layout of the tensor) and returns them as a
+  ``dict`` of CPU tensors with first dimension ``B`` (a :class:`Compose`: one such dict per
+  transform, keyed ``"0"``, ``"1"``, …);
+- :meth:`Transform.apply_transform` applies them batched on ``x``'s device (they are copied there
+  with ``non_blocking=True``: no host sync, no Python loop over samples).
+
+Call forms, all of ``forward(x, labels=None, params=None, *, generator=None, return_params=False)``::
+
+    t(x)                                  -> x
+    t(x, labels)                          -> (x, labels)
+    t(x, labels, generator=g)             draws from g instead of t.generator
+    t(x, labels, return_params=True)      -> (x, labels, params)      ((x, params) without labels)
+    t(x2, labels2, params=params)         replays exactly the same augmentation (bit for bit):
+                                          the same draws on a second view, or a step again
+
+Probability ``p`` is handled once, by the base class: a transform built with ``p`` applies to each
+sample independently with probability ``p``. :meth:`Transform.draw_params` draws the coin after the
+transform's own parameters (``params["apply"]``, ``(B,)`` bool) and the result keeps the input where
+it is False; ``p = 1`` draws no coin, ``p = 0`` computes nothing. Transforms that always apply
+(``Normalize``, ``SelectFrequencies``, ``ToRGB``, ``FrequencyDropout``, ``Compose``, the policies,
+the mixers, which take their own probabilities) have ``p = None``.
+
+Labels are class indices ``(B,)`` (int) or soft targets ``(B, K)`` (float). Non-mixing transforms
+return them unchanged (the same object); the mixing transforms (:mod:`dctnet.transforms.mixing`)
+return soft ``(B, K)`` targets.
+
+Reproducibility: a :class:`Compose` draws every parameter of its transforms from one generator —
+its own (seeded by ``seed``) or the one passed per call. :func:`step_generator` (equivalently
+``compose.generator_for(epoch, step, rank)``) makes a generator that is a pure function of
+``(seed, epoch, step, rank)``: a trainer that passes it each step is bit-reproducible and resumes
+exactly, whatever happened before the step.
+
+Modules: transforms are ``nn.Module`` s, so statistics are buffers (``Normalize``'s mean/std are in
+its ``state_dict`` and follow ``.to()`` / ``.double()``) and ``Compose`` holds an ``nn.ModuleList``.
+Their output does not depend on ``train()`` / ``eval()``: use augmentation on the training batches only.
+
+Recipes build transforms by name: :mod:`dctnet.transforms.registry`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import operator
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dctnet.transforms import functional as TF
+
+__all__ = ["Compose", "Params", "Transform", "apply_slots", "coefficient_shape", "image_size", "pixel_shape",
+           "step_generator", "to_coefficients", "to_pixels"]
+
+
+#: drawn parameters: name → host tensor with first dimension B (a ``Compose``: ``"i"`` → its i-th
+#: transform's parameters)
+Params = dict[str, Any]
+
+
+def step_generator(seed: int, epoch: int, step: int, rank: int = 0) -> torch.Generator:
+    """A CPU ``torch.Generator`` that is a pure function of ``(seed, epoch, step, rank)``.
+
+    Pass it as ``generator=`` each training step (``aug(x, labels, generator=step_generator(seed,
+    epoch, step, rank))``): the augmentation of a step then depends on nothing else, so runs are
+    bit-reproducible and a resumed run repeats its draws exactly. The seed is a keyed BLAKE2b hash
+    of the four integers — the same on every platform, Python version and process (unlike
+    ``hash()``), and unrelated streams for neighbouring steps or ranks."""
+    values = []
+    for name, v in (("seed", seed), ("epoch", epoch), ("step", step), ("rank", rank)):
+        if isinstance(v, bool):
+            raise TypeError(f"step_generator: {name} must be an int, got {v!r}")
+        try:
+            values.append(operator.index(v))  # ints, numpy ints, 0-d integer tensors
+        except TypeError:
+            raise TypeError(f"step_generator: {name} must be an int, got {v!r}") from None
+    digest = hashlib.blake2b(repr(tuple(values)).encode(), digest_size=8, person=b"dctnet.augment").digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)  # 63 bits: any seed torch takes
+
+
+def image_size(shape: Sequence[int]) -> tuple[int, int]:
+    """``(H, W)`` in pixels of a batch of ``shape``: pixels ``(B, C, H, W)`` or a coefficient image
+    ``(B, C, Hb, Wb, K)`` (8 pixels a block)."""
+    if len(shape) == 4:
+        return int(shape[2]), int(shape[3])
+    if len(shape) == 5:
+        return 8 * int(shape[2]), 8 * int(shape[3])
+    raise ValueError(f"a batch is (B, C, H, W) pixels or (B, C, Hb, Wb, 64) coefficients, got shape {tuple(shape)}")
+
+
+def _representation(x: Tensor) -> str:
+    return "pixel" if x.dim() == 4 else "coefficient"
+
+
+def _full_precision(x: Tensor) -> Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def to_pixels(x: Tensor) -> Tensor:
+    """A coefficient image as RGB ``(B, 3, 8·Hb, 8·Wb)`` in [0, 1] (clamped as a decoder does);
+    pixels unchanged. Computed in float32 at least, outside autocast (bf16 would be ~2 grey levels off)."""
+    if x.dim() != 5:
+        return x
+    with torch.autocast(x.device.type, enabled=False):
+        return TF.to_rgb(_full_precision(x))
+
+
+def to_coefficients(x: Tensor) -> Tensor:
+    """RGB ``(B, 3, H, W)`` (H, W multiples of 8) as a coefficient image; coefficients unchanged."""
+    if x.dim() == 5:
+        return x
+    if x.shape[-2] % 8 or x.shape[-1] % 8:
+        raise ValueError(f"pixels go to the DCT domain in 8×8 blocks: H and W must be multiples of 8, got "
+                         f"{tuple(x.shape[-2:])}")
+    with torch.autocast(x.device.type, enabled=False):  # float32 at least, as to_pixels
+        return TF.from_rgb(_full_precision(x))
+
+
+def pixel_shape(shape: torch.Size) -> torch.Size:
+    return torch.Size((shape[0], shape[1], 8 * shape[2], 8 * shape[3])) if len(shape) == 5 else shape
+
+
+def coefficient_shape(shape: torch.Size) -> torch.Size:
+    return torch.Size((shape[0], shape[1], shape[2] // 8, shape[3] // 8, 64)) if len(shape) == 4 else shape
+
+
+def apply_slots(x: Tensor, op: Tensor, arg: Tensor, kernels: Sequence[Callable[[Tensor, Tensor], Tensor] | None]) -> Tensor:
+    """Run per-sample op lists batched: ``op (B, S)`` int64 on the host (the index into ``kernels`` each
+    sample runs in slot ``s``, −1 for none), ``arg (B, S)`` the op's argument (any device).
+
+    Slot after slot, each op present in the slot runs once, as ``kernels[k](x[rows], arg[rows, s])``
+    on the samples that drew it, written back with ``index_copy``: every sample sees its ops in its
+    own order, the number of kernel launches is at most ``S × len(kernels)`` whatever ``B``, and the
+    grouping is read off the host tensor ``op`` (no device sync)."""
+    if op.device.type != "cpu":
+        raise ValueError("apply_slots plans on the host: op must be a CPU tensor")
+    out = None  # one copy of the batch, then in-place writes (an out-of-place index_copy per group
+    #             would copy the whole batch slots × ops times)
+    arg = arg.to(x.device, non_blocking=True)
+    for s in range(op.shape[1]):
+        column = op[:, s]
+        for k in torch.unique(column).tolist():
+            kernel = kernels[k] if k >= 0 else None
+            if kernel is None:
+                continue
+            if out is None:
+                out = x.clone()
+            rows = (column == k).nonzero().squeeze(1).to(x.device, non_blocking=True)
+            out.index_copy_(0, rows, kernel(out.index_select(0, rows), arg[:, s].index_select(0, rows)).to(x.dtype))
+    return x if out is None else out
+
+
+class Transform(nn.Module):
+    """Base class: :meth:`draw` (host, per-sample parameters) + :meth:`apply_transform` (device, batched).
+
+    Subclasses implement :meth:`draw` (their own parameters, default none) and
+    :meth:`apply_transform` (the batched kernel, applied to the whole batch, in the representation
+    :attr:`domain` names); the base class adds the per-sample probability ``p``, the host → device
+    copy of the parameters, the representation changes, replay and the call forms (module
+    docstring). ``seed`` seeds :attr:`generator`, used when a call passes none (a random seed when
+    ``None``)."""
+
+    #: the representation :meth:`apply_transform` takes: "pixel", "coefficient" or "any" (both: the
+    #: kernel dispatches on ``x.dim()``)
+    domain: str = "coefficient"
+    #: converters (ToRGB, ToCoefficients) define their output representation
+    converter: bool = False
+
+    def __init__(self, seed: int | None = None, *, p: float | None = None) -> None:
+        super().__init__()
+        if p is not None:
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+                raise ValueError(f"{type(self).__name__}: p must be a probability in [0, 1], got {p!r}")
+            p = float(p)
+        self.p = p
+        # an OS seed when none is given: drawing it from torch's global RNG would shift the caller's stream
+        self.seed = int(seed) if seed is not None else secrets.randbits(62)
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def draw(self, shape: torch.Size, gen: torch.Generator) -> dict[str, Tensor]:
+        """The transform's own parameters for a batch of ``shape`` (host tensors, first dim B).
+        The key ``"apply"`` is the base class's (the coin of ``p``)."""
+        return {}
+
+    def apply_transform(self, x: Tensor, labels: Tensor | None,
+                        params: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """Apply ``params`` (already on ``x``'s device) to the whole batch: ``(x', labels')``."""
+        raise NotImplementedError
+
+    def _prepare_labels(self, labels: Tensor | None) -> Tensor | None:
+        """Labels as :meth:`apply_transform` takes them (mixing transforms: soft targets)."""
+        return labels
+
+    def _out_shape(self, shape: torch.Size) -> torch.Size:
+        """Shape of the output for an input of ``shape`` in this transform's domain (what the next
+        transform of a Compose draws for)."""
+        return shape
+
+    def _domain_shape(self, shape: torch.Size) -> torch.Size:
+        """The shape this transform works on, given an input of ``shape``."""
+        if self.domain == "pixel":
+            return pixel_shape(shape)
+        if self.domain == "coefficient":
+            return coefficient_shape(shape)
+        return shape
+
+    # ------------------------------------------------------------------ public API
+    def draw_params(self, shape: Sequence[int], generator: torch.Generator | None = None) -> Params:
+        """Parameters for a batch of ``shape`` (e.g. ``x.shape``) drawn from ``generator`` (default
+        :attr:`generator`): host tensors, to pass as ``params=`` (once or many times). Drawing here
+        and then calling with ``params=`` is the same as one call with ``generator=``."""
+        shape = self._domain_shape(torch.Size(shape))
+        gen = generator if generator is not None else self.generator
+        params = self.draw(shape, gen)
+        if self.p is not None and self.p < 1.0:  # p = 1: always applied, no coin (the stream is not consumed)
+            params["apply"] = torch.rand(shape[0], generator=gen) < self.p
+        return params
+
+    def forward(self, x: Tensor, labels: Tensor | None = None, params: Params | None = None, *,
+                generator: torch.Generator | None = None, return_params: bool = False) -> Any:
+        """Augment ``x`` — pixels ``(B, 3, H, W)`` or a coefficient image ``(B, 3, Hb, Wb, 64)`` — and
+        ``labels`` (``(B,)`` indices or ``(B, K)`` soft).
+
+        ``params=None`` draws fresh parameters from ``generator`` (default :attr:`generator`);
+        a ``params`` dict that a previous call returned (``return_params=True``) or
+        :meth:`draw_params` made replays that augmentation exactly, drawing nothing. Returns
+        ``x`` (in the representation it came in, unless this is a converter), or ``(x, labels)`` when
+        labels are given, plus ``params`` last when ``return_params``."""
+        _check_input(self, x)
+        gen = generator if generator is not None else self.generator
+        out, out_labels, params = self._run(x, labels, params, gen, keep_domain=False)
+        result = (out,) if labels is None else (out, out_labels)
+        if return_params:
+            result += (params,)
+        return result[0] if len(result) == 1 else result
+
+    def generator_for(self, epoch: int, step: int, rank: int = 0) -> torch.Generator:
+        """:func:`step_generator` of this transform's ``seed`` and ``(epoch, step, rank)``."""
+        return step_generator(self.seed, epoch, step, rank)
+
+    # ------------------------------------------------------------------ machinery
+    def _run(self, x: Tensor, labels: Tensor | None, params: Params | None, gen: torch.Generator, *,
+             keep_domain: bool) -> tuple[Tensor, Tensor | None, Params]:
+        """Convert ``x`` to :attr:`domain` if needed, run, and (unless ``keep_domain``, as inside a
+        Compose) convert back."""
+        given = _representation(x)
+        if self.domain == "pixel" and given == "coefficient":
+            x = to_pixels(x)
+        elif self.domain == "coefficient" and given == "pixel":
+            x = to_coefficients(x)
+        out, labels, params = self._run_native(x, labels, params, gen)
+        if not keep_domain and not self.converter and _representation(out) != given:
+            out = to_pixels(out) if given == "pixel" else to_coefficients(out)
+        return out, labels, params
+
+    def _run_native(self, x: Tensor, labels: Tensor | None, params: Params | None,
+                    gen: torch.Generator) -> tuple[Tensor, Tensor | None, Params]:
+        if params is None:
+            params = self.draw_params(x.shape, gen)
+        labels = self._prepare_labels(labels)
+        if self.p == 0.0:  # the coin is False everywhere: nothing to compute
+            return x, labels, params
+        dev = {k: v.to(x.device, non_blocking=True) for k, v in params.items()}
+        out, out_labels = self.apply_transform(x, labels, dev)
+        mask = dev.get("apply")
+        if mask is not None:  # keep the input where the sample's coin said no
+            out = torch.where(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
+            if out_labels is not None and out_labels is not labels:
+                out_labels = torch.where(mask.reshape(-1, *([1] * (labels.dim() - 1))), out_labels, labels)
+        return out, out_labels, params
+
+    def extra_repr(self) -> str:
+        parts = []
+        for name in inspect.signature(type(self).__init__).parameters:
+            if name in ("self", "seed") or not hasattr(self, name):
+                continue
+            v = getattr(self, name)
+            if isinstance(v, nn.Module):
+                continue  # shown as a child
+            if isinstance(v, Tensor):
+                v = v.tolist() if v.dim() == 1 and v.numel() <= 64 else f"<{tuple(v.shape)} {v.dtype}>"
+                parts.append(f"{name}={v}")
+            else:
+                parts.append(f"{name}={v!r}")
+        return ", ".join(parts)
+
+
+def _check_input(t: Transform, x: object) -> None:
+    """A clear TypeError for what loaders hand out before the device crop (a ``JpegBatch`` and its
+    packed/sparse forms) or anything else that is not a pixel or coefficient batch."""
+    if isinstance(x, Tensor):
+        if x.dim() not in (4, 5):
+            raise ValueError(f"{type(t).__name__} takes pixels (B, 3, H, W) or a coefficient image (B, 3, Hb, Wb, 64), "
+                             f"got shape {tuple(x.shape)}")
+        return
+    name = type(x).__name__
+    if name in ("JpegBatch", "PackedJpegBatch", "SparseJpegBatch"):
+        raise TypeError(f"{type(t).__name__} takes pixels (B, 3, H, W) or a coefficient image (B, 3, Hb, Wb, 64), got a "
+                        f"{name} (the loader's undecoded crops): call dctnet.transforms.crops_to_rgb(batch, size) first "
+                        "(or crops_to_coefficients(batch, size))")
+    raise TypeError(f"{type(t).__name__} takes pixels (B, 3, H, W) or a coefficient image (B, 3, Hb, Wb, 64), got {name}")
+
+
+class Compose(Transform):
+    """Apply ``transforms`` in order, every draw from one generator: :attr:`generator` (seeded by
+    ``seed``) or the ``generator=`` of the call (e.g. :meth:`generator_for` ``(epoch, step, rank)``);
+    the transforms' own generators are not used. Parameters are ``{"0": params of transforms[0],
+    "1": …}``; they are drawn transform by transform as the batch goes through, in the same order as
+    :meth:`draw_params`.
+
+    The batch changes representation only where the next transform needs the other one, and stays
+    there; the result is in the representation the Compose was given, unless its last transform is
+    a converter (:class:`ToRGB`, :class:`ToCoefficients`)."""
+
+    domain = "any"
+
+    def __init__(self, transforms: Sequence[Transform], seed: int | None = None) -> None:
+        super().__init__(seed)
+        transforms = list(transforms)
+        for t in transforms:
+            if not isinstance(t, Transform):
+                raise TypeError(f"Compose takes dctnet transforms (dctnet.transforms.Transform), got {type(t).__name__}")
+        self.transforms = nn.ModuleList(transforms)
+
+    @property
+    def converter(self) -> bool:  # type: ignore[override]
+        return bool(len(self.transforms)) and self.transforms[-1].converter
+
+    def draw_params(self, shape: Sequence[int], generator: torch.Generator | None = None) -> Params:
+        shape = torch.Size(shape)
+        gen = generator if generator is not None else self.generator
+        params = {}
+        for i, t in enumerate(self.transforms):
+            params[str(i)] = t.draw_params(shape, gen)
+            shape = t._out_shape(t._domain_shape(shape))
+        return params
+
+    def _out_shape(self, shape):
+        for t in self.transforms:
+            shape = t._out_shape(t._domain_shape(shape))
+        return shape
+
+    def _run_native(self, x, labels, params, gen):
+        if params is not None and sorted(params) != sorted(str(i) for i in range(len(self.transforms))):
+            raise ValueError(f"params have keys {sorted(params)}, this Compose has {len(self.transforms)} transforms")
+        drawn = {}
+        for i, t in enumerate(self.transforms):
+            x, labels, drawn[str(i)] = t._run(x, labels, None if params is None else params[str(i)], gen,
+                                              keep_domain=True)
+        return x, labels, drawn
