@@ -24,9 +24,9 @@ apart cancels).
 
     python benchmarks/loader.py [--images 1024] [--batch 64] [--sets stored,4:4:4,...] [--folder DIR]
 
-The floor and the loader measurement (``floor_us``, ``measure``) are ``dctnet.train.bench``'s, the
-functions ``dctnet bench`` reports with: on the same files (``--folder``) the two agree within
-run-to-run noise (``dctnet bench --threads 2``'s threaded row is this script's ThreadLoader row).
+The floor and the loader measurement (``dctnet.train.bench.floor_us``,
+``dctnet.train.accounting.measure``) are the functions ``dctnet bench`` reports with: on the same
+files (``--folder``) the two agree within run-to-run noise (``dctnet bench --threads 2``'s threaded row is this script's ThreadLoader row).
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ import dctnet  # noqa: E402
 from dctnet import data as D  # noqa: E402
 from dctnet import transforms as T  # noqa: E402
 # the measurements `dctnet bench` reports, so the two agree on the same files
-from dctnet.train.bench import census, floor_us, layout_facts, measure  # noqa: E402
+from dctnet.train.accounting import measure  # noqa: E402
+from dctnet.train.bench import floor_us  # noqa: E402
+from dctnet.train.bench_files import census, layout_facts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 128

@@ -64,7 +64,8 @@ def conversion_check(out: Path) -> dict:
     from dctnet import transforms as T
     from dctnet.models import build_model, input_mean_std, load_state_dict, swap_stem
     from dctnet.train import load_recipe
-    from dctnet.train.pipeline import _torchvision_loaders, data_root, eval_config
+    from dctnet.train.baseline import torchvision_loaders
+    from dctnet.train.inputs import data_root, eval_config
 
     run = out / "vit_s16_rgb_cpu"
     recipe = load_recipe(run / "recipe.yaml", ["data.limit_val=0"])  # all of val
@@ -83,7 +84,7 @@ def conversion_check(out: Path) -> dict:
     dct_model.eval()
     root = data_root(recipe)
     # the RGB original through its own (torchvision) evaluation pipeline
-    _, val_tv, _ = _torchvision_loaders(recipe, root, 0, 1)
+    _, val_tv, _ = torchvision_loaders(recipe, root, 0, 1)
     paths = [p for p, _ in val_tv.loader.dataset.samples]
     rgb_pred, labels = {}, {}
     pos = 0

@@ -178,11 +178,11 @@ def test_accept_trains_on_the_fill_in_in_both_arms(folder, tmp_path):
         pipe = build_pipeline(r, torch.device("cpu"))
         assert {p.rsplit("/", 1)[-1] for _, p, _ in pipe.excluded} == {"png.jpg", "empty.jpg"}
         assert {"truncated.jpg", "corrupt.jpg"} <= _train_files(pipe)
-    from dctnet.train.pipeline import _PilLoader
-    img = _PilLoader(accept_truncated=True)(str(folder / "train" / "a" / "truncated.jpg"))
+    from dctnet.train.baseline import PilLoader
+    img = PilLoader(accept_truncated=True)(str(folder / "train" / "a" / "truncated.jpg"))
     assert img.size == (48, 48)
     with pytest.raises(OSError, match="truncated"):
-        _PilLoader(accept_truncated=False)(str(folder / "train" / "a" / "truncated.jpg"))
+        PilLoader(accept_truncated=False)(str(folder / "train" / "a" / "truncated.jpg"))
 
 
 def test_verify_strict_fails_and_names_each_kind(folder, tmp_path, capsys):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dctnet.train import bench
+from dctnet.train import bench, bench_files
 
 PIPELINES = ("libjpeg_floor", "dctnet_host", "dctnet_device_step", "dctnet_total_host", "torchvision", "timm")
 BAD = {"png.jpg": "PNG", "empty.jpg": "empty", "truncated.jpg": None}
@@ -63,15 +63,15 @@ def check_census(c: dict) -> None:
 
 
 def test_bad_files_are_skipped_with_reasons_and_the_census_counts_layouts(mixed):
-    found, n = bench.sample_files(mixed, 100)
+    found, n = bench_files.sample_files(mixed, 100)
     assert n == 9 and len(found) == 9  # JPEG names only (notes.txt is not one)
-    usable, facts, skipped, _ = bench.check_files(found)
+    usable, facts, skipped, _ = bench_files.check_files(found)
     assert len(usable) == 6
     reasons = {s["file"].rsplit("/", 1)[-1]: s["reason"] for s in skipped}
     assert set(reasons) == set(BAD)
     for name, why in BAD.items():
         assert why is None or why in reasons[name], reasons[name]
-    check_census(bench.census([facts[f] for f in usable]))
+    check_census(bench_files.census([facts[f] for f in usable]))
 
 
 def test_limit_samples_evenly_over_the_classes(tmp_path):
@@ -79,7 +79,7 @@ def test_limit_samples_evenly_over_the_classes(tmp_path):
         (tmp_path / c).mkdir()
         for i in range(4):
             (tmp_path / c / f"{i}.jpg").write_bytes(b"")
-    files, n = bench.sample_files(tmp_path, 3)
+    files, n = bench_files.sample_files(tmp_path, 3)
     assert n == 12 and [f.split("/")[-2] for f in files] == ["a", "b", "c"]
 
 
@@ -157,8 +157,8 @@ def test_no_usable_file_is_an_error_not_a_traceback(tmp_path, capsys):
 def test_the_timm_row_posterizes_0_bits_as_the_training_baseline():
     """timm's -inc1 posterize draws 0 bits now and then, which Pillow >= 13 refuses; the timm row
     runs the same fix as the training baseline (black, as on Pillow < 13), so no draw raises."""
-    from dctnet.train.pipeline import _pillow12_posterize
+    from dctnet.train.baseline import pillow12_posterize
 
     tf, _ = bench.timm_transform(bench.bench_recipe(None))  # the default list: DeiT's, rand-m9-mstd0.5-inc1
     aa = [t for t in tf.transforms if hasattr(t, "ops")]
-    assert aa and all(o.aug_fn is _pillow12_posterize for t in aa for o in t.ops if "Posterize" in o.name)
+    assert aa and all(o.aug_fn is pillow12_posterize for t in aa for o in t.ops if "Posterize" in o.name)

@@ -15,7 +15,8 @@ from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train import RecipeError, Trainer, load_recipe
-from dctnet.train.pipeline import _baseline_op, build_pipeline
+from dctnet.train.baseline import baseline_op
+from dctnet.train.pipeline import build_pipeline
 
 from conftest import ROOT, write_recipe
 
@@ -160,7 +161,7 @@ def test_the_rgb_arm_maps_each_entry_one_to_one(tmp_path, data):
          lambda o: o.p == 0.5 and type(o.transforms[0]) is v2.JPEG and tuple(o.transforms[0].quality) == (40, 90)),
     ]
     for spec, cls, check in cases:
-        op = _baseline_op(spec, r, 3)
+        op = baseline_op(spec, r, 3)
         assert type(op) is cls and check(op), spec
 
 
@@ -242,17 +243,17 @@ def test_the_rgb_arm_posterizes_0_bits_to_black_as_dctnet_does(tmp_path, data):
     from PIL import Image
     from timm.data import auto_augment as timm_aa
 
-    from dctnet.train.pipeline import _jpeg_image_folder
+    from dctnet.train.baseline import jpeg_image_folder
 
     r = load_recipe(write_recipe(tmp_path, data, model__input="rgb"))
-    op = _baseline_op({"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"}, r, 6)
+    op = baseline_op({"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"}, r, 6)
     posterize = next(o for o in op.ops if o.name == "PosterizeIncreasing")
     img = Image.fromarray(np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8))
     with pytest.raises(ValueError):  # timm's own op on this Pillow: the failure the baseline avoids
         timm_aa.posterize(img, 0)
     black = posterize.aug_fn(img, 0)
     assert not np.asarray(black).any()
-    from dctnet.transforms.auto_augment import KERNELS
+    from dctnet.transforms.policy_base import KERNELS
 
     ours = KERNELS["PilPosterize"](torch.from_numpy(np.asarray(img)).permute(2, 0, 1)[None] / 255.0, torch.zeros(1), None)
     assert not ours.any()
@@ -262,6 +263,6 @@ def test_the_rgb_arm_posterizes_0_bits_to_black_as_dctnet_does(tmp_path, data):
     def broken(_):
         raise ValueError("a transform's own error")
 
-    ds = _jpeg_image_folder(os.path.join(data, "train"), broken, "skip")
+    ds = jpeg_image_folder(os.path.join(data, "train"), broken, "skip")
     with pytest.raises(ValueError, match="transform's own error"):
         ds[0]

@@ -373,7 +373,7 @@ def test_data_wait_counts_only_the_host_loader():
     each host batch costs 1 tick, each consumer step 10)."""
     from types import SimpleNamespace
 
-    from dctnet.train.pipeline import _TimedLoader
+    from dctnet.train.accounting import TimedLoader
 
     now = [0.0]
 
@@ -387,7 +387,7 @@ def test_data_wait_counts_only_the_host_loader():
                 yield i
 
     owner = SimpleNamespace(wait_seconds=0.0)
-    timed = _TimedLoader(Host(), owner, clock=lambda: now[0])
+    timed = TimedLoader(Host(), owner, clock=lambda: now[0])
     assert len(timed) == 3
     for _ in timed:
         now[0] += 10.0

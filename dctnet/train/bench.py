@@ -55,25 +55,33 @@ layout census comes from the headers of the files used.
 * ``notes``: the conclusions in words (what a missing GPU costs, which pipeline needs the fewest
   cores).
 
-``measure`` and ``floor_us`` are also what ``benchmarks/loader.py`` times with, so the two agree.
+``floor_us`` and :func:`dctnet.train.accounting.measure` are also what ``benchmarks/loader.py`` times
+with, so the two agree; the files and the census come from :mod:`dctnet.train.bench_files`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import statistics
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
+import dctnet
+from dctnet import _jpeg
+from dctnet import data as D
+from dctnet import transforms as T
+from dctnet.train.accounting import measure
+from dctnet.train.baseline import baseline_op, spec_args, train_transform, with_pillow12_posterize
+from dctnet.train.bench_files import census, check_files, sample_files
+from dctnet.train.pipeline import Pipeline
+from dctnet.train.recipe import load_recipe
+from dctnet.transforms.normalization import input_mean_std
 
-__all__ = ["DEFAULT_AUGMENT", "census", "check_files", "floor_us", "layout_facts", "measure", "run_bench",
-           "sample_files"]
+__all__ = ["DEFAULT_AUGMENT", "bench_recipe", "floor_us", "run_bench", "timm_transform", "torchvision_transform"]
 
 #: the augmentation timed without a recipe: the per-sample part of DeiT's ImageNet recipe (timm's
 #: defaults for ViTs), at 224 with bicubic crops; its Mixup is a batch op on the device
@@ -85,139 +93,11 @@ DEFAULT_AUGMENT: tuple[dict[str, Any], ...] = (
 DEFAULT_DESCRIPTION = ("default: the per-sample part of DeiT's list (RandomHorizontalFlip 0.5, TimmAugment "
                        "rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel), RandomResizedCrop (0.08, 1) bicubic")
 
-PROCESSES = ("baseline", "extended", "progressive", "extended-arithmetic", "progressive-arithmetic")
-COLOR_SPACES = ("YCbCr", "RGB", "gray", "CMYK", "YCCK", "unknown")
-SAMPLINGS = ("4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1", "other")
 
-
-# ---------------------------------------------------------------------- measurement (shared with benchmarks/loader.py)
-def cpu_seconds() -> float:
-    """This process only: worker processes are read from /proc (RUSAGE_CHILDREN would also book
-    the CPU of an earlier configuration's workers, reaped while a later one is measured)."""
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    return s.ru_utime + s.ru_stime
-
-
-def process_cpu(pid: int) -> float:
-    """utime + stime of a live process, seconds (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def worker_pids(loader) -> list[int]:
-    it = getattr(loader, "_iterator", None)
-    return [w.pid for w in getattr(it, "_workers", [])] if it is not None else []
-
-
-def _batch_len(batch) -> int:
-    return len(batch) if not isinstance(batch, (list, tuple)) else len(batch[0])
-
-
-def measure(loader, n_images: int | None = None, *, warmup: bool = True) -> tuple[float, float]:
-    """``(images/s, CPU µs per image)`` for one epoch of ``loader``, after a warm-up epoch (worker
-    start-up, imports and first-touch page faults are not per-sample costs). CPU time = this
-    process + the persistent worker processes, read from /proc around the measured epoch.
-    ``n_images``: the count the epoch must yield (checked), or ``None``."""
-    if warmup:
-        for _ in loader:  # warm-up epoch; starts persistent workers
-            pass
-    pids = worker_pids(loader)
-    cpu0 = cpu_seconds() + sum(process_cpu(p) for p in pids)
-    t0 = time.perf_counter()
-    count = 0
-    for batch in loader:
-        count += _batch_len(batch)
-    wall = time.perf_counter() - t0
-    cpu = cpu_seconds() + sum(process_cpu(p) for p in pids) - cpu0
-    if n_images is not None and count != n_images:
-        raise RuntimeError(f"the loader yielded {count} images, expected {n_images}")
-    return count / wall, cpu / max(count, 1) * 1e6
-
-
+# ---------------------------------------------------------------------- the libjpeg floor (shared with benchmarks/loader.py)
 def floor_us(blobs: list[bytes]) -> float:
     """One pass of the raw libjpeg coefficient read over the files, mean µs per image (one core)."""
-    from dctnet import _jpeg
-
     return sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3
-
-
-# ---------------------------------------------------------------------- files, bad files, census
-def sample_files(src: str | os.PathLike, limit: int) -> tuple[list[str], int]:
-    """``(files, found)``: up to ``limit`` JPEG-named files under ``src`` (a file, a flat folder
-    or a folder of class folders, searched recursively), spread evenly over the sorted list so
-    every class is represented; ``found`` counts them all."""
-    from dctnet.data.dataset import IMG_EXTENSIONS
-
-    root = Path(src)
-    if root.is_file():
-        return [str(root)], 1
-    files = sorted(str(p) for p in root.rglob("*") if p.name.lower().endswith(IMG_EXTENSIONS) and p.is_file())
-    n = len(files)
-    if n <= limit:
-        return files, n
-    return [files[int(i * n / limit)] for i in range(limit)], n
-
-
-def layout_facts(h) -> dict[str, Any]:
-    """What :func:`census` counts of one header (a :class:`dctnet.codec.JpegHeader`)."""
-    sub = h.subsampling
-    return {"process": h.process, "color_space": h.color_space, "components": h.num_components,
-            "sampling": sub if sub in SAMPLINGS else "other", "factors": sub, "pixels": h.width * h.height}
-
-
-def check_files(files: list[str], threads: int = 1) -> tuple[list[str], dict[str, dict], list[dict], list[dict]]:
-    """Decide once which files every pipeline reads, by the rule ``dctnet train`` uses
-    (:func:`dctnet.data.check_files`: a full decode under the readers' default policy, so a file
-    that lost data is refused), then Pillow's decode as a guard (what the torchvision and timm
-    pipelines open). Returns ``(usable, facts, skipped, warned)``: the usable paths, their header
-    facts (:func:`layout_facts`), ``{"file", "reason", "by"}`` of each skipped file (``by``:
-    ``"dctnet"`` or ``"pillow"``), ``{"file", "warnings"}`` of files read with warnings that lost
-    nothing. Reads 8 files at a time (12-Mpixel photos: ~300 MB of planes)."""
-    from PIL import Image
-
-    from dctnet.codec import read_header
-    from dctnet.data import check_files as checked
-
-    found = checked(files, threads=threads, chunk=8)
-    skipped = [{"file": f, "reason": why, "by": "dctnet"} for f, why in found.unusable.items()]
-    warned = [{"file": f, "warnings": list(w)} for f, w in found.warned.items()]
-    usable, facts = [], {}
-    for path in files:
-        if path in found.unusable:
-            continue
-        try:
-            facts[path] = layout_facts(read_header(path))
-        except (ValueError, OSError) as exc:  # changed since the check
-            skipped.append({"file": path, "reason": str(getattr(exc, "reason", exc)), "by": "dctnet"})
-            continue
-        try:
-            with Image.open(path) as im:
-                im.convert("RGB")
-        except Exception as exc:  # noqa: BLE001 — whatever Pillow raises for bad data, the file is skipped
-            skipped.append({"file": path, "reason": f"Pillow cannot decode it ({type(exc).__name__}: {exc})",
-                            "by": "pillow"})
-            del facts[path]
-            continue
-        usable.append(path)
-    return usable, facts, skipped, warned
-
-
-def census(facts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Layout counts from header facts (:func:`check_files`): coding process, colour space,
-    chroma sampling (files with more than one component) and the combined layout."""
-    process = Counter(f["process"] for f in facts)
-    color = Counter(f["color_space"] for f in facts)
-    sampling = Counter(f["sampling"] for f in facts if f["components"] > 1)
-    layouts = Counter(f"{f['color_space']} {f['factors'] if f['components'] > 1 else ''} {f['process']}".replace("  ", " ")
-                      for f in facts)
-    return {"files": len(facts),
-            "process": {k: process.get(k, 0) for k in PROCESSES} | {k: v for k, v in process.items() if k not in PROCESSES},
-            "color_space": {k: color.get(k, 0) for k in COLOR_SPACES} | {k: v for k, v in color.items()
-                                                                        if k not in COLOR_SPACES},
-            "sampling": {k: sampling.get(k, 0) for k in SAMPLINGS},
-            "layouts": dict(layouts.most_common()),
-            "megapixels_mean": round(sum(f["pixels"] for f in facts) / max(1, len(facts)) / 1e6, 3)}
 
 
 # ---------------------------------------------------------------------- the pipelines
@@ -225,8 +105,6 @@ def bench_recipe(recipe: str | None, size: int | None = None):
     """The recipe timed: ``recipe`` with ``data.image_size = size`` when given, or the default
     augmentation at 224 (:data:`DEFAULT_AUGMENT`). dctnet's arm runs ``device-rgb`` for a recipe
     whose input is ``rgb`` (the torchvision arm is the same recipe's baseline)."""
-    from dctnet.train.recipe import load_recipe
-
     over: dict[str, Any] = {}
     if recipe is None:
         over = {"augment": [dict(s) for s in DEFAULT_AUGMENT], "model": {"input": "device-rgb"},
@@ -242,15 +120,12 @@ def bench_recipe(recipe: str | None, size: int | None = None):
 def _mappable(r) -> tuple[list[dict], list[str]]:
     """The augment entries torchvision/timm have a class for (per-sample ones), and the names of
     those left out (dctnet-only transforms)."""
-    from dctnet import transforms as T
-    from dctnet.train.pipeline import _baseline_op
-
     kept, left = [], []
     for spec in r.augment:
         if spec["name"] in T.MIXERS:
             continue
         try:
-            _baseline_op(spec, r, 0)
+            baseline_op(spec, r, 0)
         except ValueError:
             left.append(spec["name"])
             continue
@@ -260,38 +135,25 @@ def _mappable(r) -> tuple[list[dict], list[str]]:
 
 def torchvision_transform(r):
     """The rgb arm's training transform for recipe ``r`` (crop and the recipe's list on the PIL
-    image, then tensor, normalise, erase), built with the pipeline's own one-to-one mapping."""
-    from torchvision.transforms import v2
-
-    from dctnet.train.pipeline import _baseline_augment
-    from dctnet.transforms.normalization import input_mean_std
-
+    image, then tensor, normalise, erase), built with the baseline's own one-to-one mapping
+    (:func:`dctnet.train.baseline.train_transform`) of the entries torchvision and timm have."""
     kept, _ = _mappable(r)
-    before, after = _baseline_augment(dataclasses.replace(r, augment=kept))
-    crop = v2.RandomResizedCrop(r.data.image_size, scale=tuple(r.data.scale),
-                                interpolation=v2.InterpolationMode(r.data.interpolation), antialias=True)
-    norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(*input_mean_std(r.model.arch))]
-    return v2.Compose([crop, *before, *norm, *after])
+    return train_transform(dataclasses.replace(r, augment=kept))
 
 
 def timm_transform(r) -> tuple[Any, list[str]] | None:
     """timm's ``create_transform(is_training=True, ...)`` for the recipe's list, and the entries
     it cannot express; ``None`` when the list has no timm policy (timm's transform is then the
     torchvision mapping)."""
-    from dctnet.train.pipeline import _spec_args
-    from dctnet.transforms.normalization import input_mean_std
-
     kept, _ = _mappable(r)
     if not any(s["name"] in ("TimmAugment", "ThreeAugment") for s in kept):
         return None
-    from timm.data import create_transform
-
-    from dctnet.train.pipeline import _with_pillow12_posterize
+    from timm.data import create_transform  # slow to import: only this row needs it
 
     kw: dict[str, Any] = {"hflip": 0.0, "vflip": 0.0, "color_jitter": None}
     missing = []
     for spec in kept:
-        name, a = spec["name"], _spec_args(spec)
+        name, a = spec["name"], spec_args(spec)
         if name == "RandomHorizontalFlip":
             kw["hflip"] = a["p"]
         elif name == "RandomVerticalFlip":
@@ -313,7 +175,7 @@ def timm_transform(r) -> tuple[Any, list[str]] | None:
     tf = create_transform(input_size=r.data.image_size, is_training=True, scale=tuple(r.data.scale),
                           interpolation=r.data.interpolation, mean=mean, std=std, **kw)
     for t in getattr(tf, "transforms", []):  # posterize with 0 bits as on Pillow < 13, as the training baseline
-        _with_pillow12_posterize(t)
+        with_pillow12_posterize(t)
     return tf, missing
 
 
@@ -327,7 +189,7 @@ class PilFolder(torch.utils.data.Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int):
-        from PIL import Image
+        from PIL import Image  # optional dependency (the test extras), as for the torchvision arm
 
         with open(self.files[i], "rb") as f:
             img = Image.open(f).convert("RGB")
@@ -342,9 +204,6 @@ def _device_step_timer(r, loader, device: torch.device, num_classes: int):
     step; the loader thread preparing the next batch is not counted), and on CUDA the wall time
     between synchronisations, the CPU taken before the second one (the launches). Batches are not
     kept, so memory stays that of a training loop whatever the photos' size."""
-    from dctnet.train.pipeline import Pipeline
-    from dctnet.transforms import step_generator
-
     pipe = Pipeline(r, device, 0, 1, None, None, num_classes, [str(i) for i in range(num_classes)])
     cuda = device.type == "cuda"
 
@@ -356,7 +215,7 @@ def _device_step_timer(r, loader, device: torch.device, num_classes: int):
             if cuda:
                 torch.cuda.synchronize(device)
             cpu0, t0 = time.thread_time(), time.perf_counter()
-            pipe.device_step(batch, pipe.augment, step_generator(r.train.seed, 0, step, 0))
+            pipe.device_step(batch, pipe.augment, T.step_generator(r.train.seed, 0, step, 0))
             cpu += time.thread_time() - cpu0  # before the sync: on CUDA, the CPU the launches took
             if cuda:
                 torch.cuda.synchronize(device)
@@ -380,49 +239,23 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
     keys). ``threads`` > 1 also times dctnet's loader with that many threads (wall clock).
     ``progress``: an optional callable taking a line of text. Raises ``FileNotFoundError`` when
     ``src`` holds no JPEG-named file, ``ValueError`` when none of them is usable."""
-    import dctnet
-    from dctnet import data as D
-    from dctnet import transforms as T
-
     say = progress or (lambda text: None)
     found_files, found = sample_files(src, limit)
     if not found_files:
         raise FileNotFoundError(f"no JPEG files (.jpg, .jpeg, .jpe, .jfif) under {src}")
     r = bench_recipe(recipe, size)
-    try:
-        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except RuntimeError as exc:
-        raise ValueError(f"device {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: no CUDA device here (leave --device out to use the CPU)")
+    dev = _bench_device(device)
     say(f"checking {len(found_files)} files")
     files, facts, skipped, warned = check_files(found_files, threads=max(1, threads))
     root = Path(src) if Path(src).is_dir() else Path(src).parent
-
-    def rel(p: str) -> str:
-        try:
-            return str(Path(p).relative_to(root))
-        except ValueError:
-            return p
-
     for item in skipped + warned:
-        item["file"] = rel(item["file"])
+        item["file"] = _relative(item["file"], root)
     if not files:
         raise ValueError(f"none of the {len(found_files)} files under {src} is usable "
                          f"({len(skipped)} skipped; first: {skipped[0]['file']}: {skipped[0]['reason']})")
-    import timm
-    import torchvision
-
-    report: dict[str, Any] = {
-        "version": {"dctnet": dctnet.__version__, "libjpeg": dctnet.libjpeg_version(), "torch": torch.__version__,
-                    "torchvision": torchvision.__version__, "timm": timm.__version__},
-        "cpus": os.cpu_count(), "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
-        "source": str(src), "files_found": found, "files_sampled": len(found_files), "files_used": len(files),
-        "skipped": skipped, "warnings": warned, "census": census([facts[f] for f in files]),
-        "augment": [dict(s) for s in r.augment], "augment_source": recipe or DEFAULT_DESCRIPTION,
-        "input": r.model.input, "crop_size": r.data.image_size, "scale": list(r.data.scale),
-        "interpolation": r.data.interpolation, "rate": rate, "rounds": rounds, "batch_size": None, "left_out": {},
-        "pipelines": {}, "threads": None, "notes": []}
+    report = _report_head(src, recipe, r, dev, rate, rounds, {
+        "files_found": found, "files_sampled": len(found_files), "files_used": len(files), "skipped": skipped,
+        "warnings": warned, "census": census([facts[f] for f in files])})
     batch = max(1, min(batch_size, len(files)))
     if any(s["name"] in T.MIXERS for s in r.augment) and batch % 2:
         batch = max(2, batch - 1)  # timm's Mixup mixes each sample with its mirror: even batches
@@ -433,7 +266,54 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
     timm_tf = timm_transform(r)
     if timm_tf is not None and timm_tf[1]:
         report["left_out"]["timm"] = timm_tf[1]
+    times, report["threads"] = _time_pipelines(r, files, root, batch, dev, rounds, threads,
+                                               None if timm_tf is None else timm_tf[0], say)
+    report["pipelines"].update(_rows(times, r, dev, rate, timm_tf is not None))
+    report["notes"] = _notes(report, dev.type != "cuda")
+    return report
 
+
+def _bench_device(device: str | None) -> torch.device:
+    """``device``, or CUDA where there is one, else the CPU; ``ValueError`` for one that is not here."""
+    try:
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r}: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA device here (leave --device out to use the CPU)")
+    return dev
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return path
+
+
+def _report_head(src, recipe: str | None, r, dev: torch.device, rate: float, rounds: int,
+                 files: dict[str, Any]) -> dict[str, Any]:
+    """The report's keys in order, with what is known before anything is timed (``files``: the
+    keys from ``files_found`` to ``census``)."""
+    import timm  # slow to import: only the report's versions need it here
+    import torchvision  # optional dependency (the test extras), as for the torchvision arm
+
+    return {
+        "version": {"dctnet": dctnet.__version__, "libjpeg": dctnet.libjpeg_version(), "torch": torch.__version__,
+                    "torchvision": torchvision.__version__, "timm": timm.__version__},
+        "cpus": os.cpu_count(), "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
+        "source": str(src), **files,
+        "augment": [dict(s) for s in r.augment], "augment_source": recipe or DEFAULT_DESCRIPTION,
+        "input": r.model.input, "crop_size": r.data.image_size, "scale": list(r.data.scale),
+        "interpolation": r.data.interpolation, "rate": rate, "rounds": rounds, "batch_size": None, "left_out": {},
+        "pipelines": {}, "threads": None, "notes": []}
+
+
+def _time_pipelines(r, files: list[str], root: Path, batch: int, dev: torch.device, rounds: int, threads: int,
+                    timm_tf, say) -> tuple[dict[str, list], dict[str, Any] | None]:
+    """Per-image times of every pipeline over ``rounds`` interleaved rounds after a warm-up pass,
+    torch on one thread (per-core figures); and dctnet's loader with ``threads`` threads (wall
+    clock) when ``threads`` > 1, else ``None``."""
     threads_before = torch.get_num_threads()
     torch.set_num_threads(1)  # per-core figures
     try:
@@ -445,7 +325,7 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
         tv_loader = torch.utils.data.DataLoader(PilFolder(files, torchvision_transform(r)), batch_size=batch,
                                                 num_workers=0)
         timm_loader = None if timm_tf is None else torch.utils.data.DataLoader(
-            PilFolder(files, timm_tf[0]), batch_size=batch, num_workers=0)
+            PilFolder(files, timm_tf), batch_size=batch, num_workers=0)
         # the device step's input: the host side's batches (full ones only under a mixer: even sizes)
         drop = any(s["name"] in T.MIXERS for s in r.augment) and len(files) >= batch
         step_loader = D.ThreadLoader(ds, batch, threads=1, pin_memory=pin, drop_last=drop)
@@ -467,24 +347,28 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
             times["torchvision"].append(measure(tv_loader, None, warmup=False)[1])
             if timm_loader is not None:
                 times["timm"].append(measure(timm_loader, None, warmup=False)[1])
+        multi = None
         if threads > 1:
             say(f"dctnet loader, {threads} threads")
             many = D.ThreadLoader(ds, batch, threads=threads, pin_memory=pin)
             runs = [measure(many, None, warmup=(i == 0)) for i in range(rounds)]
-            report["threads"] = {"threads": threads, "images_per_s": round(statistics.median(x[0] for x in runs), 1),
-                                 "host_us_per_sample": round(statistics.median(x[1] for x in runs), 1)}
+            multi = {"threads": threads, "images_per_s": round(statistics.median(x[0] for x in runs), 1),
+                     "host_us_per_sample": round(statistics.median(x[1] for x in runs), 1)}
     finally:
         torch.set_num_threads(threads_before)
+    return times, multi
 
+
+def _rows(times: dict[str, list], r, dev: torch.device, rate: float, timm_timed: bool) -> dict[str, dict[str, Any]]:
+    """The report's ``pipelines`` from the timed rounds (medians)."""
     med = {k: statistics.median(v) for k, v in times.items() if k != "device" and v}
     dev_wall = statistics.median(w / n * 1e6 for w, _, n in times["device"])
     dev_cpu = statistics.median(c / n * 1e6 for _, c, n in times["device"])
     last = "ToRGB" if r.model.input == "device-rgb" else "forward DCT"
-    rows = report["pipelines"]
+    rows = {}
     rows["libjpeg_floor"] = _row("raw libjpeg floor (coefficient read only, in C)", med["floor"], rate)
     rows["dctnet_host"] = _row("dctnet host: read + crop window + collate", med["host"], rate)
-    on_cpu = dev.type != "cuda"
-    if on_cpu:
+    if dev.type != "cuda":
         rows["dctnet_device_step"] = _row(f"dctnet device step on CPU: resize + augment + {last}",
                                           dev_cpu, rate, device_us_per_sample=round(dev_cpu, 1))
         rows["dctnet_total_host"] = _row("dctnet in all without a GPU: host side + device step",
@@ -498,14 +382,13 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
                                          med["host"] + dev_cpu, rate)
     rows["torchvision"] = _row("torchvision v2: Pillow + RandomResizedCrop + the list",
                                med["torchvision"], rate)
-    if timm_loader is not None:
+    if timm_timed:
         rows["timm"] = _row("timm: Pillow + create_transform(is_training=True)",
                             med["timm"], rate)
     else:
         rows["timm"] = dict(rows["torchvision"], label="timm: the torchvision mapping (no timm policy in the list)",
                             same_as="torchvision")
-    report["notes"] = _notes(report, on_cpu)
-    return report
+    return rows
 
 
 def _notes(report: dict[str, Any], on_cpu: bool) -> list[str]:

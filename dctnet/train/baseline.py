@@ -1,0 +1,270 @@
+"""The torchvision/timm baseline (``model.input: rgb``): what users come from, built from the same
+recipe — torchvision's ``ImageFolder`` + Pillow decode, the recipe's augment list mapped one to one
+to torchvision's and timm's own classes (:func:`baseline_op`), ``v2`` RandomResizedCrop, flip and
+normalise in ``DataLoader`` worker processes, batch mixing on the training device.
+
+``dctnet bench`` times the same transforms (:func:`train_transform`, :func:`baseline_op`).
+
+torchvision and Pillow are optional dependencies (the test extras) and timm is slow to import:
+they are imported inside the functions that use them, so ``dctnet train`` needs them only for
+this arm.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+import torch
+
+from dctnet import transforms as T
+from dctnet.codec import JpegError
+from dctnet.data.dataset import IMG_EXTENSIONS
+from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
+from dctnet.train.inputs import eval_config, limited_indices
+from dctnet.train.recipe import Recipe
+from dctnet.transforms.normalization import input_mean_std
+
+__all__ = ["PilLoader", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",
+           "pillow12_posterize", "spec_args", "torchvision_loaders", "train_transform", "with_pillow12_posterize"]
+
+
+# ---------------------------------------------------------------------- the recipe's list, mapped
+def spec_args(spec: dict) -> dict:
+    """A spec's arguments with the dctnet class's defaults filled in (what both arms then use)."""
+    cls = T.TRANSFORMS[spec["name"]]
+    args = {k: v.default for k, v in inspect.signature(cls).parameters.items() if v.default is not inspect.Parameter.empty}
+    args.update({k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "name"})
+    return args
+
+
+def baseline_op(spec: dict, r: Recipe, num_classes: int):
+    """One augment entry as torchvision's or timm's own implementation, mapped one to one (same
+    arguments, same probabilities — a RandomApply only where dctnet's class has a ``p`` that the
+    library's lacks). Per-sample ops run on the PIL image in the workers; the mixers on the batch."""
+    from torchvision.transforms import v2  # optional dependency (see the module docstring)
+
+    name, a = spec["name"], spec_args(spec)
+    mean, std = input_mean_std(r.model.arch)
+
+    def pil_fill(fill):  # dctnet's fills are on the [0, 1] scale; torchvision's PIL ops take 0..255
+        return None if fill is None else [round(255 * v) for v in ((fill,) * 3 if isinstance(fill, (int, float)) else fill)]
+
+    def maybe(op, p):
+        return v2.RandomApply([op], p=p) if p < 1.0 else op
+
+    if name in ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"):
+        return getattr(v2, name)(p=a["p"])
+    if name == "ColorJitter":
+        return maybe(v2.ColorJitter(a["brightness"], a["contrast"], a["saturation"], a["hue"]), a["p"])
+    if name == "RandAugment":
+        return v2.RandAugment(a["num_ops"], a["magnitude"], a["num_magnitude_bins"], interpolation=a["interpolation"],
+                              fill=pil_fill(a["fill"]))
+    if name == "TrivialAugmentWide":
+        return v2.TrivialAugmentWide(a["num_magnitude_bins"], interpolation=a["interpolation"], fill=pil_fill(a["fill"]))
+    if name == "AutoAugment":
+        return v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, interpolation=a["interpolation"], fill=pil_fill(a["fill"]))
+    if name in ("TimmAugment", "ThreeAugment"):
+        return _timm_policy(spec, a, r, mean)
+    if name == "RandomErasing":
+        return _erasing(a)
+    if name == "RandomRequantize":
+        return maybe(v2.JPEG(a["quality"]), a["p"])
+    if name == "Mixup":
+        from timm.data import Mixup  # slow to import (see the module docstring)
+
+        return Mixup(mixup_alpha=a["mixup_alpha"], cutmix_alpha=a["cutmix_alpha"], cutmix_minmax=a["cutmix_minmax"],
+                     prob=a["prob"], switch_prob=a["switch_prob"], mode=a["mode"], correct_lam=a["correct_lam"],
+                     label_smoothing=r.optim.label_smoothing, num_classes=num_classes)
+    if name in ("MixUp", "CutMix"):
+        return getattr(v2, name)(alpha=a["alpha"], num_classes=num_classes)
+    raise ValueError(f"augment: {name} has no torchvision or timm counterpart for model.input 'rgb' (a DCT-domain "
+                     "transform); use it with input 'dct' or 'device-rgb'")
+
+
+def _timm_policy(spec: dict, a: dict, r: Recipe, mean: tuple[float, ...]):
+    """timm's RandAugment / AutoAugment for a ``TimmAugment`` / ``ThreeAugment`` entry, with the
+    hyper-parameters timm's ``create_transform`` gives it, posterizing as on Pillow < 13."""
+    from timm.data.auto_augment import auto_augment_transform, rand_augment_transform  # slow to import
+    from timm.data.transforms import str_to_pil_interp
+
+    policy = a.get("policy", "3a")
+    # timm's create_transform: fill = the normalisation mean in 8 bits, translate_const from the crop
+    hparams = dict(translate_const=int(r.data.image_size * 0.45), img_mean=tuple(min(255, round(255 * m)) for m in mean),
+                   interpolation=str_to_pil_interp(spec.get("interpolation", r.data.interpolation)),
+                   translate_pct=a.get("translate_pct", 0.45))
+    op = (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
+    return with_pillow12_posterize(op)
+
+
+def _erasing(a: dict):
+    """torchvision's RandomErasing (``mode`` None), else timm's (per-pixel / per-channel noise)."""
+    from torchvision.transforms import v2  # optional dependency (see the module docstring)
+
+    scale = a["scale"] or ((0.02, 0.33) if a["mode"] is None else (0.02, 1.0 / 3.0))
+    ratio = a["ratio"] or ((0.3, 3.3) if a["mode"] is None else (0.3, 1.0 / 0.3))
+    if a["mode"] is None:
+        return v2.RandomErasing(p=a["p"], scale=scale, ratio=ratio, value=a["value"])
+    from timm.data.random_erasing import RandomErasing  # slow to import
+
+    return RandomErasing(probability=a["p"], min_area=scale[0], max_area=scale[1],
+                         min_aspect=ratio[0], max_aspect=ratio[1], mode=a["mode"],
+                         min_count=a["min_count"], max_count=a["max_count"], device="cpu")
+
+
+def baseline_augment(r: Recipe) -> tuple[list, list]:
+    """Per-sample ops for the workers: (on the PIL crop, after normalisation — erasing, which timm and
+    torchvision run on the normalised tensor)."""
+    ops = [(s["name"], baseline_op(s, r, 0)) for s in r.augment if s["name"] not in T.MIXERS]
+    return [op for n, op in ops if n != "RandomErasing"], [op for n, op in ops if n == "RandomErasing"]
+
+
+def baseline_mixing(r: Recipe, num_classes: int) -> list:
+    """Batch-level mixing for the baseline (with the data's class count): timm's ``Mixup`` or
+    torchvision's ``MixUp`` / ``CutMix`` (a recipe names at most one mixer)."""
+    return [baseline_op(s, r, num_classes) for s in r.augment if s["name"] in T.MIXERS]
+
+
+def train_transform(r: Recipe):
+    """The baseline's per-sample training transform: crop and augment the PIL image (Pillow's
+    resize is ~1.5x faster than a tensor resize of the full photo), then tensor, normalise and
+    erase — torchvision's and timm's ImageNet order."""
+    from torchvision.transforms import v2  # optional dependency (see the module docstring)
+
+    # the model's own normalisation (timm ViTs: 0.5/0.5), which `dctnet convert` folds into the stem
+    norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(*input_mean_std(r.model.arch))]
+    before, after = baseline_augment(r)
+    crop = v2.RandomResizedCrop(r.data.image_size, scale=tuple(r.data.scale),
+                                interpolation=v2.InterpolationMode(r.data.interpolation), antialias=True)
+    return v2.Compose([crop, *before, *norm, *after])
+
+
+# ---------------------------------------------------------------------- Pillow 13's posterize
+def pillow12_posterize(img, bits_to_keep, **__):
+    """timm's posterize as it ran on Pillow < 13, where ``ImageOps.posterize(img, 0)`` gave black:
+    Pillow 13 refuses 0 bits, which timm's ``-inc1`` policies draw (about 1 sample in 500 of
+    DeiT's list). dctnet's ``TimmAugment`` keeps 0 bits as black too."""
+    from PIL import ImageOps  # optional dependency (see the module docstring)
+
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return img.point(lambda i: 0)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def with_pillow12_posterize(transform):
+    """``transform`` (timm's RandAugment / AutoAugment) with its posterize ops on
+    :func:`pillow12_posterize`; every other op, probability and magnitude unchanged."""
+    from timm.data import auto_augment as timm_aa  # slow to import (see the module docstring)
+
+    ops = list(getattr(transform, "ops", []))
+    for sub in getattr(transform, "policy", []):  # AutoAugment: a list of sub-policies
+        ops.extend(sub)
+    for op in ops:
+        if getattr(op, "aug_fn", None) is timm_aa.posterize:
+            op.aug_fn = pillow12_posterize
+    return transform
+
+
+# ---------------------------------------------------------------------- datasets and loaders
+class PilLoader:
+    """torchvision's default loader (Pillow, RGB); ``accept_truncated`` reads a cut file as Pillow
+    can (the rest grey), as ``data.warnings: accept`` has dctnet train on libjpeg's fill-in."""
+
+    def __init__(self, accept_truncated: bool) -> None:
+        self.accept_truncated = accept_truncated
+
+    def __call__(self, path: str):
+        from PIL import Image, ImageFile  # optional dependency (see the module docstring)
+
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            if not self.accept_truncated:
+                return img.convert("RGB")
+            before, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, True  # Pillow's only switch
+            try:
+                return img.convert("RGB")
+            finally:
+                ImageFile.LOAD_TRUNCATED_IMAGES = before
+
+
+def jpeg_image_folder(root: str, transform, on_error: str, accept_truncated: bool = False,
+                      usable: list[str] | None = None):
+    """torchvision's ImageFolder over the files dctnet's datasets read (JPEG names only, empty
+    classes kept, so labels match; only ``usable`` ones when given), with bad files under
+    ``on_error`` as everywhere else: a :class:`dctnet.JpegError` naming the file, or a skipped
+    sample that the collate reports."""
+    import torchvision  # optional dependency (see the module docstring)
+
+    class JpegImageFolder(torchvision.datasets.ImageFolder):
+        def __getitem__(self, index: int):
+            path, target = self.samples[index]
+            try:
+                sample = self.loader(path)
+            except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises for bad image data
+                reason = f"{type(exc).__name__}: {exc}"
+                if on_error == "raise":
+                    raise JpegError(reason, path) from None
+                return Skipped((index, path, reason))
+            # a transform's error is not the file's (it is raised, not blamed on the file)
+            sample = self.transform(sample) if self.transform is not None else sample
+            target = self.target_transform(target) if self.target_transform is not None else target
+            return sample, target
+
+    ds = JpegImageFolder(root, transform=transform, allow_empty=True, loader=PilLoader(accept_truncated),
+                         is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
+    if usable is not None:
+        keep = {os.path.normpath(p) for p in usable}
+        ds.samples = ds.imgs = [s for s in ds.samples if os.path.normpath(s[0]) in keep]
+        ds.targets = [t for _, t in ds.samples]
+    return ds
+
+
+def torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int,
+                        usable: dict[str, list[str]] | None = None):
+    """The torchvision baseline's loaders; ``usable``: per split, the files dctnet decided are
+    usable (the others are left out here too)."""
+    train_tf = train_transform(r)
+    # evaluation: the model's eval transform as timm builds it (resize the shorter side to
+    # floor(size / crop_pct) with the model's interpolation, centre crop, normalise) — the same
+    # data config dctnet's eval crop reproduces on the device
+    from timm.data import create_transform  # slow to import (see the module docstring)
+
+    cfg = eval_config(r)
+    val_tf = create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"], crop_pct=cfg["crop_pct"],
+                              crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"], is_training=False)
+    accept = r.data.warnings == "accept"
+    train_ds = jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error, accept,
+                                 usable["train"] if usable else None)
+    val_ds = jpeg_image_folder(str(root / r.data.val), val_tf, r.data.on_error, accept,
+                               usable["val"] if usable else None)
+    if r.data.limit_train:
+        train_ds = torch.utils.data.Subset(train_ds, limited_indices(len(train_ds), r.data.limit_train))
+    if r.data.limit_val:
+        val_ds = torch.utils.data.Subset(val_ds, limited_indices(len(val_ds), r.data.limit_val))
+    train_sampler = torch.utils.data.DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True,
+                                                        seed=r.train.seed, drop_last=True)
+    val_sampler = RankSlice(len(val_ds), rank, world_size)
+    common = {"batch_size": r.data.batch_size, "num_workers": r.data.workers, "collate_fn": WorkerCpu(),
+              "pin_memory": torch.cuda.is_available(), "persistent_workers": r.data.workers > 0}
+    if r.data.workers > 0:
+        common["prefetch_factor"] = 2
+    train = torch.utils.data.DataLoader(train_ds, sampler=train_sampler, drop_last=True, **common)
+    val = torch.utils.data.DataLoader(val_ds, sampler=val_sampler, **common)
+    classes = train_ds.dataset.classes if isinstance(train_ds, torch.utils.data.Subset) else train_ds.classes
+    return RgbLoader(train), RgbLoader(val), list(classes)
+
+
+class RankSlice(torch.utils.data.Sampler):
+    """Indices rank, rank+world, … (no padding: every validation image counted exactly once)."""
+
+    def __init__(self, n: int, rank: int, world_size: int) -> None:
+        self.n, self.rank, self.world_size = n, rank, world_size
+
+    def __iter__(self):
+        return iter(range(self.rank, self.n, self.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world_size))
