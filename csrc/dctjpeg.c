@@ -6,6 +6,8 @@
  * image) and reports the formatted message. Nothing in here calls exit() or prints.
  */
 #include "dctjpeg.h"
+#include "dequant.h"
+#include "markers.h"
 
 #include <setjmp.h>
 #include <stdio.h> /* jpeglib.h needs FILE and size_t */
@@ -183,77 +185,6 @@ static void setup_source(struct jpeg_source_mgr *src) {
   src->term_source = src_term;
 }
 
-/* ---------------------------------------------------------------- header helpers */
-
-/* Find the SOF marker and its sample precision by walking marker segments, since libjpeg
- * does not tell SOF0 from SOF1 and refuses 12-bit/lossless files before reporting anything. */
-static void find_sof(const uint8_t *p, size_t n, int *sof, int *precision) {
-  size_t i = 2;
-  *sof = -1;
-  *precision = 0;
-  if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return;
-  while (i + 1 < n) {
-    uint8_t m;
-    size_t len;
-    if (p[i] != 0xFF) { /* junk between segments; libjpeg skips it too (with a warning) */
-      i++;
-      continue;
-    }
-    m = p[i + 1];
-    if (m == 0xFF) {
-      i++;
-      continue;
-    }
-    i += 2;
-    if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue; /* no length field */
-    if (m == 0xD9 || m == 0xDA) return;                                /* EOI/SOS before any SOF */
-    if (i + 2 > n) return;
-    len = ((size_t)p[i] << 8) | p[i + 1];
-    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
-      if (i + 2 < n) {
-        *sof = m - 0xC0;
-        *precision = p[i + 2];
-      }
-      return;
-    }
-    if (len < 2) return;
-    i += len;
-  }
-}
-
-static unsigned rd16(const uint8_t *p, int le) { return le ? (unsigned)(p[0] | p[1] << 8) : (unsigned)(p[0] << 8 | p[1]); }
-
-static uint32_t rd32(const uint8_t *p, int le) {
-  return le ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24
-            : (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-/* Orientation tag (0x0112) of IFD0 in an APP1 "Exif" payload; 0 when absent or malformed. */
-static int exif_orientation(const uint8_t *p, size_t n) {
-  int le;
-  size_t ifd, count;
-  if (n < 6 + 8 || memcmp(p, "Exif\0\0", 6) != 0) return 0;
-  p += 6;
-  n -= 6;
-  if (p[0] == 'I' && p[1] == 'I') le = 1;
-  else if (p[0] == 'M' && p[1] == 'M') le = 0;
-  else return 0;
-  if (rd16(p + 2, le) != 42) return 0;
-  ifd = rd32(p + 4, le);
-  if (ifd < 8 || ifd + 2 > n) return 0;
-  count = rd16(p + ifd, le);
-  for (size_t i = 0; i < count; i++) {
-    size_t e = ifd + 2 + 12 * i;
-    if (e + 12 > n) break;
-    if (rd16(p + e, le) == 0x0112) {
-      unsigned v;
-      if (rd16(p + e + 2, le) != 3 /* SHORT */) return 0;
-      v = rd16(p + e + 8, le);
-      return (v >= 1 && v <= 8) ? (int)v : 0;
-    }
-  }
-  return 0;
-}
 
 static void fill_header(dctj_decoder *dec, dctj_header *hdr) {
   struct jpeg_decompress_struct *c = &dec->cinfo;
@@ -294,7 +225,7 @@ static void fill_header(dctj_decoder *dec, dctj_header *hdr) {
   hdr->exif_orientation = 0;
   for (jpeg_saved_marker_ptr m = c->marker_list; m; m = m->next) {
     if (m->marker == JPEG_APP0 + 1) {
-      int o = exif_orientation(m->data, m->data_length);
+      int o = markers_exif_orientation(m->data, m->data_length);
       if (o) {
         hdr->exif_orientation = o;
         break;
@@ -303,139 +234,6 @@ static void fill_header(dctj_decoder *dec, dctj_header *hdr) {
   }
 }
 
-/* ---------------------------------------------------------------- dequantization */
-
-/* out = saturate_int16(in * q) for n blocks; returns whether anything was clamped.
- *
- * This pass runs over every coefficient of every image, so it is vectorised by hand: baseline
- * x86-64 (SSE2) has no 32-bit multiply or min/max, and gcc's autovectorised int32 version costs
- * a third of the decode. In 16-bit lanes: mullo/mulhi give the low and high halves of the 32-bit
- * product, a signed-saturating pack clamps it, and the product fitted in int16 exactly when the
- * high half is the sign extension of the low half. Valid for tables with entries <= 32767
- * (every 8-bit table; 16-bit DQT entries above that take the scalar path). */
-static int dequantize_scalar(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
-  int32_t clipped = 0;
-  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
-    for (int k = 0; k < 64; k++) {
-      int32_t v = (int32_t)in[k] * (int32_t)q[k];
-      int32_t s = v < -32768 ? -32768 : (v > 32767 ? 32767 : v);
-      clipped |= v ^ s;
-      out[k] = (int16_t)s;
-    }
-  }
-  return clipped != 0;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_SIMD_DEQUANT 1
-
-/* stream != 0 (a compile-time constant at each call): non-temporal stores, out 16-byte aligned. */
-static inline int dequantize_sse2_to(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks, int stream) {
-  __m128i qv[8], acc = _mm_setzero_si128();
-  for (int i = 0; i < 8; i++) qv[i] = _mm_loadu_si128((const __m128i *)(q + 8 * i));
-  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
-    for (int i = 0; i < 8; i++) {
-      __m128i a = _mm_loadu_si128((const __m128i *)(in + 8 * i));
-      __m128i lo = _mm_mullo_epi16(a, qv[i]), hi = _mm_mulhi_epi16(a, qv[i]);
-      __m128i r = _mm_packs_epi32(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
-      acc = _mm_or_si128(acc, _mm_xor_si128(hi, _mm_srai_epi16(lo, 15)));
-      if (stream) _mm_stream_si128((__m128i *)(out + 8 * i), r);
-      else _mm_storeu_si128((__m128i *)(out + 8 * i), r);
-    }
-  }
-  return _mm_movemask_epi8(_mm_cmpeq_epi8(acc, _mm_setzero_si128())) != 0xFFFF;
-}
-
-static int dequantize_sse2(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
-  return dequantize_sse2_to(in, out, q, nblocks, 0);
-}
-
-__attribute__((target("avx2"))) static int dequantize_avx2(const JCOEF *in, int16_t *out, const uint16_t *q,
-                                                            size_t nblocks) {
-  __m256i qv[4], acc = _mm256_setzero_si256();
-  for (int i = 0; i < 4; i++) qv[i] = _mm256_loadu_si256((const __m256i *)(q + 16 * i));
-  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
-    for (int i = 0; i < 4; i++) {
-      __m256i a = _mm256_loadu_si256((const __m256i *)(in + 16 * i));
-      __m256i lo = _mm256_mullo_epi16(a, qv[i]), hi = _mm256_mulhi_epi16(a, qv[i]);
-      /* unpack/pack work within 128-bit lanes, so the element order comes back unchanged */
-      __m256i r = _mm256_packs_epi32(_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi));
-      acc = _mm256_or_si256(acc, _mm256_xor_si256(hi, _mm256_srai_epi16(lo, 15)));
-      _mm256_storeu_si256((__m256i *)(out + 16 * i), r);
-    }
-  }
-  return !_mm256_testz_si256(acc, acc);
-}
-
-__attribute__((target("avx512bw"))) static int dequantize_avx512(const JCOEF *in, int16_t *out, const uint16_t *q,
-                                                                  size_t nblocks) {
-  __m512i q0 = _mm512_loadu_si512((const void *)q), q1 = _mm512_loadu_si512((const void *)(q + 32));
-  __m512i acc = _mm512_setzero_si512();
-  for (size_t b = 0; b < nblocks; b++, in += 64, out += 64) {
-    for (int i = 0; i < 2; i++) {
-      __m512i qv = i ? q1 : q0;
-      __m512i a = _mm512_loadu_si512((const void *)(in + 32 * i));
-      __m512i lo = _mm512_mullo_epi16(a, qv), hi = _mm512_mulhi_epi16(a, qv);
-      __m512i r = _mm512_packs_epi32(_mm512_unpacklo_epi16(lo, hi), _mm512_unpackhi_epi16(lo, hi));
-      acc = _mm512_or_si512(acc, _mm512_xor_si512(hi, _mm512_srai_epi16(lo, 15)));
-      _mm512_storeu_si512((void *)(out + 32 * i), r);
-    }
-  }
-  return _mm512_test_epi16_mask(acc, acc) != 0;
-}
-
-/* Writing a batch window: the batch (tens of MB) is not read again on this core, so non-temporal
- * stores send it to memory without first reading each line in (half the memory traffic). */
-static int dequantize_nt(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
-  return dequantize_sse2_to(in, out, q, nblocks, 1);
-}
-
-static void zero_nt(int16_t *out, size_t nblocks) {
-  __m128i z = _mm_setzero_si128();
-  for (size_t i = 0; i < nblocks * 8; i++) _mm_stream_si128((__m128i *)out + i, z);
-}
-#endif
-
-/* Dequantize into, or zero, whole blocks of a batch window (see dequantize_nt). */
-static int dequantize_out(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks);
-static void zero_out(int16_t *out, size_t nblocks) {
-#ifdef HAVE_SIMD_DEQUANT
-  if (((uintptr_t)out & 15) == 0) {
-    zero_nt(out, nblocks);
-    return;
-  }
-#endif
-  memset(out, 0, nblocks * 64 * sizeof(int16_t));
-}
-
-static int dequantize(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
-#ifdef HAVE_SIMD_DEQUANT
-  static int cached = -1; /* 0 SSE2, 1 AVX2, 2 AVX-512BW: every thread computes the same, relaxed atomics */
-  int small = 1, level;
-  for (int k = 0; k < 64; k++) small &= q[k] <= 32767;
-  if (small) {
-    level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (level < 0) {
-      level = __builtin_cpu_supports("avx512bw") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-      __atomic_store_n(&cached, level, __ATOMIC_RELAXED);
-    }
-    if (level == 2) return dequantize_avx512(in, out, q, nblocks);
-    if (level == 1) return dequantize_avx2(in, out, q, nblocks);
-    return dequantize_sse2(in, out, q, nblocks);
-  }
-#endif
-  return dequantize_scalar(in, out, q, nblocks);
-}
-
-static int dequantize_out(const JCOEF *in, int16_t *out, const uint16_t *q, size_t nblocks) {
-#ifdef HAVE_SIMD_DEQUANT
-  int small = 1;
-  for (int k = 0; k < 64; k++) small &= q[k] <= 32767;
-  if (small && ((uintptr_t)out & 15) == 0) return dequantize_nt(in, out, q, nblocks);
-#endif
-  return dequantize(in, out, q, nblocks);
-}
 
 /* ---------------------------------------------------------------- decoding in place
  *
@@ -609,15 +407,6 @@ static void destroy_decompressor(dctj_decoder *dec) {
   dec->windows = NULL;
 }
 
-/* Whether data[0:len) holds an EOI marker (FF D9). Searched from the end: what follows EOI
- * (trailers, an appended gain map) is short, and a truncated file is read once here. Entropy-coded
- * data cannot hold FF D9 (FF is stuffed as FF 00), so after the first SOS an EOI means the file
- * was not cut. */
-static int has_eoi(const uint8_t *data, size_t len) {
-  for (size_t i = len; i >= 2; i--)
-    if (data[i - 1] == JPEG_EOI && data[i - 2] == 0xFF) return 1;
-  return 0;
-}
 
 int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int warn_mode, uint64_t max_pixels,
                uint64_t max_bytes, dctj_header *hdr) {
@@ -632,7 +421,7 @@ int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int warn_mode
     snprintf(dec->error, DCTJ_MSG_LEN, "empty input (0 bytes)");
     return -1;
   }
-  find_sof(data, len, &sof, &precision);
+  markers_find_sof(data, len, &sof, &precision);
   if (sof == 3 || sof == 5 || sof == 6 || sof == 7 || sof == 11 || sof == 13 || sof == 14 || sof == 15) {
     set_unsupported_message(dec->error, sof);
     return -1;
@@ -652,7 +441,7 @@ int dctj_begin(dctj_decoder *dec, const uint8_t *data, size_t len, int warn_mode
   jpeg_read_header(&dec->cinfo, TRUE);
   /* A cut file warns only when the decode reaches the cut, which a windowed read that stops early
    * never does: check the bytes, so that every read of the file agrees. */
-  if (warn_mode != DCTJ_WARN_ACCEPT && !has_eoi(dec->src.next_input_byte, dec->src.bytes_in_buffer))
+  if (warn_mode != DCTJ_WARN_ACCEPT && !markers_have_eoi(dec->src.next_input_byte, dec->src.bytes_in_buffer))
     WARNMS(&dec->cinfo, JWRN_JPEG_EOF);
   if (max_pixels > 0 && (uint64_t)dec->cinfo.image_width * dec->cinfo.image_height > max_pixels) {
     snprintf(dec->error, DCTJ_MSG_LEN, "image is %ux%u = %llu pixels, more than max_pixels=%llu (decompression-bomb guard)",
@@ -764,9 +553,7 @@ static void stream_finish(dctj_decoder *dec, dctj_header *hdr, const dctj_window
       if (w->r0 + r >= written) zero_out(w->dst + (size_t)r * (size_t)w->dst_w * 64, (size_t)w->dst_w);
     if (c->comp_info[ci].quant_table) memcpy(hdr->quant[ci], c->comp_info[ci].quant_table->quantval, sizeof(hdr->quant[ci]));
   }
-#ifdef HAVE_SIMD_DEQUANT
-  _mm_sfence(); /* the non-temporal stores are visible before anyone is told the window is done */
-#endif
+  dequantize_fence(); /* the non-temporal stores are visible before anyone is told the window is done */
 }
 
 int dctj_read_window(dctj_decoder *dec, dctj_header *hdr, const dctj_window *win, int *saturated) {

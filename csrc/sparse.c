@@ -44,6 +44,14 @@ int sparse_expand(const uint64_t *masks, size_t nblocks, const int8_t *values, s
 
 /* ---------------------------------------------------------------- batch gather from a cache */
 
+uint64_t sparse_record_layout(uint64_t nblocks, uint64_t nvalues, uint64_t nescapes, uint64_t *values_at,
+                              uint64_t *escapes_at) {
+  uint64_t values_end = 8 * nblocks + nvalues;
+  *values_at = 8 * nblocks;
+  *escapes_at = values_end + values_end % 2;
+  return *escapes_at + 2 * nescapes;
+}
+
 typedef struct {
   const uint64_t *masks;
   const int8_t *values;
@@ -152,11 +160,12 @@ static int check_item(const gather_item *it, const gather_part *parts, int64_t n
   if (fmt == 0) {
     if ((uint64_t)it->nbytes != nb * 128 || it->nvalues != 0 || it->nescapes != 0) return -1;
   } else {
-    uint64_t vbytes;
+    uint64_t values_at, escapes_at;
     if (it->table < 0 || it->table >= ntables || it->nvalues < 0 || it->nescapes < 0) return -1;
     if ((uint64_t)it->nvalues > nb * 64 || it->nescapes > it->nvalues) return -1;
-    vbytes = nb * 8 + (uint64_t)it->nvalues;
-    if (vbytes + vbytes % 2 + 2 * (uint64_t)it->nescapes > (uint64_t)it->nbytes) return -1;
+    if (sparse_record_layout(nb, (uint64_t)it->nvalues, (uint64_t)it->nescapes, &values_at, &escapes_at) >
+        (uint64_t)it->nbytes)
+      return -1;
   }
   *nblocks = nb;
   return 0;
@@ -175,10 +184,11 @@ static int gather_one(const gather_item *it, const gather_part *parts, int64_t n
   if (check_item(it, parts, nparts, ntables, fmt, ncomp, dst_h, dst_w, &nblocks) != 0) return -1;
   data = parts[it->part].data + it->offset;
   if (fmt == 1) {
-    size_t vbytes = (size_t)nblocks * 8 + (size_t)it->nvalues;
+    uint64_t values_at, escapes_at;
+    sparse_record_layout(nblocks, (uint64_t)it->nvalues, (uint64_t)it->nescapes, &values_at, &escapes_at);
     s.masks = (const uint64_t *)(const void *)data;
-    s.values = (const int8_t *)(data + (size_t)nblocks * 8);
-    s.escapes = (const int16_t *)(const void *)(data + vbytes + (vbytes % 2));
+    s.values = (const int8_t *)(data + values_at);
+    s.escapes = (const int16_t *)(const void *)(data + escapes_at);
     s.nvalues = (size_t)it->nvalues;
     s.nescapes = (size_t)it->nescapes;
     q = tables + (size_t)it->table * 4 * 64;
@@ -238,5 +248,18 @@ int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *pa
     }
     if (gather_one(it, parts, nparts, tables, ntables, fmt, ncomp, dst, wh, ww) != 0) return i + 1;
   }
+  return 0;
+}
+
+int64_t copy_ranges(const gather_part *parts, int64_t nparts, const copy_range *ranges, int64_t k, uint8_t *out,
+                    int64_t out_len) {
+  for (int64_t i = 0; i < k; i++) {
+    const copy_range *r = &ranges[i];
+    if (r->part < 0 || r->part >= nparts || r->src < 0 || r->size < 0 || r->dst < 0 || r->src > parts[r->part].len ||
+        r->size > parts[r->part].len - r->src || r->dst > out_len || r->size > out_len - r->dst)
+      return i + 1;
+  }
+  for (int64_t i = 0; i < k; i++)
+    if (ranges[i].size) memcpy(out + ranges[i].dst, parts[ranges[i].part].data + ranges[i].src, (size_t)ranges[i].size);
   return 0;
 }

@@ -38,6 +38,8 @@ typedef struct {
   int64_t len;
 } gather_part;
 
+/* One sample's row of a gather (dctnet.data.plan.GATHER_ITEM mirrors it; the module exports its
+ * layout and Python checks the two at import). */
 typedef struct {
   int64_t part;            /* index into the parts */
   int64_t offset, nbytes;  /* the record: part bytes [offset, offset + nbytes) */
@@ -49,7 +51,6 @@ typedef struct {
   int64_t c0[GATHER_MAX_COMPONENTS], c1[GATHER_MAX_COMPONENTS];
 } gather_item;
 
-#define GATHER_ITEM_FIELDS 31
 #define GATHER_MAX_BLOCKS_SIDE ((int64_t)1 << 16) /* a plane side in blocks: JPEG sizes are < 2^16 px */
 
 /* Whether an item's plane windows are well-formed (0 <= r0 <= r1, 0 <= c0 <= c1, sides within
@@ -70,5 +71,23 @@ int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *pa
 int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *out,
                       int64_t out_blocks, const int64_t *offsets);
+
+/* One row of copy_ranges: size bytes of part `part` from offset src go to offset dst of the
+ * output (dctnet.data.plan.COPY_RANGE mirrors it, checked at import). */
+typedef struct {
+  int64_t part, src, size, dst;
+} copy_range;
+
+/* Copy every range of parts into out (out_len bytes), after checking them all: returns 0, or
+ * 1 + the first range that lies outside its part or the output (then nothing is copied). */
+int64_t copy_ranges(const gather_part *parts, int64_t nparts, const copy_range *ranges, int64_t k, uint8_t *out,
+                    int64_t out_len);
+
+/* Where the streams of a sparse record of nblocks blocks, nvalues values and nescapes escapes lie:
+ * the masks at 0 (8 bytes a block), the values at *values_at (a byte each), the escapes at
+ * *escapes_at (2-byte aligned, 2 bytes each). Returns the record's size in bytes. Counts up to
+ * 2^32 blocks and values cannot overflow. (dctnet.data.sparse.record_layout is the same in Python.) */
+uint64_t sparse_record_layout(uint64_t nblocks, uint64_t nvalues, uint64_t nescapes, uint64_t *values_at,
+                              uint64_t *escapes_at);
 
 #endif

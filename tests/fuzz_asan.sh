@@ -19,7 +19,7 @@ SUFFIX=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'
 INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 # the same sources and flags as setup.py (crop.c needs -ffp-contract=off), plus the sanitizers
 gcc -shared -fPIC -O1 -g -std=gnu11 -ffp-contract=off -fno-omit-frame-pointer -fsanitize=address,undefined \
-    -fno-sanitize-recover=all -I"$INC" csrc/module.c csrc/dctjpeg.c csrc/sparse.c csrc/crop.c -ljpeg -lm \
+    -fno-sanitize-recover=all -I"$INC" csrc/*.c -ljpeg -lm \
     -o "$OUT/dctnet/_jpeg$SUFFIX"
 # DEEPBIND is incompatible with the sanitizer runtime; leaks are checked by the RSS tests instead
 # (CPython itself keeps memory alive at exit).
