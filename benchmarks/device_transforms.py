@@ -17,7 +17,7 @@ Rows (always), the device step as :meth:`dctnet.train.pipeline.Pipeline.device_s
 
 ``--ops`` adds, on the bicubic crops of the same batch:
 
-- one row per op kernel of the policies (every name of ``dctnet.transforms.auto_augment.KERNELS``
+- one row per op kernel of the policies (every name of ``dctnet.transforms.policy_base.KERNELS``
   but Identity), applied to the whole batch at a representative mid-range argument (torchvision's
   ops with nearest interpolation and black fill, timm's PIL ops with bicubic and the mean fill);
 - ``ColorJitter``, ``RandomErasing(p=1, mode="pixel")``, timm's ``Mixup(0.8, 1.0)``;
@@ -55,7 +55,7 @@ import torch
 
 from dctnet import data as D
 from dctnet import transforms as T
-from dctnet.transforms import auto_augment as AA
+from dctnet.transforms import policy_base as AA
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DCTNET_DATA", ROOT.parent / "shared" / "data" / "imagenette"))

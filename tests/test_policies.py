@@ -22,6 +22,7 @@ from torchvision.transforms import v2
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.transforms import auto_augment as AA
+from dctnet.transforms import timm_augment as TMA
 
 from test_layouts import LAYOUTS, encode, source_photos
 
@@ -181,14 +182,14 @@ def test_policy_kernel_launches_do_not_grow_with_the_batch():
 
 
 def test_timm_strings_parse_as_timm_does():
-    c = AA.TimmConfig.parse("rand-m9-mstd0.5-inc1")
+    c = TMA.TimmConfig.parse("rand-m9-mstd0.5-inc1")
     assert (c.magnitude, c.magnitude_std, c.increasing, c.num_layers, c.prob) == (9, 0.5, True, 2, 0.5)
-    assert AA.TimmConfig.parse("rand-m9-n3-mstd101-p0.7").magnitude_std == math.inf
-    assert AA.TimmConfig.parse("original-mstd0.5").kind == "original"
+    assert TMA.TimmConfig.parse("rand-m9-n3-mstd101-p0.7").magnitude_std == math.inf
+    assert TMA.TimmConfig.parse("original-mstd0.5").kind == "original"
     for bad, match in (("rnd-m9", "unknown timm augmentation"), ("rand-x9", "unknown section"), ("rand-m9-p1.5", "p must"),
                        ("v0-m9", "only 'mstd'"), ("augmix-m5", "not provided"), ("", "timm augmentation string")):
         with pytest.raises(ValueError, match=match):
-            AA.TimmConfig.parse(bad)
+            TMA.TimmConfig.parse(bad)
     with pytest.raises(ValueError, match="without replacement"):
         T.TimmAugment("rand-n16-tweights")
     none = T.TimmAugment("rand-n0", seed=0)  # timm accepts n0: no op

@@ -8,7 +8,8 @@
   frequency dropout;
 - :mod:`dctnet.transforms.model_input` — what the model takes: ``ToRGB``, ``ToCoefficients``,
   per-(c,u,v) ``Normalize``, ``SelectFrequencies``;
-- :mod:`dctnet.transforms.auto_augment` — torchvision's and timm's policies, per sample;
+- :mod:`dctnet.transforms.auto_augment`, :mod:`dctnet.transforms.timm_augment` — torchvision's and
+  timm's policies, per sample (their shared kernels and slot runner: :mod:`dctnet.transforms.policy_base`);
 - :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and erasing (boxes: :mod:`dctnet.transforms.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
 - :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
@@ -27,7 +28,8 @@ from dctnet.transforms.augment import (
     RandomVerticalFlip,
 )
 from dctnet.transforms.model_input import Normalize, SelectFrequencies, ToCoefficients, ToRGB
-from dctnet.transforms.auto_augment import AutoAugment, RandAugment, ThreeAugment, TimmAugment, TrivialAugmentWide
+from dctnet.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
+from dctnet.transforms.timm_augment import ThreeAugment, TimmAugment
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup
 from dctnet.transforms.registry import MIXERS, TRANSFORMS, build_transform, describe_transforms

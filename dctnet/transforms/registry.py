@@ -24,7 +24,8 @@ from dctnet.transforms.augment import (
 )
 from dctnet.transforms.base import Compose, Transform
 from dctnet.transforms.model_input import SelectFrequencies, ToRGB
-from dctnet.transforms.auto_augment import AutoAugment, RandAugment, ThreeAugment, TimmAugment, TrivialAugmentWide
+from dctnet.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
+from dctnet.transforms.timm_augment import ThreeAugment, TimmAugment
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup
 
