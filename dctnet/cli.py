@@ -14,45 +14,21 @@
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from dctnet.codec import JpegError, JpegHeader, read_coefficients, read_header
 
-from dctnet.codec import JpegError, JpegHeader, libjpeg_version, read_coefficients, read_coefficients_batch, read_header
-
-# IJG's standard luminance table (quality 50, natural order): the reference for quality estimates.
-_STD_LUMA = np.array([
-    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
-    14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
-    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99], dtype=np.float64)
-_STD_CHROMA = np.full(64, 99.0)
-_STD_CHROMA[[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 24, 25]] = [17, 18, 24, 47, 18, 21, 26, 66, 24, 26, 56, 47, 66]
-
-
-def estimate_quality(table: np.ndarray, chroma: bool = False) -> float:
-    """IJG quality (1..100) whose scaled standard table (luminance, or chrominance when
-    ``chroma``) is closest to ``table``.
-
-    libjpeg scales the standard table by ``s = 5000/q`` (q < 50) or ``200 − 2q`` percent; we invert
-    that from the mean ratio. Approximate for tables not made by libjpeg's scaling."""
-    t = table.reshape(64).astype(np.float64)
-    ref = _STD_CHROMA if chroma else _STD_LUMA
-    keep = (t > 1) & (t < 255)  # entries libjpeg clamped (to 1 or 255) say nothing about the scale
-    if not keep.any():
-        return 100.0 if t.max() <= 1 else 1.0
-    scale = float(np.mean(t[keep] / ref[keep])) * 100.0
-    q = 5000.0 / scale if scale > 100 else (200.0 - scale) / 2.0
-    return float(min(100.0, max(1.0, q)))
-
+# Each command imports the library it runs inside its function: torch and the training stack take
+# seconds to import, which `dctnet info` and `--help` do without.
 
 def _describe(path: str, hdr: JpegHeader) -> str:
+    from dctnet.transforms.functional import estimate_quality  # lazy: torch
+
     lines = [f"{path}",
              f"  size        {hdr.width}x{hdr.height}, {hdr.num_components} components, {hdr.color_space}"
              f" ({hdr.subsampling}), {hdr.process} (SOF{hdr.sof}), {hdr.precision}-bit",
@@ -91,109 +67,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     return status
 
 
-def _demo_files(out: Path) -> list[str]:
-    from dctnet.synthetic import synthetic_jpeg
-
-    variants = [dict(subsampling="4:2:0"), dict(subsampling="4:2:2"), dict(subsampling="4:4:4"),
-                dict(subsampling="4:2:0", progressive=True), dict(gray=True)]
-    files = []
-    for i in range(60):
-        v = variants[i % len(variants)]
-        p = out / f"demo_{i:02d}.jpg"
-        p.write_bytes(synthetic_jpeg(i, 224, 224, quality=int(50 + (i * 7) % 46), **v))
-        files.append(str(p))
-    return files
-
-
-def _fidelity_and_speed(files: list[str], device: str) -> None:
-    import torch
-    from PIL import Image
-
-    from dctnet.functional import to_rgb
-
-    coeffs = read_coefficients_batch(files, threads=1)
-    groups: dict[tuple, list[int]] = collections.defaultdict(list)
-    for i, c in enumerate(coeffs):
-        groups[(c.subsampling, c.sampling, c.color_space, c.size)].append(i)
-    print(f"  {'layout':8s} {'images':>6s} {'max |err|':>10s} {'mean |err|':>11s} {'exact: pixels ≠':>16s}"
-          "   (grey levels vs Pillow, RGB 0..255; exact = to_rgb(exact=True))")
-    for (label, sampling, space, size), idx in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        planes = [torch.from_numpy(np.stack([coeffs[i].planes[c] for i in idx])).to(device)
-                  for c in range(len(sampling))]
-        rgb = to_rgb(planes, sampling, size, color_space=space)
-        ours = np.round(rgb.permute(0, 2, 3, 1).cpu().double().numpy() * 255)
-        exact = np.round(to_rgb(planes, sampling, size, color_space=space, exact=True).permute(0, 2, 3, 1).cpu()
-                         .double().numpy() * 255)
-        errs, differing = [], 0
-        for k, i in enumerate(idx):
-            with Image.open(files[i]) as im:
-                ref = np.asarray(im.convert("RGB"), dtype=np.float64)
-            errs.append(np.abs(ours[k] - ref))
-            differing += int((exact[k] != ref).sum())
-        err = np.stack(errs)
-        print(f"  {label:8s} {len(idx):6d} {err.max():10.0f} {err.mean():11.3f} {differing:16d}")
-
-    blobs = [Path(f).read_bytes() for f in files]
-
-    def per_image(fn, passes: int = 5) -> float:
-        times = []
-        for _ in range(passes):
-            t0 = time.perf_counter()
-            for b in blobs:
-                fn(b)
-            times.append((time.perf_counter() - t0) / len(blobs) * 1e6)
-        return statistics.median(times)
-
-    import io
-
-    def pil(b: bytes) -> object:
-        with Image.open(io.BytesIO(b)) as im:
-            return im.convert("RGB")
-
-    ours_us = per_image(lambda b: read_coefficients(b).planes)
-    pil_us = per_image(pil)
-    print(f"  CPU per image: dctnet read_coefficients {ours_us:.0f} µs vs Pillow decode to RGB {pil_us:.0f} µs "
-          f"({pil_us / ours_us:.2f}x less CPU)")
-    label, sampling, space, size = max(groups, key=lambda k: len(groups[k]))
-    idx = groups[(label, sampling, space, size)]
-    batch = [torch.from_numpy(np.stack([coeffs[i].planes[c] for i in (idx * 64)[:64]])).to(device)
-             for c in range(len(sampling))]
-    to_rgb(batch, sampling, size, color_space=space)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    reps = 5
-    for _ in range(reps):
-        to_rgb(batch, sampling, size, color_space=space)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / reps
-    print(f"  device to_rgb ({device}, batch 64, {label} {size[1]}x{size[0]}): {64 / dt:.0f} images/s")
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    import torch
+    from dctnet.train.demo import demo  # lazy: torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"dctnet demo — {libjpeg_version()}, device: {device}")
-    with tempfile.TemporaryDirectory() as tmp:
-        files = _demo_files(Path(tmp))
-        print(f"\nBuilt-in data: {len(files)} generated 224x224 photos-like JPEGs "
-              f"(4:2:0, 4:2:2, 4:4:4, progressive, gray; quality 50-95)")
-        _fidelity_and_speed(files, device)
-    data = Path(os.environ.get("DCTNET_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "imagenette"))
-    real = sorted((data / "val").glob("*/*.JPEG"))[:: max(1, len(list((data / "val").glob("*/*.JPEG"))) // 256)] \
-        if (data / "val").is_dir() else []
-    if real:
-        print(f"\nReal photos: {len(real)} Imagenette val images from {data}")
-        _fidelity_and_speed([str(p) for p in real], device)
-    else:
-        print(f"\n(Imagenette not found at {data}; set DCTNET_DATA to add real photos to the demo)")
+    for line in demo(args.device):
+        print(line)
     return 0
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from dctnet.models import convert
+    from dctnet.models import convert  # lazy: torch
 
     if (args.mean is None) != (args.std is None):
         print("error: --mean and --std go together (3 floats each)", file=sys.stderr)
@@ -219,7 +102,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from dctnet.data.cache import CacheError, build_cache, open_cache
+    from dctnet.data.cache import CacheError, build_cache, open_cache  # lazy: torch
+    from dctnet.data.cache.check import compare_with_sources
+    from dctnet.distributed import placement
 
     try:
         if args.cache_command == "build":
@@ -229,7 +114,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
             cache = open_cache(out, verify="none")
             n = len(cache)
             dt = time.perf_counter() - t0
-            if int(os.environ.get("RANK", 0)) == 0:
+            if placement().rank == 0:
                 m = cache.meta
                 print(f"built {out}: {n} samples in {dt:.1f}s ({n / dt:.0f}/s), {len(m['bad'])} unreadable, "
                       f"{m['data_bytes'] / 2**20:.1f} MiB = {m['data_bytes'] / max(m['source_bytes'], 1):.2f}x the JPEG bytes")
@@ -240,25 +125,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(json.dumps({k: m[k] for k in ("format", "dctnet", "libjpeg", "root", "num_samples", "source_bytes",
                                                 "data_bytes", "parts", "classes")} | {"bad": m["bad"]}, indent=1))
             return 0
-        # verify: re-decode a sample of the sources and compare bit for bit
-        import numpy as np
-
-        from dctnet.codec import read_coefficients
-
-        rng = np.random.default_rng(args.seed)
-        good = [i for i in range(len(cache)) if not cache.is_bad(i)]
-        pick = sorted(rng.choice(good, size=min(args.samples, len(good)), replace=False).tolist()) if good else []
-        from dctnet.data.cache import source_bytes
-
-        root = cache.meta["root"]
-        mismatched = []
-        for i in pick:
-            ref = read_coefficients(source_bytes(cache.meta, root, i))
-            got = cache.coefficients(i)
-            if len(ref.planes) != len(got.planes) or not all(np.array_equal(a, b) for a, b in zip(ref.planes, got.planes)):
-                mismatched.append(cache.meta["sources"][i]["path"])
-        print(f"verified {len(pick)} of {len(cache)} samples against a fresh decode: "
-              f"{len(pick) - len(mismatched)} identical, {len(mismatched)} different")
+        checked, mismatched = compare_with_sources(cache, args.samples, args.seed)
+        print(f"verified {checked} of {len(cache)} samples against a fresh decode: "
+              f"{checked - len(mismatched)} identical, {len(mismatched)} different")
         for p in mismatched[:10]:
             print(f"  different: {p}")
         return 1 if mismatched else 0
@@ -268,7 +137,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from dctnet.data.verify import format_report, verify_dataset
+    from dctnet.data.verify import format_report, verify_dataset  # lazy: torch
 
     try:
         report = verify_dataset(args.src, threads=args.threads, warnings=args.warnings)
@@ -284,8 +153,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if (bad or report["leakage"]) and args.strict else 0
 
 
-
 def cmd_train(args: argparse.Namespace) -> int:
+    from dctnet.distributed import placement  # lazy: torch
     from dctnet.train import RecipeError, load_recipe, train
 
     overrides = list(args.set or [])
@@ -301,7 +170,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, JpegError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if int(os.environ.get("RANK", "0")) == 0 and record:
+    if placement().rank == 0 and record:
         top1 = f"val top-1 {record['val_top1']:.3f}, " if "val_top1" in record else ""
         print(f"{recipe.name}: {top1}train loss {record['train_loss']:.3f}, {record['images_per_s']:.0f} img/s; "
               f"run directory {recipe.train.out} (metrics.jsonl, plot.png, last.pt)")
@@ -309,9 +178,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-
-    from dctnet import data as D
+    from dctnet import data as D  # lazy: torch
     from dctnet import transforms as T
+    from dctnet.functional import zigzag_indices
 
     try:
         ds = D.ImageFolderDataset(args.src, crop=D.CenterCrop(args.crop_fraction), on_error="skip")
@@ -325,8 +194,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"per-(channel, frequency) statistics of {min(len(ds), args.batches * args.batch_size)} centre crops "
           f"({args.size}x{args.size}) of {args.src} -> {args.out}")
     print("channel  DC mean  DC std  std (zigzag 1-5)  std (zigzag 6-20)  std (zigzag 21-63)")
-    from dctnet.functional import zigzag_indices
-
     zz = zigzag_indices()
     for c, name in enumerate(("Y", "Cb", "Cr")):
         sd = norm.std[c][zz]
@@ -337,14 +204,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from dctnet.train import RecipeError
+    from dctnet.train import RecipeError  # lazy: torch
     from dctnet.train.bench import run_bench
+    from dctnet.train.demo import demo_files
 
     say = None if args.json else (lambda text: print(f"  ... {text}", file=sys.stderr, flush=True))
     with tempfile.TemporaryDirectory(prefix="dctnet-bench-") as tmp:
         src = args.src
         if src is None:
-            _demo_files(Path(tmp))
+            demo_files(Path(tmp))
             src = tmp
         try:
             report = run_bench(src, recipe=args.recipe, limit=args.limit, rate=args.rate, rounds=args.repeat,
@@ -417,19 +285,32 @@ def _positive(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dctnet`` argument parser: one sub-command each, its function in ``func``."""
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_info, _add_demo, _add_convert, _add_cache, _add_verify, _add_stats, _add_bench, _add_train):
+        add(sub)
+    return parser
+
+
+def _add_info(sub) -> None:
     p = sub.add_parser("info", help="print header facts of JPEG files",
                        description="Header, sampling, block grid, quantization tables and estimated quality.")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--decode", action="store_true", help="also decode the coefficients and report warnings")
     p.set_defaults(func=cmd_info)
+
+
+def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="coefficients -> device RGB on built-in data: fidelity and speed vs Pillow",
                        description="Decode generated JPEGs (and Imagenette if present) to coefficients, rebuild "
                                    "RGB with dctnet.functional.to_rgb and compare with Pillow.")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_demo)
+
+
+def _add_convert(sub) -> None:
     p = sub.add_parser("convert", help="convert an RGB checkpoint to its DCT-stem model",
                        description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem "
                                    "(dct-patch: a patch embedding for ViT/Swin/ConvNeXt-style patchify stems; idct: "
@@ -450,6 +331,9 @@ def main(argv: list[str] | None = None) -> None:
                         "else timm's pretrained_cfg, else ImageNet's")
     p.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"), help="RGB std, with --mean")
     p.set_defaults(func=cmd_convert)
+
+
+def _add_cache(sub) -> None:
     p = sub.add_parser("cache", help="build, inspect and verify coefficient caches",
                        description="Decode a dataset once into a memory-mapped coefficient cache.")
     csub = p.add_subparsers(dest="cache_command", required=True)
@@ -463,7 +347,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="sparse: ~2x the JPEG bytes, expanded in C; dense: int16 planes, ~13x, no work on read")
     b.add_argument("--workers", type=int, default=1, help="local build processes (ignored under torchrun)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build of OUT")
-    b.add_argument("--on-error", choices=["skip", "raise"], default="raise", help="unreadable source files: stop with the file and the reason (default), or skip and record them in the cache")
+    b.add_argument("--on-error", choices=["skip", "raise"], default="raise",
+                   help="unreadable source files: stop with the file and the reason (default), or skip and record "
+                        "them in the cache")
     b.add_argument("--warnings", choices=["raise", "accept", "strict"], default="raise",
                    help="raise (default): a file that lost data (truncated, corrupt) is unreadable; accept: cache "
                         "what libjpeg fills in; strict: any libjpeg warning makes a file unreadable")
@@ -475,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
             v.add_argument("--samples", type=int, default=64, help="how many samples to re-decode")
             v.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_cache)
+
+
+def _add_verify(sub) -> None:
     p = sub.add_parser("verify", help="decode a dataset once: unreadable files, warnings, duplicates, leakage, balance",
                        description="SRC is an image folder (SRC/<class>/...) or a folder of splits (SRC/<split>/<class>/...).")
     p.add_argument("src", metavar="SRC")
@@ -486,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when files are unreadable (incl. lost data), hold non-JPEG data, or leak across splits")
     p.set_defaults(func=cmd_verify)
+
+
+def _add_stats(sub) -> None:
     p = sub.add_parser("stats", help="per-(channel, frequency) coefficient statistics for Normalize",
                        description="Mean and std of every (Y/Cb/Cr, frequency) over centre crops of an image folder, "
                                    "resized on the device exactly as in training; written for "
@@ -498,6 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_stats)
+
+
+def _add_bench(sub) -> None:
     p = sub.add_parser("bench", help="per-sample host cost and cores needed on your files: dctnet vs torchvision vs timm",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Time every input pipeline on the same files in the same run, with a recipe's "
@@ -521,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="an image folder (class folders) or a flat folder of JPEGs, or one file (default: generated "
                         "photos)")
     p.add_argument("--recipe", help="time this recipe's augmentation list, crop size, scale and interpolation")
-    p.add_argument("--limit", "--images", dest="limit", type=_positive, default=200,
+    p.add_argument("--limit", type=_positive, default=200,
                    help="at most this many files, spread evenly over the folder (default 200)")
     p.add_argument("--rate", type=float, default=3000.0, help="target images/s for the cores-needed column (3000)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -532,6 +427,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=_positive, default=64, help="batch size of the loaders and the device step")
     p.add_argument("--device", help="device for dctnet's device step (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_bench)
+
+
+def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model from a recipe (recipes/*.yaml)",
                        description="Build dataset, loader, device transforms and model from RECIPE and train: "
                                    "AMP on CUDA, warm-up + cosine, label smoothing, eval every epoch, checkpoint "
@@ -543,5 +441,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", help="run directory (same as --set train.out=DIR)")
     p.add_argument("--resume", action="store_true", help="continue from RUN/last.pt")
     p.set_defaults(func=cmd_train)
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     sys.exit(args.func(args))

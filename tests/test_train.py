@@ -323,9 +323,9 @@ def test_train_cli_errors_and_stats_and_bench(shapes, tmp_path, capsys):
     loader = D.ThreadLoader(ds, 16, sampler=D.EpochSampler(len(ds), seed=0), pin_memory=False)
     ref = D.compute_stats(loader, lambda b: T.crops_to_coefficients(b, (32, 32)), max_batches=2)
     torch.testing.assert_close(norm.mean, ref.mean)
-    assert run_cli("bench", f"{shapes}/val", "--images", "8", "--repeat", "1", "--threads", "1", "--size", "32") == 0
+    assert run_cli("bench", f"{shapes}/val", "--limit", "8", "--repeat", "1", "--threads", "1", "--size", "32") == 0
     text = capsys.readouterr().out
-    for bad, why in ((["--size", "0"], "must be >= 1"), (["--images", "-3"], "must be >= 1"),
+    for bad, why in ((["--size", "0"], "must be >= 1"), (["--limit", "-3"], "must be >= 1"),
                      (["--repeat", "x"], "expected a positive integer")):  # a usage error, not a traceback
         with pytest.raises(SystemExit) as exit_:
             cli_main(["bench", f"{shapes}/val", *bad])

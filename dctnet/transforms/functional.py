@@ -21,6 +21,7 @@ blocks, and are exact against the pixel-domain operation unless a docstring says
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -28,7 +29,8 @@ from dctnet import functional as F
 
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_to_rgb",
-    "flip_blocks", "frequency_dropout", "transpose_blocks", "hflip", "ijg_tables", "normalize", "requantize", "rgb_to_grayscale", "rotate_chroma",
+    "estimate_quality", "flip_blocks", "frequency_dropout", "transpose_blocks", "hflip", "ijg_tables", "normalize",
+    "requantize", "rgb_to_grayscale", "rotate_chroma",
     "select_frequencies", "square_indices", "to_rgb", "from_rgb", "transpose", "vflip", "zigzag_first",
 ]
 
@@ -135,6 +137,22 @@ def ijg_tables(quality: Tensor) -> Tensor:
     scale = torch.where(q < 50, 5000.0 / q, 200.0 - 2.0 * q)[:, None, None]
     t = torch.floor((_STD_TABLES.to(quality.device)[None] * scale + 50.0) / 100.0).clamp(1, 255)
     return t[:, [0, 1, 1]]
+
+
+def estimate_quality(table: np.ndarray, chroma: bool = False) -> float:
+    """IJG quality (1..100) whose scaled standard table (luminance, or chrominance when
+    ``chroma``) is closest to ``table`` (64 entries, natural order): :func:`ijg_tables` inverted.
+
+    libjpeg scales the standard table by ``s = 5000/q`` (q < 50) or ``200 − 2q`` percent; we invert
+    that from the mean ratio. Approximate for tables not made by libjpeg's scaling."""
+    t = np.asarray(table).reshape(64).astype(np.float64)
+    ref = _STD_TABLES[1 if chroma else 0].numpy()
+    keep = (t > 1) & (t < 255)  # entries libjpeg clamped (to 1 or 255) say nothing about the scale
+    if not keep.any():
+        return 100.0 if t.max() <= 1 else 1.0
+    scale = float(np.mean(t[keep] / ref[keep])) * 100.0
+    q = 5000.0 / scale if scale > 100 else (200.0 - scale) / 2.0
+    return float(min(100.0, max(1.0, q)))
 
 
 def requantize(x: Tensor, tables: Tensor) -> Tensor:
