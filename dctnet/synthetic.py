@@ -9,8 +9,11 @@ Encoding uses Pillow (libjpeg-turbo), so the files are ordinary JPEGs.
 from __future__ import annotations
 
 import io
+import json
+import os
 
 import numpy as np
+from PIL import Image
 
 __all__ = ["SHAPE_CLASSES", "encode_jpeg", "labelled_image", "make_labelled_dataset", "synthetic_image", "synthetic_jpeg"]
 
@@ -40,8 +43,6 @@ def synthetic_image(rng: np.random.Generator, height: int, width: int) -> np.nda
 def encode_jpeg(img: np.ndarray, *, quality: int = 75, subsampling: str = "4:2:0", progressive: bool = False,
                 gray: bool = False, optimize: bool = False) -> bytes:
     """Encode ``uint8 (H, W, 3)`` RGB with Pillow. ``subsampling``: "4:4:4", "4:2:2" or "4:2:0"."""
-    from PIL import Image
-
     im = Image.fromarray(img, "RGB")
     if gray:
         im = im.convert("L")
@@ -114,9 +115,6 @@ def make_labelled_dataset(root: str, *, classes: int = 6, train_per_class: int =
     Mixed JPEG settings, as real collections have: qualities 40–95, 4:2:0 (most), 4:2:2, 4:4:4,
     some grayscale and progressive files, sides drawn from ``size``. Deterministic in ``seed``;
     an existing dataset written with the same parameters is reused. Returns ``root``."""
-    import json
-    import os
-
     if not 1 <= classes <= len(SHAPE_CLASSES):
         raise ValueError(f"classes must be 1..{len(SHAPE_CLASSES)}, got {classes}")
     params = {"classes": classes, "train_per_class": train_per_class, "val_per_class": val_per_class,

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dctnet.data.loader import EpochSampler
+
 __all__ = ["Folds", "SubsetSampler", "all_reduce_metric", "kfold"]
 
 
@@ -94,8 +96,6 @@ class SubsetSampler(torch.utils.data.Sampler):
 
     def __init__(self, indices: Sequence[int], *, shuffle: bool = True, seed: int = 0, rank: int | None = None,
                  world_size: int | None = None, drop_last: bool = False) -> None:
-        from dctnet.data.loader import EpochSampler
-
         self.indices = list(indices)
         self._inner = EpochSampler(len(self.indices), shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
                                    drop_last=drop_last)

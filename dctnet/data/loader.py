@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -242,8 +243,6 @@ class ThreadLoader:
         (``dataset.iter_split``, else every thread-th sample of one iterator per thread), and the
         batches take the threads' samples round-robin, so the batch sequence is the same on every
         run whatever the threads' timing. Threads stop when the iteration does."""
-        import queue
-
         stop = threading.Event()
         queues = [queue.Queue(maxsize=2 * self.batch_size) for _ in range(self.threads)]
         done = object()

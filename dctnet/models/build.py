@@ -14,7 +14,7 @@ def build_model(arch: str, *, image_size: int | None = None, num_classes: int | 
     ConvNeXt or ResNet, take any size and are built without it); ``num_classes`` to the head.
     ``ValueError`` for an unknown name."""
     if arch.startswith("timm:"):
-        import timm
+        import timm  # optional and slow to import (~1 s): only for timm architectures
 
         kwargs = {"num_classes": num_classes} if num_classes else {}
         try:
@@ -27,7 +27,7 @@ def build_model(arch: str, *, image_size: int | None = None, num_classes: int | 
             return timm.create_model(arch[5:], pretrained=False, **kwargs)
         except RuntimeError as exc:  # timm: "Unknown model (...)"
             raise ValueError(f"unknown architecture {arch!r}: {exc}") from exc
-    import torchvision
+    import torchvision  # slow to import: only when a torchvision architecture is built
 
     try:
         builder = torchvision.models.get_model_builder(arch)

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from dctnet import functional as F
+from dctnet.codec import read_coefficients
 from dctnet.models.build import build_model
 from dctnet.models.checkpoint import check_state_dict, checkpoint_mean_std, load_checkpoint, num_classes_of
 from dctnet.models.surgery import (
@@ -33,6 +35,8 @@ from dctnet.models.surgery import (
     stems_for,
     swap_stem,
 )
+from dctnet.synthetic import synthetic_jpeg
+from dctnet.transforms import functional as TF
 from dctnet.transforms.normalization import MeanStd, input_mean_std, resolve_mean_std
 
 __all__ = ["Conversion", "convert", "convert_checkpoint", "load_hint", "sample_input"]
@@ -58,12 +62,7 @@ def load_hint(keep: int | str | list[int] | None = None, mean: tuple[float, ...]
 def sample_input(image: str | None, size: int) -> torch.Tensor:
     """An in-range coefficient image ``(1, 3, size/8, size/8, 64)`` float32 from the JPEG file
     ``image`` (or a generated photo), resized to ``size``²."""
-    import dctnet
-    from dctnet import functional as F
-    from dctnet.synthetic import synthetic_jpeg
-    from dctnet.transforms import functional as TF
-
-    c = dctnet.read_coefficients(image if image else synthetic_jpeg(0, size, size))
+    c = read_coefficients(image if image else synthetic_jpeg(0, size, size))
     rgb = F.coefficients_to_rgb(c)
     rgb = F.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (size, size))
     return TF.from_rgb(rgb.double()).float()
@@ -122,8 +121,6 @@ def convert(src: str | Path, dst: str | Path, arch: str, *, stem: str | None = N
     ``pretrained_cfg``, else ImageNet's; the self-check normalises the RGB model's pixels the same
     way. Without ``keep`` a relative difference above ``tolerance`` raises ``RuntimeError`` and
     nothing is written; with ``keep`` the difference is the truncation's and only reported."""
-    from dctnet.transforms import functional as TF
-
     _check_converted_stem(stem)
     state, meta = load_checkpoint(src)
     recorded, recorded_source = (None, "") if mean is not None or std is not None else checkpoint_mean_std(meta)

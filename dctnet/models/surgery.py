@@ -38,6 +38,7 @@ else :func:`dctnet.transforms.normalization.input_mean_std` of the model (its ti
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Sequence
 
@@ -85,7 +86,6 @@ def check_stem(stem: str | None) -> None:
         return
     if stem in _NOT_STEMS:
         raise ValueError(f"stem={stem!r}: {_NOT_STEMS[stem]}")
-    import difflib
 
     close = difflib.get_close_matches(str(stem), list(STEMS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -10,7 +10,7 @@ __all__ = ["plot_metrics"]
 
 def plot_metrics(metrics: str | Path, out: str | Path, *, title: str = "") -> Path:
     """Write a PNG with three panels (loss, top-1, images/s and data wait) and return its path."""
-    import matplotlib
+    import matplotlib  # heavy and only for the plot, at the end of a run
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt

@@ -51,7 +51,7 @@ def _timm_cfg(model: Any) -> tuple[dict | None, str]:
         if not model.startswith("timm:"):
             return None, model
         try:
-            import timm
+            import timm  # optional and slow to import: only for timm names
 
             cfg = timm.models.get_pretrained_cfg(model[5:])
         except (ImportError, RuntimeError, ValueError):  # unknown name: the model builder reports it
