@@ -25,8 +25,10 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h)
 	$(VPY) -m pip install -q --no-build-isolation -e ".[test]"
 	@touch $@
 
+# lint first (ruff: pyflakes and pycodestyle, pyproject.toml's [tool.ruff]), then the suite
 test: setup
-	OMP_NUM_THREADS=1 $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda" $(PYTEST_ARGS)
+	$(VPY) -m ruff check dctnet tests benchmarks
+	OMP_NUM_THREADS=1 $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not cuda" $(PYTEST_ARGS)
 
 # The main job: generate a small labelled JPEG dataset and train a DCT-stem ResNet-18 on it.
 demo: setup

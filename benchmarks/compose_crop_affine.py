@@ -100,7 +100,8 @@ def main() -> None:
                          ("composed (one grid_sample)", lambda: one_step(interp))):
             d = (fn().cpu() - ref).abs() * 255
             rows[name] = timed(fn)
-            print(f"  {interp:8s} {name:28s} mean |Δ| {float(d.mean()):6.3f}  p99 {float(d.quantile(0.99)) if d.numel() < 2**24 else math.nan:7.3f} "
+            p99 = float(d.quantile(0.99)) if d.numel() < 2**24 else math.nan
+            print(f"  {interp:8s} {name:28s} mean |Δ| {float(d.mean()):6.3f}  p99 {p99:7.3f} "
                   f"grey levels vs torchvision   {rows[name] * 1e3:8.2f} ms/batch")
         s, c = rows.values()
         print(f"  {interp:8s} composed / staged time: {c / s:.2f}x")

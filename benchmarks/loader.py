@@ -26,7 +26,8 @@ apart cancels).
 
 The floor and the loader measurement (``dctnet.train.bench.floor_us``,
 ``dctnet.train.accounting.measure``) are the functions ``dctnet bench`` reports with: on the same
-files (``--folder``) the two agree within run-to-run noise (``dctnet bench --threads 2``'s threaded row is this script's ThreadLoader row).
+files (``--folder``) the two agree within run-to-run noise (``dctnet bench --threads 2``'s threaded
+row is this script's ThreadLoader row).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
     print(f"dctnet {dctnet.__version__}, {dctnet.libjpeg_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
-          f"{'every image of ' + args.folder if args.folder else f'{args.images} images per set'}, batch {args.batch}, crop {SIZE}, medians of {args.repeats} rounds", flush=True)
+          f"{'every image of ' + args.folder if args.folder else f'{args.images} images per set'}, batch {args.batch}, "
+          f"crop {SIZE}, medians of {args.repeats} rounds", flush=True)
     table = []
     sets = [args.folder] if args.folder else args.sets.split(",")
     for name in sets:

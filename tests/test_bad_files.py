@@ -165,7 +165,7 @@ def test_train_records_the_left_out_and_the_warned_files(folder, tmp_path):
     assert record["train_skipped"] == 0  # left out before training, not met during it
     run = tmp_path / "run"
     lines = [line.split("\t") for line in (run / "skipped.txt").read_text().splitlines()]
-    assert sorted(l[2].rsplit("/", 1)[-1] for l in lines) == sorted(BAD) and {l[0] for l in lines} == {"0"}
+    assert sorted(row[2].rsplit("/", 1)[-1] for row in lines) == sorted(BAD) and {row[0] for row in lines} == {"0"}
     assert "extraneous.jpg" in (run / "warnings.txt").read_text()
 
 

@@ -301,8 +301,8 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
 def _pointer(exc: Exception, spec: dict) -> str:
     """The transform's error, with a pointer where a name belongs to another section of the recipe."""
     if spec.get("name") in ("RandomResizedCrop", "RandomCrop", "Resize", "CenterCrop"):
-        return (f"crops are the loader's, not an augment entry: the training crop is data.scale (RandomResizedCrop's "
-                f"area range), data.image_size and data.interpolation")
+        return ("crops are the loader's, not an augment entry: the training crop is data.scale (RandomResizedCrop's "
+                "area range), data.image_size and data.interpolation")
     return str(exc)
 
 
