@@ -287,7 +287,7 @@ def expand_torch(masks: Tensor, values: Tensor, escapes: Tensor, block_tables: T
         values: ``int8 (NV,)``, escapes: ``int16 (NE,)`` — concatenated in the same record order.
         block_tables: ``(NB, 64)`` table of each block.
 
-    Returns ``int16 (NB, 64)``, identical to :func:`expand`.
+    Returns ``int16 (NB, 64)``, identical to :func:`dctnet.data.sparse.expand` (the host's, in C).
 
     Raises:
         ValueError: the masks' set bits do not match the number of values, or the escapes do not

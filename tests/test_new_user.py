@@ -51,7 +51,7 @@ def with_bad_files(small, tmp_path):
     return root
 
 
-# ---------------------------------------------------------------------- recipes (item 4)
+# ---------------------------------------------------------------------- recipes
 def test_recipe_numbers_in_any_standard_notation_and_ranges(tmp_path):
     r = load_recipe(None, ["optim.lr=1e-3", "optim.weight_decay=5E-2", "data.limit_train=1e3", "optim.momentum=.9"])
     assert (r.optim.lr, r.optim.weight_decay, r.data.limit_train, r.optim.momentum) == (1e-3, 5e-2, 1000, 0.9)
@@ -77,7 +77,7 @@ def test_a_new_run_into_an_old_run_directory_starts_fresh_metrics(small, tmp_pat
     assert [json.loads(x)["epoch"] for x in rows] == [1]  # before: [1, 1]
 
 
-# ---------------------------------------------------------------------- on_error (item 3)
+# ---------------------------------------------------------------------- on_error
 def test_one_on_error_rule_and_its_default(with_bad_files, tmp_path):
     """Datasets, shard readers, the webdataset step, cache builds and recipes default to raise."""
     import inspect
@@ -128,7 +128,7 @@ def test_non_jpeg_files_are_counted_and_reported(with_bad_files):
     assert "not JPEG" in text and "only-png" in text
 
 
-# ---------------------------------------------------------------------- shards (items 5, 6)
+# ---------------------------------------------------------------------- shards
 def write_shards(out, prefix, n_shards, per_shard, start=0):
     out.mkdir(parents=True, exist_ok=True)
     n = start
@@ -192,7 +192,7 @@ def test_recipes_train_from_shards_and_from_a_cache_whose_sources_moved(tmp_path
     Trainer(load_recipe(recipe(tmp_path / "d", root, data__verify="none", **cache_recipe))).fit()
 
 
-# ---------------------------------------------------------------------- exit (item 7)
+# ---------------------------------------------------------------------- exit
 def test_no_thread_outlives_a_run(small, tmp_path):
     train(load_recipe(recipe(tmp_path, small, data__threads=2)))
     alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]

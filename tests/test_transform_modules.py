@@ -1,4 +1,4 @@
-"""The transform objects as modules (issue #14 item 2): nn.Module state, the base class's
+"""The transform objects as modules: nn.Module state, the base class's
 probability ``p`` (and the classes that take none: the policies and the mixers, which have their
 own probabilities), parameter replay, seeded Compose per (seed, epoch, step, rank), soft targets
 through timm's Mixup and torchvision's MixUp / CutMix, and the recipe registry

@@ -62,7 +62,7 @@ def jpeg_header(width: int, height: int, sampling: list[tuple[int, int]]) -> byt
 
 @pytest.mark.parametrize("fmt", ["dense", "sparse"])
 def test_cache_reads_with_2_to_4_threads_equal_one_thread(tmp_path, fmt):
-    """The crash of issue 11: ThreadLoader threads opened a lazily mapped cache at once; one map was
+    """A crash once seen: ThreadLoader threads opened a lazily mapped cache at once; one map was
     replaced (and unmapped) while the other thread's GIL-free C gather read it. Four part files,
     each first used by parallel threads, several epochs; every batch equals the one-thread read."""
     src = folder_420(tmp_path / "src", n=160)
