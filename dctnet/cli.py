@@ -23,11 +23,12 @@ from pathlib import Path
 
 from dctnet.codec import JpegError, JpegHeader, read_coefficients, read_header
 
-# Each command imports the library it runs inside its function: torch and the training stack take
-# seconds to import, which `dctnet info` and `--help` do without.
+# Each command imports the library it runs inside its function ("# lazy"): torch and the training
+# stack take seconds to import, and each command pays only for what it runs.
+
 
 def _describe(path: str, hdr: JpegHeader) -> str:
-    from dctnet.transforms.functional import estimate_quality  # lazy: torch
+    from dctnet.transforms.functional import estimate_quality  # lazy
 
     lines = [f"{path}",
              f"  size        {hdr.width}x{hdr.height}, {hdr.num_components} components, {hdr.color_space}"
@@ -68,7 +69,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from dctnet.train.demo import demo  # lazy: torch
+    from dctnet.train.demo import demo  # lazy
 
     for line in demo(args.device):
         print(line)
@@ -76,7 +77,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from dctnet.models import convert  # lazy: torch
+    from dctnet.models import convert  # lazy
 
     if (args.mean is None) != (args.std is None):
         print("error: --mean and --std go together (3 floats each)", file=sys.stderr)
@@ -102,9 +103,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from dctnet.data.cache import CacheError, build_cache, open_cache  # lazy: torch
-    from dctnet.data.cache.check import compare_with_sources
-    from dctnet.distributed import placement
+    from dctnet.data.cache import CacheError, build_cache, open_cache  # lazy
+    from dctnet.data.cache.check import compare_with_sources  # lazy
+    from dctnet.distributed import placement  # lazy
 
     try:
         if args.cache_command == "build":
@@ -137,7 +138,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from dctnet.data.verify import format_report, verify_dataset  # lazy: torch
+    from dctnet.data.verify import format_report, verify_dataset  # lazy
 
     try:
         report = verify_dataset(args.src, threads=args.threads, warnings=args.warnings)
@@ -154,8 +155,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from dctnet.distributed import placement  # lazy: torch
-    from dctnet.train import RecipeError, load_recipe, train
+    from dctnet.distributed import placement  # lazy
+    from dctnet.train import RecipeError, load_recipe, train  # lazy
 
     overrides = list(args.set or [])
     if args.out:
@@ -178,9 +179,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from dctnet import data as D  # lazy: torch
-    from dctnet import transforms as T
-    from dctnet.functional import zigzag_indices
+    from dctnet import data as D  # lazy
+    from dctnet import transforms as T  # lazy
+    from dctnet.functional import zigzag_indices  # lazy
 
     try:
         ds = D.ImageFolderDataset(args.src, crop=D.CenterCrop(args.crop_fraction), on_error="skip")
@@ -204,9 +205,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from dctnet.train import RecipeError  # lazy: torch
-    from dctnet.train.bench import run_bench
-    from dctnet.train.demo import demo_files
+    from dctnet.train import RecipeError  # lazy
+    from dctnet.train.bench import run_bench  # lazy
+    from dctnet.train.demo import demo_files  # lazy
 
     say = None if args.json else (lambda text: print(f"  ... {text}", file=sys.stderr, flush=True))
     with tempfile.TemporaryDirectory(prefix="dctnet-bench-") as tmp:
