@@ -166,38 +166,51 @@ void *private_copy(const Py_buffer *b) {
 /* ---------------------------------------------------------------- table layouts
  *
  * The int64 tables that cross the boundary (header rows, plan rows, gather items, copy ranges)
- * are C structs here and structured numpy dtypes in dctnet.data.plan. TABLES gives, per struct,
- * its size and each field's (name, byte offset, byte size); dctnet.data.plan compares its dtypes
- * with them at import, so a field added, moved or resized on one side only fails the import
- * instead of misreading columns. */
+ * are C structs (batch.h, plan.h, sparse.h) and structured numpy dtypes in dctnet.data.plan.
+ * TABLES gives, per struct, its size and each field's (name, byte offset, byte size, shape);
+ * dctnet.data.plan compares its dtypes with them at import, so a field added, moved or resized on
+ * one side only fails the import instead of misreading columns. Every field is int64 (an array
+ * field's shape times 8 bytes is its size). */
 
 typedef struct {
   const char *name;
   size_t offset, size;
+  int ndim;       /* 0 scalar, 1 or 2: an array of int64 */
+  size_t dims[2];
 } field_desc;
 
-#define FIELD(type, f) {#f, offsetof(type, f), sizeof(((type *)0)->f)}
+#define MEMBER(type, f) (((type *)0)->f)
+#define FIELD(type, f) {#f, offsetof(type, f), sizeof(MEMBER(type, f)), 0, {0, 0}}
+#define FIELD1(type, f) \
+  {#f, offsetof(type, f), sizeof(MEMBER(type, f)), 1, {sizeof(MEMBER(type, f)) / sizeof(MEMBER(type, f)[0]), 0}}
+#define FIELD2(type, f)                                                                                 \
+  {#f, offsetof(type, f), sizeof(MEMBER(type, f)), 2,                                                   \
+   {sizeof(MEMBER(type, f)) / sizeof(MEMBER(type, f)[0]), sizeof(MEMBER(type, f)[0]) / sizeof(MEMBER(type, f)[0][0])}}
 
 static const field_desc header_fields[] = {
     FIELD(header_row, status), FIELD(header_row, height), FIELD(header_row, width), FIELD(header_row, ncomp),
     FIELD(header_row, color), FIELD(header_row, exif), FIELD(header_row, progressive), FIELD(header_row, nbytes),
-    FIELD(header_row, sampling), FIELD(header_row, blocks)};
-static const field_desc plan_fields[] = {FIELD(plan_row, win), FIELD(plan_row, pwin), FIELD(plan_row, valid),
-                                         FIELD(plan_row, rel), FIELD(plan_row, group)};
+    FIELD2(header_row, sampling), FIELD2(header_row, blocks)};
+static const field_desc plan_fields[] = {FIELD1(plan_row, win), FIELD2(plan_row, pwin), FIELD1(plan_row, valid),
+                                         FIELD1(plan_row, rel), FIELD(plan_row, group)};
 static const field_desc gather_fields[] = {
     FIELD(gather_item, part), FIELD(gather_item, offset), FIELD(gather_item, nbytes), FIELD(gather_item, table),
-    FIELD(gather_item, ncomp), FIELD(gather_item, bh), FIELD(gather_item, bw), FIELD(gather_item, nvalues),
-    FIELD(gather_item, nescapes), FIELD(gather_item, r0), FIELD(gather_item, r1), FIELD(gather_item, c0),
-    FIELD(gather_item, c1)};
+    FIELD(gather_item, ncomp), FIELD1(gather_item, bh), FIELD1(gather_item, bw), FIELD(gather_item, nvalues),
+    FIELD(gather_item, nescapes), FIELD1(gather_item, r0), FIELD1(gather_item, r1), FIELD1(gather_item, c0),
+    FIELD1(gather_item, c1)};
 static const field_desc range_fields[] = {FIELD(copy_range, part), FIELD(copy_range, src), FIELD(copy_range, size),
                                           FIELD(copy_range, dst)};
 
-/* (itemsize, ((name, offset, size), ...)) */
+/* (itemsize, ((name, offset, size, shape), ...)) */
 static PyObject *table_layout(size_t itemsize, const field_desc *f, size_t n) {
   PyObject *fields = PyTuple_New((Py_ssize_t)n);
   if (!fields) return NULL;
   for (size_t i = 0; i < n; i++) {
-    PyObject *one = Py_BuildValue("(snn)", f[i].name, (Py_ssize_t)f[i].offset, (Py_ssize_t)f[i].size);
+    PyObject *shape = f[i].ndim == 0   ? PyTuple_New(0)
+                      : f[i].ndim == 1 ? Py_BuildValue("(n)", (Py_ssize_t)f[i].dims[0])
+                                       : Py_BuildValue("(nn)", (Py_ssize_t)f[i].dims[0], (Py_ssize_t)f[i].dims[1]);
+    PyObject *one = shape ? Py_BuildValue("(snnN)", f[i].name, (Py_ssize_t)f[i].offset, (Py_ssize_t)f[i].size, shape)
+                          : NULL;
     if (!one) {
       Py_DECREF(fields);
       return NULL;

@@ -20,6 +20,7 @@ import numpy as np
 
 import dctnet
 from dctnet import _jpeg
+from dctnet.data.plan import GATHER_ITEM
 from dctnet.synthetic import synthetic_jpeg
 
 
@@ -82,16 +83,17 @@ def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> No
     rows, cols = h.mcu
     r0, c0 = int(rng.integers(rows)), int(rng.integers(cols))
     r1, c1 = int(rng.integers(r0, rows)) + 1, int(rng.integers(c0, cols)) + 1
-    item = np.zeros((1, 31), np.int64)
-    item[0, 4] = h.num_components
+    item = np.zeros(1, GATHER_ITEM)
+    item["ncomp"] = h.num_components
     for c, ((hh, v), (bh, bw)) in enumerate(zip(h.sampling, h.blocks)):
-        item[0, 5 + c], item[0, 9 + c] = bh, bw
-        item[0, 15 + c], item[0, 19 + c], item[0, 23 + c], item[0, 27 + c] = r0 * v, r1 * v, c0 * hh, c1 * hh
+        item["bh"][0, c], item["bw"][0, c] = bh, bw
+        item["r0"][0, c], item["r1"][0, c], item["c0"][0, c], item["c1"][0, c] = r0 * v, r1 * v, c0 * hh, c1 * hh
     pad = rng.integers(0, 3, 2)
     outs = [np.zeros((1, (r1 - r0 + int(pad[0])) * v, (c1 - c0 + int(pad[1])) * hh, 64), np.int16)
             for hh, v in h.sampling]
     if rng.random() < 0.1:  # a window field edited past the plane, the output or below zero
-        item[0, 15 + int(rng.integers(16))] += int(rng.choice([-1, 1, 7, 1 << 20, -(1 << 40)]))
+        field = ("r0", "r1", "c0", "c1")[int(rng.integers(4))]
+        item[field][0, int(rng.integers(4))] += int(rng.choice([-1, 1, 7, 1 << 20, -(1 << 40)]))
     srcs = [data]
     mode = int(rng.integers(3))  # a warnings policy: accept, lost data raises, strict
     if rng.random() < 0.5:  # the folder loader's sources: read_headers() reads the file once

@@ -15,6 +15,7 @@ from PIL import Image
 import dctnet
 from dctnet import data as D
 from dctnet import transforms as T
+from dctnet.data.plan import GATHER_ITEM, PLAN_ROW
 from dctnet.synthetic import synthetic_image
 
 from conftest import CORPUS, corpus_rows, imagenette_files
@@ -259,12 +260,12 @@ def _decode_window_planes(data: bytes, windows: list[tuple[int, int, int, int]],
     from dctnet import _jpeg
 
     h = dctnet.read_header(data)
-    item = np.zeros((1, 31), np.int64)
-    item[0, 4] = h.num_components
+    item = np.zeros(1, GATHER_ITEM)
+    item["ncomp"] = h.num_components
     outs = []
     for c, ((bh, bw), (r0, r1, c0, c1)) in enumerate(zip(h.blocks, windows)):
-        item[0, 5 + c], item[0, 9 + c] = bh, bw
-        item[0, 15 + c], item[0, 19 + c], item[0, 23 + c], item[0, 27 + c] = r0, r1, c0, c1
+        item["bh"][0, c], item["bw"][0, c] = bh, bw
+        item["r0"][0, c], item["r1"][0, c], item["c0"][0, c], item["c1"][0, c] = r0, r1, c0, c1
         outs.append(np.full((1, r1 - r0 + pad[0], c1 - c0 + pad[1], 64), 7, np.int16))  # stale data
     _jpeg.decode_windows([data], item, outs, 0, 0, 0)
     return outs
@@ -353,8 +354,7 @@ def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
     import os
 
     from dctnet import _jpeg
-    from dctnet.data.dataset import _HEADER_COLUMNS
-    from dctnet.data.plan import COLOR_SPACES
+    from dctnet.data.plan import COLOR_SPACES, HEADER_ROW
 
     paths = sorted(str(p) for p in layout_folder.rglob("*.jpg"))
     bad = tmp_path / "bad.jpg"
@@ -363,19 +363,19 @@ def test_read_headers_table_matches_read_header(layout_folder, tmp_path):
     os.mkfifo(fifo)
     srcs = paths + [str(bad), str(tmp_path / "missing.jpg"), str(fifo)]
     table, errors, files = _jpeg.read_headers(srcs, 0, 0, 0)
-    head = np.frombuffer(table, np.int64).reshape(len(srcs), _HEADER_COLUMNS)
-    assert len(files) == len(srcs)
+    head = np.frombuffer(table, HEADER_ROW)
+    assert len(head) == len(files) == len(srcs)
     for row, err, p in zip(head[: len(paths)], errors, paths):
         h = dctnet.read_header(p)
-        assert err is None and row[0] == 0
-        assert (row[1], row[2], row[3]) == (h.height, h.width, h.num_components)
-        assert COLOR_SPACES[row[4]] == h.color_space and row[6] == h.progressive
-        assert row[7] == h.nbytes and row[5] == (h.exif_orientation or 0)
+        assert err is None and row["status"] == 0
+        assert (row["height"], row["width"], row["ncomp"]) == (h.height, h.width, h.num_components)
+        assert COLOR_SPACES[row["color"]] == h.color_space and row["progressive"] == h.progressive
+        assert row["nbytes"] == h.nbytes and row["exif"] == (h.exif_orientation or 0)
         nc = h.num_components
-        assert [tuple(x) for x in row[8:16].reshape(4, 2)[:nc].tolist()] == list(h.sampling)
-        assert [tuple(x) for x in row[16:24].reshape(4, 2)[:nc].tolist()] == list(h.blocks)
-        assert not row[8 + 2 * nc:16].any() and not row[16 + 2 * nc:24].any()
-    assert (head[len(paths):, 0] == 1).all()
+        assert [tuple(x) for x in row["sampling"][:nc].tolist()] == list(h.sampling)
+        assert [tuple(x) for x in row["blocks"][:nc].tolist()] == list(h.blocks)
+        assert not row["sampling"][nc:].any() and not row["blocks"][nc:].any()
+    assert (head["status"][len(paths):] == 1).all()
     assert isinstance(errors[-3], dctnet.JpegError) and "bad.jpg" in str(errors[-3])
     assert isinstance(errors[-2], FileNotFoundError) and "missing.jpg" in str(errors[-2])
     assert isinstance(errors[-1], OSError) and "regular file" in str(errors[-1])
@@ -456,10 +456,10 @@ def test_c_planning_entries_refuse_misaligned_buffers_and_bad_crop_parameters():
     with pytest.raises(ValueError, match="1..2"):
         _jpeg.rrc_boxes(0, 0, one, one + (1 << 40), one + 5, 0.1, 1.0, 0.75, 1.33, -0.29, 0.29, np.zeros(4, np.int64))
     args = [one + 3, one + 3, np.zeros(8, np.int64), one + 8, one + 8, np.array([0, 0, 8, 8], np.int64)]
-    outs = [np.zeros(27, np.int64), np.zeros(1, np.int64), np.zeros(2, np.int64)]
+    outs = [np.zeros(1, PLAN_ROW), np.zeros(1, np.int64), np.zeros(2, np.int64)]
     args[2][:6] = 1  # 4:4:4
     assert _jpeg.plan_windows(*args, 2, *outs) == 1
-    bad = memoryview(bytearray(8 * 27 + 1))[1:]
+    bad = memoryview(bytearray(PLAN_ROW.itemsize + 1))[1:]
     with pytest.raises(ValueError, match="aligned"):
         _jpeg.plan_windows(*args, 2, bad, *outs[1:])
     for scale, ratio in (((0.1, float("nan")), (0.75, 1.33)), ((0.1, 1.0), (-1.0, 1.0)), ((0.0, 1.0), (0.75, 1.33))):

@@ -64,10 +64,6 @@ def describe_unused(root: str | os.PathLike, non_jpeg: Sequence[str], empty_clas
         parts.append(f"class folder(s) without any JPEG: {', '.join(empty_classes[:10])}"
                      + (" …" if len(empty_classes) > 10 else ""))
     return f"{root}: " + "; ".join(parts) + ". dctnet reads JPEG only: convert other images to JPEG first."
-#: columns of ``_jpeg.read_headers``' table: status, height, width, components, colour space
-#: (:data:`dctnet.data.plan.COLOR_SPACES` index), EXIF orientation, progressive, plane bytes, then
-#: (h, v) and (blocks_h, blocks_w) pairs for four component slots
-_HEADER_COLUMNS = 24
 
 
 @dataclass
@@ -348,34 +344,33 @@ class ImageFolderDataset(CropDataset):
         with EXIF rotations to apply, and files that fail only in the full decode, take
         :meth:`load_batch` + collate (which reports them under ``on_error``)."""
         from dctnet.data.loader import collate
-        from dctnet.data.plan import gather_collated, gather_items, plan_batch
+        from dctnet.data.plan import HEADER_ROW, gather_collated, gather_items, plan_batch
 
         limits = (warn_mode(self.warnings), _limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
         paths = [self.samples[i][0] for _, i in keys]
         # every file read once and its header parsed, in one GIL-free C call (FIFOs refused); the
         # bytes stay in `files` for the decode below
         table, errors, files = _jpeg.read_headers(paths, *limits)
-        head = np.frombuffer(table, np.int64).reshape(len(paths), _HEADER_COLUMNS)
+        head = np.frombuffer(table, HEADER_ROW)
         skipped = []
         idx = np.fromiter((i for _, i in keys), np.int64, len(keys))
         used = keys  # the keys of the readable files
-        if head[:, 0].any():  # bad files: raise, or leave them out
-            for k in np.flatnonzero(head[:, 0]).tolist():
+        if head["status"].any():  # bad files: raise, or leave them out
+            for k in np.flatnonzero(head["status"]).tolist():
                 if self.on_error == "raise":
                     raise errors[k]
                 skipped.append((keys[k][1], paths[k], str(errors[k])))
-            good = np.flatnonzero(head[:, 0] == 0)
+            good = np.flatnonzero(head["status"] == 0)
             head, idx, used = head[good], idx[good], [keys[k] for k in good.tolist()]
         else:
             good = np.arange(len(keys))
-        if self.exif == "apply" and ((head[:, 5] != 0) & (head[:, 5] != 1)).any():
+        if self.exif == "apply" and ((head["exif"] != 0) & (head["exif"] != 1)).any():
             return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
         epochs = np.fromiter((e for e, _ in used), np.int64, len(used))
-        h, w, ncomp = head[:, 1], head[:, 2], head[:, 3]
-        sampling, blocks = head[:, 8:16].reshape(-1, 4, 2), head[:, 16:24].reshape(-1, 4, 2)
+        h, w, ncomp = head["height"], head["width"], head["ncomp"]
         boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
-        plan = plan_batch(head[:, 4], ncomp, sampling, h, w, boxes, grid, crop_frames(self.crop, h, w))
-        items = gather_items(good, ncomp, blocks)  # part: the file's position in `files`
+        plan = plan_batch(head["color"], ncomp, head["sampling"], h, w, boxes, grid, crop_frames(self.crop, h, w))
+        items = gather_items(good, ncomp, head["blocks"])  # part: the file's position in `files`
         labels = np.array([self.samples[i][1] for i in idx.tolist()], np.int64)
         try:
             return gather_collated(plan, lambda r, it, outs: _jpeg.decode_windows(files, it, outs, *limits),

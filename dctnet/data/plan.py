@@ -21,10 +21,75 @@ from dctnet import _jpeg
 from dctnet.data.crop import MCU_MARGIN
 from dctnet.batch import JpegBatch, PlaneGroup
 
-__all__ = ["COLOR_SPACES", "BatchPlan", "batch_storage", "gather_collated", "gather_items", "layout_grid", "plan_batch"]
+__all__ = ["COLOR_SPACES", "COPY_RANGE", "GATHER_ITEM", "HEADER_ROW", "PLAN_ROW", "BatchPlan", "batch_storage",
+           "check_table", "gather_collated", "gather_items", "layout_grid", "plan_batch", "set_windows"]
 
-#: int64 columns of one sample's row from ``_jpeg.plan_windows`` (csrc/crop.h: PLAN_FIELDS)
-_PLAN_FIELDS = 27
+# The rows of the int64 tables that cross the C boundary, as structured dtypes: each mirrors a C
+# struct, whose layout the extension exports (``_jpeg.TABLES``) and :func:`check_table` compares
+# at import, so a field added, moved or resized on one side only fails the import instead of
+# misreading columns. Code on both sides reads the fields by name.
+_I8 = np.dtype(np.int64)
+
+#: a file's row of ``_jpeg.read_headers``' table (csrc/batch.h ``header_row``): status (0 read),
+#: height, width, components, colour space (:data:`COLOR_SPACES` index), EXIF orientation (0
+#: none), progressive, plane bytes, then ``(h, v)`` sampling and ``(blocks_h, blocks_w)`` for four
+#: component slots (zero past the count)
+HEADER_ROW = np.dtype([("status", _I8), ("height", _I8), ("width", _I8), ("ncomp", _I8), ("color", _I8),
+                       ("exif", _I8), ("progressive", _I8), ("nbytes", _I8), ("sampling", _I8, (4, 2)),
+                       ("blocks", _I8, (4, 2))])
+#: a sample's row of ``_jpeg.plan_windows`` (csrc/plan.h ``plan_row``): the MCU window (r0, r1,
+#: c0, c1), each plane's window in blocks ``pwin[k, c]`` (k: r0, r1, c0, c1; c: component slot),
+#: valid size, box relative to the window, layout group
+PLAN_ROW = np.dtype([("win", _I8, (4,)), ("pwin", _I8, (4, 4)), ("valid", _I8, (2,)), ("rel", _I8, (4,)),
+                     ("group", _I8)])
+#: a sample's row of the C gathers and ``decode_windows`` (csrc/sparse.h ``gather_item``): its
+#: record (part, offset, nbytes), table row, component count, plane sizes in blocks, sparse
+#: value/escape counts, and each plane's window in blocks (r0, r1, c0, c1 per component)
+GATHER_ITEM = np.dtype([("part", _I8), ("offset", _I8), ("nbytes", _I8), ("table", _I8), ("ncomp", _I8),
+                        ("bh", _I8, (4,)), ("bw", _I8, (4,)), ("nvalues", _I8), ("nescapes", _I8),
+                        ("r0", _I8, (4,)), ("r1", _I8, (4,)), ("c0", _I8, (4,)), ("c1", _I8, (4,))])
+#: a row of ``_jpeg.copy_ranges`` (csrc/sparse.h ``copy_range``): ``size`` bytes of part ``part``
+#: from offset ``src`` to offset ``dst`` of the output
+COPY_RANGE = np.dtype([("part", _I8), ("src", _I8), ("size", _I8), ("dst", _I8)])
+
+_TABLES = {"header_row": HEADER_ROW, "plan_row": PLAN_ROW, "gather_item": GATHER_ITEM, "copy_range": COPY_RANGE}
+
+
+def check_table(name: str, dtype: np.dtype, layouts: dict | None = None) -> None:
+    """Raise ``ImportError`` naming the first difference between ``dtype`` and the C struct
+    ``name`` as the extension lays it out (``layouts``: ``_jpeg.TABLES`` by default): its size,
+    field names in order, each field's offset, size and shape, int64 elements, no gap."""
+    layouts = _jpeg.TABLES if layouts is None else layouts
+    where = f"dctnet.data.plan's {name} dtype and the extension's C struct {name}"
+    hint = " (a stale build of dctnet._jpeg? rebuild it: python setup.py build_ext --inplace)"
+    if name not in layouts:
+        raise ImportError(f"the extension has no table {name!r}{hint}")
+    itemsize, fields = layouts[name]
+    end = 0
+    for fname, offset, size, _ in fields:  # the C side itself: fields back to back, no padding
+        if offset != end:
+            raise ImportError(f"C struct {name}: field {fname!r} at byte {offset}, not {end} (padding)")
+        end = offset + size
+    if end != itemsize:
+        raise ImportError(f"C struct {name}: {itemsize} bytes, its fields {end}")
+    c_names = tuple(f[0] for f in fields)
+    if dtype.names != c_names:
+        diff = next((i for i, (a, b) in enumerate(zip(dtype.names or (), c_names)) if a != b),
+                    min(len(dtype.names or ()), len(c_names)))
+        py = dtype.names[diff] if diff < len(dtype.names or ()) else "nothing"
+        c = c_names[diff] if diff < len(c_names) else "nothing"
+        raise ImportError(f"{where} disagree: field {diff} is {py!r} in Python, {c!r} in C{hint}")
+    for fname, offset, size, shape in fields:
+        ftype, foffset = dtype.fields[fname][:2]
+        if (foffset, ftype.itemsize, ftype.shape) != (offset, size, tuple(shape)) or ftype.base != _I8:
+            raise ImportError(f"{where} disagree on field {fname!r}: {ftype} at byte {foffset} in Python, "
+                              f"int64 {tuple(shape)} ({size} bytes) at byte {offset} in C{hint}")
+    if dtype.itemsize != itemsize:
+        raise ImportError(f"{where} disagree: {dtype.itemsize} bytes in Python, {itemsize} in C{hint}")
+
+
+for _name, _dtype in _TABLES.items():
+    check_table(_name, _dtype)
 
 #: colour-space codes (the cache index stores the position)
 COLOR_SPACES = ("unknown", "gray", "RGB", "YCbCr", "CMYK", "YCCK")
@@ -123,7 +188,7 @@ def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heigh
 
     samp, color_l, ncomp_l = c64(sampling), c64(color), c64(ncomp)
     n = len(samp)
-    table, firsts, need = np.empty((n, _PLAN_FIELDS), np.int64), np.empty(n, np.int64), np.empty((n, 2), np.int64)
+    table, firsts, need = np.empty(n, PLAN_ROW), np.empty(n, np.int64), np.empty((n, 2), np.int64)
     groups = _jpeg.plan_windows(color_l, ncomp_l, samp, c64(heights), c64(widths), c64(boxes), MCU_MARGIN, table,
                                 firsts, need)
     firsts, need = firsts[:groups].tolist(), need[:groups].tolist()
@@ -132,27 +197,31 @@ def plan_batch(color: np.ndarray, ncomp: np.ndarray, sampling: np.ndarray, heigh
     if len(firsts) == 1:  # the common case: one layout, rows in order
         rows = [np.arange(n, dtype=np.int64)]
     else:
-        gid = table[:, 26]
+        gid = table["group"]
         rows = [np.flatnonzero(gid == g) for g in range(len(firsts))]
     grids = [_grid(s, r, c, grid) for (_, s), (r, c) in zip(layouts, need)]
-    rel, resize = table[:, 22:26], None
+    rel, resize = table["rel"], None
     if frames is not None:  # the window origin is box − rel; the batch carries the resized region
         sources, resize = (np.ascontiguousarray(f, np.int64) for f in frames)
         rel = np.concatenate([sources[:, :2] - (np.asarray(boxes, np.int64)[:, :2] - rel[:, :2]), sources[:, 2:]], axis=1)
-    return BatchPlan(layouts, rows, grids, table[:, 4:20].reshape(n, 4, 4), table[:, 20:22], rel,
-                     table[:, 0:4], resize)
+    return BatchPlan(layouts, rows, grids, table["pwin"], table["valid"], rel, table["win"], resize)
 
 
 def gather_items(part, ncomp, blocks, *, offset=0, nbytes=0, table=0, nvalues=0, nescapes=0) -> np.ndarray:
-    """``int64 (B, 31)`` rows of csrc/sparse.h's ``gather_item`` (the plane windows, columns
-    15–30, are filled by :func:`gather_collated`): record ``part``/``offset``/``nbytes``, table
-    row, component count, ``blocks (B, 4, 2)`` plane sizes, sparse value/escape counts."""
+    """:data:`GATHER_ITEM` rows ``(B,)`` (the plane windows are filled by :func:`gather_collated`):
+    record ``part``/``offset``/``nbytes``, table row, component count, ``blocks (B, 4, 2)`` plane
+    sizes, sparse value/escape counts."""
     part = np.asarray(part, np.int64)
-    items = np.zeros((len(part), 31), np.int64)
-    items[:, 0], items[:, 1], items[:, 2], items[:, 3], items[:, 4] = part, offset, nbytes, table, ncomp
-    items[:, 5:9], items[:, 9:13] = blocks[:, :, 0], blocks[:, :, 1]
-    items[:, 13], items[:, 14] = nvalues, nescapes
+    items = np.zeros(len(part), GATHER_ITEM)
+    items["part"], items["offset"], items["nbytes"], items["table"], items["ncomp"] = part, offset, nbytes, table, ncomp
+    items["bh"], items["bw"] = blocks[:, :, 0], blocks[:, :, 1]
+    items["nvalues"], items["nescapes"] = nvalues, nescapes
     return items
+
+
+def set_windows(items: np.ndarray, pwin: np.ndarray) -> None:
+    """Fill :data:`GATHER_ITEM` rows' plane windows from a plan's ``pwin (B, 4, 4)``."""
+    items["r0"], items["r1"], items["c0"], items["c1"] = pwin[:, 0], pwin[:, 1], pwin[:, 2], pwin[:, 3]
 
 
 def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, list], None], items: np.ndarray,
@@ -160,10 +229,11 @@ def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, lis
                     skipped: tuple = ()) -> JpegBatch:
     """The collated :class:`JpegBatch` of a plan: one C call per layout group.
 
-    ``items`` are the rows of :func:`gather_items`, with the plan's plane windows filled in here; ``copy(rows, items_of_rows, outputs)`` fills one group's outputs
+    ``items`` are the rows of :func:`gather_items`, with the plan's plane windows filled in here;
+    ``copy(rows, items_of_rows, outputs)`` fills one group's outputs
     (``gather_planes`` from a cache's records, ``decode_windows`` from JPEG bytes). A bad record
     raises ``ValueError(message, batch position)``."""
-    items[:, 15:31] = plan.pwin.reshape(len(items), 16)
+    set_windows(items, plan.pwin)
     groups = []
     shapes = [(len(r), gr * v, gc * hh, 64) for (_, sampling), r, (gr, gc) in zip(plan.layouts, plan.rows, plan.grids)
               for hh, v in sampling]

@@ -20,7 +20,8 @@ from dctnet.data import sparse as S
 from dctnet.data.crop import crop_frames, draw_boxes
 from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
 from dctnet.data.loader import collate
-from dctnet.data.plan import COLOR_SPACES, BatchPlan, batch_storage, gather_collated, gather_items, plan_batch
+from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, BatchPlan, batch_storage, gather_collated, gather_items,
+                              plan_batch, set_windows)
 from dctnet.data.cache.format import (BAD, INDEX_DTYPE, OK, CacheError, _file_hash, _load_array, _load_meta,
                                       _read_member, validate_index)
 
@@ -164,7 +165,7 @@ class Cache:
         idx, rec, plan = planned
         n = len(idx)
         items = self._items(idx, rec)
-        items[:, 15:31] = plan.pwin.reshape(n, 16)
+        set_windows(items, plan.pwin)
         sizes = np.stack([plan.pwin[:, 1] - plan.pwin[:, 0], plan.pwin[:, 3] - plan.pwin[:, 2]], axis=2)  # (B, 4, 2)
         sizes[np.arange(4)[None, :] >= rec["ncomp"].astype(np.int64)[:, None]] = 0
         counts = (sizes[:, :, 0] * sizes[:, :, 1]).reshape(-1)
@@ -212,15 +213,16 @@ class Cache:
         v_end = m_end + int(nv.sum())
         e_start = v_end + v_end % 2
         total = e_start + 2 * int(ne.sum())
-        ranges = np.empty((len(idx), 3, 4), np.int64)
-        ranges[:, :, 0] = part[:, None]
-        ranges[:, 0, 1], ranges[:, 0, 2] = start, 8 * nb
-        ranges[:, 1, 1], ranges[:, 1, 2] = start + 8 * nb, nv
-        ranges[:, 2, 1], ranges[:, 2, 2] = start + vb + vb % 2, 2 * ne
+        ranges = np.empty((len(idx), 3), COPY_RANGE)
+        ranges["part"] = part[:, None]
+        src, size = ranges["src"], ranges["size"]  # views: writing them fills the rows
+        src[:, 0], size[:, 0] = start, 8 * nb
+        src[:, 1], size[:, 1] = start + 8 * nb, nv
+        src[:, 2], size[:, 2] = start + vb + vb % 2, 2 * ne
         for k, base in enumerate((0, m_end, e_start)):
-            ranges[:, k, 3] = base + np.cumsum(ranges[:, k, 2]) - ranges[:, k, 2]
+            ranges["dst"][:, k] = base + np.cumsum(size[:, k]) - size[:, k]
         buf = batch_storage((-(-total // 2),), pin_memory).view(torch.uint8)
-        _jpeg.copy_ranges(self._parts, ranges.reshape(-1, 4), buf.numpy())
+        _jpeg.copy_ranges(self._parts, ranges.reshape(-1), buf.numpy())
         masks, values, escapes = buf[:m_end].view(torch.int64), buf[m_end:v_end].view(torch.int8), \
             buf[e_start:total].view(torch.int16)
         flat = counts.reshape(-1)  # planes follow each other, record after record
