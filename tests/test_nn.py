@@ -154,10 +154,10 @@ def test_frequency_truncation_drops_columns_and_reports_error():
     full = N.DCTPatchEmbed.from_conv(conv)
     for keep, k in ((15, 15), ("square:4", 16), ([0, 1, 8], 3)):
         emb = N.DCTPatchEmbed.from_conv(conv, keep=keep)
-        assert emb.luma.in_features == 3 * 4 * k
+        assert emb.linear.in_features == 3 * 4 * k
         idx = N.frequency_index(keep)
-        torch.testing.assert_close(emb.luma.weight.reshape(16, 3, 2, 2, k),
-                                   full.luma.weight.reshape(16, 3, 2, 2, 64)[..., idx])
+        torch.testing.assert_close(emb.linear.weight.reshape(16, 3, 2, 2, k),
+                                   full.linear.weight.reshape(16, 3, 2, 2, 64)[..., idx])
     x = torch.randn(2, 3, 4, 4, 64) * 20
     x_low = torch.zeros_like(x)
     idx = N.frequency_index(10)

@@ -202,7 +202,7 @@ def test_dctnet_train_trains_convnext_and_swin_on_coefficients(tiny_data, tmp_pa
     assert exc.value.code == 0, out.err
     assert "val top-1" in out.out and "train loss" in out.out
     state = torch.load(tmp_path / "run" / "last.pt", weights_only=False)
-    assert any(k.endswith("proj.luma.weight") or k.endswith("stem.0.luma.weight") for k in state["model"]), \
+    assert any(k.endswith("proj.linear.weight") or k.endswith("stem.0.linear.weight") for k in state["model"]), \
         list(state["model"])[:5]
     assert load_recipe(tmp_path / "run" / "recipe.yaml").model.stem is None
 

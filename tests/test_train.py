@@ -107,7 +107,7 @@ def test_param_groups_honour_no_weight_decay():
     assert wd["pos_embed"] == wd["cls_token"] == (1e-3, 0.0)
     assert wd["blocks.0.norm1.weight"] == wd["blocks.0.attn.qkv.bias"] == (1e-3, 0.0)
     assert wd["blocks.0.attn.qkv.weight"] == (1e-3, 0.05)
-    assert wd["patch_embed.proj.luma.weight"] == (5e-4, 0.05) and wd["patch_embed.proj.luma.bias"] == (5e-4, 0.0)
+    assert wd["patch_embed.proj.linear.weight"] == (5e-4, 0.05) and wd["patch_embed.proj.linear.bias"] == (5e-4, 0.0)
     everything = weight_decay_by_name(vit, param_groups(vit, 1e-3, weight_decay=0.05, decay_norms_and_biases=True))
     assert everything["pos_embed"][1] == everything["blocks.0.norm1.weight"][1] == 0.05
     tv = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=16,
@@ -236,7 +236,7 @@ def test_native_chroma_vit_trains_on_mixed_layouts(shapes, tmp_path):
                 augment=[{"name": "Mixup", "mixup_alpha": 0.2}], model__stats_batches=2)
     trainer = Trainer(load_recipe(path))
     embed = trainer.model.patch_embed.proj
-    assert embed.chroma == "native" and embed.luma.in_features == 4 * 64 and embed.chroma_weight.shape[-1] == 2 * 64
+    assert embed.chroma == "native" and embed.linear.in_features == 4 * 64 and embed.chroma_weight.shape[-1] == 2 * 64
     record = trainer.fit()
     assert record["val_images"] == 60 and record["train_loss"] > 0
     from dctnet.train import pipeline as P

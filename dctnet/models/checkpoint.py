@@ -95,8 +95,8 @@ def check_state_dict(model: nn.Module, state: dict[str, torch.Tensor], what: str
         if keys:
             more = f", ... {len(keys) - examples} more" if len(keys) > examples else ""
             parts.append(f"{len(keys)} key{'s' if len(keys) > 1 else ''} {label} (e.g. {', '.join(keys[:examples])}{more})")
-    # a DCT model's own state_dict: a converted patch embedding (``luma``) or an IDCT stem (the
+    # a DCT model's own state_dict: a converted patch embedding (``linear``) or an IDCT stem (the
     # original conv one level down, ``<name>.1.weight``)
-    converted = any(".luma." in k or re.sub(r"\.1\.weight$", ".weight", k) in missing for k in unexpected)
+    converted = any(".linear." in k or re.sub(r"\.1\.weight$", ".weight", k) in missing for k in unexpected)
     raise ValueError(f"{what}: {len(state)} checkpoint keys vs {len(own)} model keys; " + "; ".join(parts)
                      + ("; it looks like an already converted DCT checkpoint" if converted else ""))

@@ -133,7 +133,9 @@ class DCTPatchEmbed(nn.Module):
         n = max(1, patch_size // 8)                       # blocks per patch side (p ≥ 8)
         self._shuffle = max(1, 8 // patch_size)           # patches per block side (p < 8)
         out = embed_dim * self._shuffle ** 2
-        self.luma = nn.Linear((3 if chroma == "upsampled" else 1) * n * n * k, out, bias=bias)
+        # the patch's coefficients → embedding: Y, Cb, Cr ("upsampled"), or Y alone ("native",
+        # chroma through chroma_weight)
+        self.linear = nn.Linear((3 if chroma == "upsampled" else 1) * n * n * k, out, bias=bias)
         if chroma == "native":
             # chroma footprint of a patch, in chroma blocks, and patches per chroma block
             self._foot = (max(1, patch_size // (8 * fv)), max(1, patch_size // (8 * fh)))
@@ -167,8 +169,8 @@ class DCTPatchEmbed(nn.Module):
             self._check_grid(x.shape[2], x.shape[3], x.shape[4])
             if x.shape[1] == 1:  # grayscale: zero chroma
                 x = torch.cat([x, x.new_zeros(x.shape[0], 2, *x.shape[2:])], dim=1)
-            x = x.index_select(-1, self.index).to(self.luma.weight.dtype)
-            out = self.luma(self._patches(x, n)).permute(0, 3, 1, 2)    # (B, E·r², Hp, Wp)
+            x = x.index_select(-1, self.index).to(self.linear.weight.dtype)
+            out = self.linear(self._patches(x, n)).permute(0, 3, 1, 2)    # (B, E·r², Hp, Wp)
             if self._shuffle > 1:  # rows are ordered (E, r, r): depth-to-space puts them on the stride-p grid
                 out = nn.functional.pixel_shuffle(out, self._shuffle)
             return out
@@ -176,10 +178,10 @@ class DCTPatchEmbed(nn.Module):
             raise ValueError("chroma='native' takes a pair (y (B, Hb, Wb, 64), c (B, 2, Hc, Wc, 64) or None)")
         y, c = x
         self._check_grid(y.shape[1], y.shape[2], y.shape[3])
-        y = y.index_select(-1, self.index).to(self.luma.weight.dtype).unsqueeze(1)
-        out = self.luma(self._patches(y, n))                                       # (B, Hp, Wp, E)
+        y = y.index_select(-1, self.index).to(self.linear.weight.dtype).unsqueeze(1)
+        out = self.linear(self._patches(y, n))                                       # (B, Hp, Wp, E)
         if c is not None:
-            c = c.index_select(-1, self.index).to(self.luma.weight.dtype)
+            c = c.index_select(-1, self.index).to(self.linear.weight.dtype)
             nr, nc = self._foot
             cv, ch = self._classes
             b, _, hc, wc, k = c.shape
@@ -230,15 +232,15 @@ class DCTPatchEmbed(nn.Module):
                 for j in range(r):
                     canvas[:, i, j, :, i * p:(i + 1) * p, j * p:(j + 1) * p] = w
             coef = _blocks_of(canvas)[..., idx]                                  # (E, r, r, 3, 1, 1, K)
-            self.luma.weight.copy_(coef.reshape(e * r * r, -1))
-            if bias is not None and self.luma.bias is not None:
-                self.luma.bias.copy_(bias.to(torch.float64).repeat_interleave(r * r))
+            self.linear.weight.copy_(coef.reshape(e * r * r, -1))
+            if bias is not None and self.linear.bias is not None:
+                self.linear.bias.copy_(bias.to(torch.float64).repeat_interleave(r * r))
             return
         coef = _blocks_of(w)[..., idx]                                           # (E, 3, p/8, p/8, K)
         if self.chroma == "upsampled":
-            self.luma.weight.copy_(coef.reshape(e, -1))
+            self.linear.weight.copy_(coef.reshape(e, -1))
         else:
-            self.luma.weight.copy_(coef[:, :1].reshape(e, -1))
+            self.linear.weight.copy_(coef[:, :1].reshape(e, -1))
             fh, fv = self.chroma_factor
             nr, nc = self._foot
             cv, ch = self._classes
@@ -250,8 +252,8 @@ class DCTPatchEmbed(nn.Module):
                     canvas[:, :, a * (p // fv):(a + 1) * (p // fv), c * (p // fh):(c + 1) * (p // fh)] = pooled
                     weights[a, c] = _blocks_of(canvas)[..., idx].reshape(e, -1)
             self.chroma_weight.copy_(weights)
-        if bias is not None and self.luma.bias is not None:
-            self.luma.bias.copy_(bias)
+        if bias is not None and self.linear.bias is not None:
+            self.linear.bias.copy_(bias)
 
     @torch.no_grad()
     def init_from_spatial(self, generator: torch.Generator | None = None) -> None:

@@ -82,8 +82,8 @@ def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
         for embed in stem_modules(model):
             if not isinstance(embed, DCTPatchEmbed):
                 continue
-            embed.luma.reset_parameters()
+            embed.linear.reset_parameters()
             if m.chroma == "native":  # the same default init, over the stem's whole fan-in
-                fan_in = embed.luma.in_features + embed.chroma_weight.shape[-1]
+                fan_in = embed.linear.in_features + embed.chroma_weight.shape[-1]
                 torch.nn.init.uniform_(embed.chroma_weight, -fan_in ** -0.5, fan_in ** -0.5)
     return model
