@@ -22,7 +22,7 @@ import numpy as np
 
 from dctnet import _jpeg
 
-__all__ = ["SparseRecord", "encode", "expand"]
+__all__ = ["SparseRecord", "encode", "expand", "record_bytes", "record_from_bytes", "record_layout"]
 
 _BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
@@ -33,6 +33,31 @@ class SparseRecord:
     values: np.ndarray   # int8 (nvalues,)
     escapes: np.ndarray  # int16 (nescapes,)
     tables: np.ndarray   # uint16 (ncomponents, 64)
+
+
+def record_layout(nblocks, nvalues, nescapes):
+    """Where a stored record's streams lie, in bytes: ``(values_at, escapes_at, nbytes)``. The
+    masks come first (8 bytes a block), then the values (a byte each), then the escapes, 2-byte
+    aligned (2 bytes each). Takes ints, or int64 arrays elementwise. The one place this layout is
+    computed in Python; csrc/sparse.c's ``sparse_record_layout`` is the same in C."""
+    values_at = 8 * nblocks
+    values_end = values_at + nvalues
+    escapes_at = values_end + values_end % 2
+    return values_at, escapes_at, escapes_at + 2 * nescapes
+
+
+def record_bytes(rec: SparseRecord) -> list[bytes]:
+    """A record's streams as stored (:func:`record_layout`), in order, padding included."""
+    _, escapes_at, _ = record_layout(len(rec.masks), len(rec.values), len(rec.escapes))
+    pad = b"\0" * (escapes_at - rec.masks.nbytes - rec.values.nbytes)
+    return [rec.masks.tobytes(), rec.values.tobytes(), pad, rec.escapes.tobytes()]
+
+
+def record_from_bytes(raw: np.ndarray, nblocks: int, nvalues: int, nescapes: int, tables: np.ndarray) -> SparseRecord:
+    """The record stored in ``raw`` (uint8, 8-byte aligned; views, no copy) by :func:`record_bytes`."""
+    values_at, escapes_at, _ = record_layout(nblocks, nvalues, nescapes)
+    return SparseRecord(raw[:values_at].view(np.uint64), raw[values_at:values_at + nvalues].view(np.int8),
+                        raw[escapes_at:escapes_at + 2 * nescapes].view(np.int16), tables)
 
 
 def encode(planes: list[np.ndarray] | tuple[np.ndarray, ...], tables: np.ndarray) -> SparseRecord:

@@ -36,9 +36,7 @@ def _encode_sample(coeffs, fmt: str) -> tuple[list[bytes], np.ndarray, int, int]
         return [p.tobytes() for p in coeffs.planes], tables, 0, 0
     rec = S.encode(coeffs.planes, coeffs.quant_tables)
     tables[: coeffs.num_components] = rec.tables
-    pad = b"\0" * (-(rec.masks.nbytes + rec.values.nbytes) % 2)
-    return [rec.masks.tobytes(), rec.values.tobytes(), pad, rec.escapes.tobytes()], tables, len(rec.values), len(
-        rec.escapes)
+    return S.record_bytes(rec), tables, len(rec.values), len(rec.escapes)
 
 
 def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, world: int, resume: bool,

@@ -205,20 +205,19 @@ class Cache:
         counts = blocks[:, :, 0] * blocks[:, :, 1]                                 # (B, 4) blocks per plane
         nb = counts.sum(axis=1)
         nv, ne = rec["nvalues"].astype(np.int64), rec["nescapes"].astype(np.int64)
-        # one buffer: every record's masks, then values, then (2-aligned) escapes; one C call
-        # copies the 3 ranges of each record (a Python loop over records cost ~20 µs a sample)
+        # one buffer laid out as one record of all the batch's blocks: every record's masks, then
+        # values, then (2-aligned) escapes; one C call copies the 3 ranges of each record (a Python
+        # loop over records cost ~20 µs a sample)
         start, part = rec["offset"].astype(np.int64), rec["part"].astype(np.int64)
-        vb = 8 * nb + nv
-        m_end = 8 * int(nb.sum())
+        values_at, escapes_at, _ = S.record_layout(nb, nv, ne)
+        m_end, e_start, total = S.record_layout(int(nb.sum()), int(nv.sum()), int(ne.sum()))
         v_end = m_end + int(nv.sum())
-        e_start = v_end + v_end % 2
-        total = e_start + 2 * int(ne.sum())
         ranges = np.empty((len(idx), 3), COPY_RANGE)
         ranges["part"] = part[:, None]
         src, size = ranges["src"], ranges["size"]  # views: writing them fills the rows
         src[:, 0], size[:, 0] = start, 8 * nb
-        src[:, 1], size[:, 1] = start + 8 * nb, nv
-        src[:, 2], size[:, 2] = start + vb + vb % 2, 2 * ne
+        src[:, 1], size[:, 1] = start + values_at, nv
+        src[:, 2], size[:, 2] = start + escapes_at, 2 * ne
         for k, base in enumerate((0, m_end, e_start)):
             ranges["dst"][:, k] = base + np.cumsum(size[:, k]) - size[:, k]
         buf = batch_storage((-(-total // 2),), pin_memory).view(torch.uint8)
@@ -253,13 +252,8 @@ class Cache:
         if self.format == "dense":
             flat = raw.view(np.int16).reshape(-1, 64)
         else:
-            nb = sum(counts)
-            nv, ne = int(r["nvalues"]), int(r["nescapes"])
-            masks = raw[: 8 * nb].view(np.uint64)
-            values = raw[8 * nb: 8 * nb + nv].view(np.int8)
-            start = 8 * nb + nv + (8 * nb + nv) % 2
-            escapes = raw[start: start + 2 * ne].view(np.int16)
-            rec = S.SparseRecord(masks, values, escapes, np.ascontiguousarray(self.tables[i, :nc]))
+            rec = S.record_from_bytes(raw, sum(counts), int(r["nvalues"]), int(r["nescapes"]),
+                                      np.ascontiguousarray(self.tables[i, :nc]))
             try:
                 flat = S.expand(rec, counts)
             except ValueError:
