@@ -218,22 +218,25 @@ typedef struct {
   const gather_item *items;
 } item_names;
 
-__attribute__((unused)) static PyObject *name_of_item(void *ctx, Py_ssize_t i) {
+static PyObject *name_of_item(void *ctx, Py_ssize_t i) {
   const item_names *in = (const item_names *)ctx;
   PyObject *src = PyTuple_GET_ITEM(in->h->names, (Py_ssize_t)in->items[i].part);
   return PyUnicode_Check(src) ? src : Py_None;
 }
 
 PyDoc_STRVAR(decode_windows_doc,
-             "decode_windows(srcs, items, outs, warn_mode, max_pixels, max_bytes) -> None\n\n"
+             "decode_windows(srcs, items, outs, warn_mode, max_pixels, max_bytes) -> errors\n\n"
              "Decode JPEGs and write each plane's window straight into one layout group's outputs (the\n"
              "folder loader's batch path). srcs: a FileBatch from read_headers, or a sequence of paths\n"
              "(str: read here, without the GIL) or bytes-like JPEGs; items: gather_item rows (n,)\n"
              "(dctnet.data.plan.GATHER_ITEM) whose part is the index into srcs and whose plane sizes\n"
              "must equal the file's; outs as for gather_planes. Single-scan files stream into the windows\n"
              "one MCU row at a time and stop after the last row a window needs; others are decoded into a\n"
-             "reused per-thread buffer and copied by gather_planes.\n"
-             "Raises ValueError(message, item) at the first image that fails or does not match its item.");
+             "reused per-thread buffer and copied. errors: per item None, or the exception of an image that\n"
+             "failed, whose windows are then zero: JpegError(reason, path) with libjpeg's reason (or saying\n"
+             "the file changed since its header was read), OSError, MemoryError.\n"
+             "Raises ValueError(message, item) for the first item whose part, component count or windows\n"
+             "do not fit the call, before anything is decoded.");
 
 static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   PyObject *srcs_obj, *items_obj, *outs_obj, *mode_obj, *mp_obj, *mb_obj, *outs_t = NULL, *result = NULL;
@@ -273,12 +276,11 @@ static PyObject *py_decode_windows(PyObject *self, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   bad = decode_windows(ts, hs.img, (int64_t)hs.n, items, n, &out, &lim, st);
   Py_END_ALLOW_THREADS
-  for (int64_t i = 0; i < n && !bad; i++)
-    if (st[i].status != ST_OK) bad = i + 1;
   if (bad) {
-    raise_item_error("decode_windows: an image failed to decode or does not match its item", bad - 1);
+    raise_item_error("decode_windows: an item's source, component count or windows do not fit the call", bad - 1);
   } else {
-    result = Py_NewRef(Py_None);
+    item_names in = {&hs, items};
+    result = failure_list(st, (Py_ssize_t)n, name_of_item, &in);
   }
 done:
   release_sources(&hs);

@@ -76,7 +76,8 @@ def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> No
     """``_jpeg.decode_windows`` on one file: an item planned from its header, a random window of
     whole MCUs (so a random early stop for single-scan files) into outputs with random padding;
     now and then a window edited to lie outside the plane or the output. A decode that fails
-    raises ValueError (counted as an error)."""
+    comes back as its JpegError, with zero windows; a window outside the output raises ValueError
+    (both counted as errors)."""
     h = dctnet.read_header(data, max_pixels=max_pixels)
     if h.nbytes > 8 << 20:
         return
@@ -103,11 +104,14 @@ def decode_windows(rng: np.random.Generator, data: bytes, max_pixels: int) -> No
         if errors[0] is not None:
             raise dctnet.JpegError(str(errors[0]))
     try:
-        _jpeg.decode_windows(srcs, item, outs, mode, max_pixels, 0)
+        [failure] = _jpeg.decode_windows(srcs, item, outs, mode, max_pixels, 0)
     except ValueError as exc:
         if "decode_windows" not in str(exc.args[0]):
             raise
         raise dctnet.JpegError(str(exc.args[0])) from None
+    if failure is not None:
+        assert not any(o.any() for o in outs), "a failed image left data in its windows"
+        raise failure
 
 
 def run(cases: int, seed: int, corpus: str | None, max_pixels: int) -> dict[str, int]:

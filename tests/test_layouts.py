@@ -254,20 +254,29 @@ def test_mixed_layout_device_decode_on_cuda(layout_folder):
     torch.testing.assert_close(c.cpu(), c0, atol=2e-2, rtol=1e-4)
 
 
-def _decode_window_planes(data: bytes, windows: list[tuple[int, int, int, int]], pad: tuple[int, int]):
-    """``_jpeg.decode_windows`` of one file with one window per component (in blocks), into outputs
-    ``pad`` blocks larger than the window."""
-    from dctnet import _jpeg
-
-    h = dctnet.read_header(data)
+def _window_item(h, windows: list[tuple[int, int, int, int]], part: int = 0) -> np.ndarray:
+    """A gather item for the file of header ``h`` with one window per component (in blocks)."""
     item = np.zeros(1, GATHER_ITEM)
-    item["ncomp"] = h.num_components
-    outs = []
+    item["part"], item["ncomp"] = part, h.num_components
     for c, ((bh, bw), (r0, r1, c0, c1)) in enumerate(zip(h.blocks, windows)):
         item["bh"][0, c], item["bw"][0, c] = bh, bw
         item["r0"][0, c], item["r1"][0, c], item["c0"][0, c], item["c1"][0, c] = r0, r1, c0, c1
-        outs.append(np.full((1, r1 - r0 + pad[0], c1 - c0 + pad[1], 64), 7, np.int16))  # stale data
-    _jpeg.decode_windows([data], item, outs, 0, 0, 0)
+    return item
+
+
+def _decode_window_planes(data: bytes, windows: list[tuple[int, int, int, int]], pad: tuple[int, int],
+                          warn_mode: int = 0):
+    """``_jpeg.decode_windows`` of one file with one window per component (in blocks), into outputs
+    ``pad`` blocks larger than the window; raises the file's failure."""
+    from dctnet import _jpeg
+
+    item = _window_item(dctnet.read_header(data), windows)
+    outs = [np.full((1, r1 - r0 + pad[0], c1 - c0 + pad[1], 64), 7, np.int16)  # stale data
+            for r0, r1, c0, c1 in windows]
+    [failure] = _jpeg.decode_windows([data], item, outs, warn_mode, 0, 0)
+    if failure is not None:
+        assert all(not o.any() for o in outs)  # a failed image leaves zero windows
+        raise failure
     return outs
 
 
@@ -333,9 +342,10 @@ def test_a_file_with_its_scan_twice_fails_or_decodes_as_in_full():
     windows = [(0, bh, 0, bw) for bh, bw in h.blocks]
     try:
         full = dctnet.read_coefficients(doubled)
-    except dctnet.JpegError:
-        with pytest.raises(ValueError, match="decode_windows"):
-            _decode_window_planes(doubled, windows, (0, 0))
+    except dctnet.JpegError as exc:
+        with pytest.raises(dctnet.JpegError) as info:
+            _decode_window_planes(doubled, windows, (0, 0), warn_mode=1)  # read_coefficients' policy
+        assert info.value.reason == exc.reason
     else:
         outs = _decode_window_planes(doubled, windows, (1, 1))
         for plane, window, out in zip(full.planes, windows, outs):
@@ -345,6 +355,82 @@ def test_a_file_with_its_scan_twice_fails_or_decodes_as_in_full():
     good = dctnet.read_coefficients(data)
     for plane, window, out in zip(good.planes, top, first):
         assert np.array_equal(out[0], _expected_window(plane, window, out.shape[1:]))
+
+
+def _damaged_at_the_top(seed: int, h: int, w: int) -> bytes:
+    """A baseline JPEG whose entropy-coded data is cut by a marker in its first MCU row: its header
+    reads, every windowed decode meets the damage (libjpeg: premature end of data segment, lost data)."""
+    from dctnet.synthetic import synthetic_jpeg
+
+    data = synthetic_jpeg(seed, h, w)
+    sos = data.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+    return data[:start + 8] + b"\xff\xd9" + data[start + 10:]
+
+
+def test_decode_windows_returns_each_failed_items_reason_and_goes_on(tmp_path):
+    """decode_windows decodes every item: one that fails gets its exception in the returned list
+    (JpegError with the reason a full read gives, naming the path it was given) and zero windows,
+    and the items after it are decoded as usual. An item that does not fit the call (its part, its
+    component count or windows) is a caller's bug: ValueError naming the item, before any decode."""
+    from dctnet import _jpeg
+    from dctnet.synthetic import synthetic_jpeg
+
+    good = [synthetic_jpeg(i, 48, 64) for i in (1, 2)]
+    bad_path = tmp_path / "bad.jpg"
+    bad_path.write_bytes(_damaged_at_the_top(3, 48, 64))
+    srcs = [good[0], str(bad_path), good[1]]
+    h = dctnet.read_header(good[0])
+    assert dctnet.read_header(bad_path).blocks == h.blocks
+    windows = [(0, bh, 0, bw) for bh, bw in h.blocks]
+    items = np.concatenate([_window_item(h, windows, part) for part in range(3)])
+    outs = [np.full((3, bh, bw, 64), 7, np.int16) for bh, bw in h.blocks]
+    found = _jpeg.decode_windows(srcs, items, outs, _jpeg.WARN_LOST, 0, 0)
+    with pytest.raises(dctnet.JpegError) as info:
+        dctnet.read_coefficients(bad_path)
+    assert found[0] is None and found[2] is None and isinstance(found[1], dctnet.JpegError)
+    assert (found[1].reason, found[1].source) == (info.value.reason, str(bad_path))
+    for i, k in ((0, 0), (2, 1)):
+        want = dctnet.read_coefficients(good[k]).planes
+        assert all(np.array_equal(o[i], p) for o, p in zip(outs, want))
+    assert all(not o[1].any() for o in outs)
+    assert _jpeg.decode_windows(srcs, items, outs, _jpeg.WARN_ACCEPT, 0, 0) == [None] * 3  # the fill-in
+    for col, value in (("part", 3), ("ncomp", 1), ("r1", 1 << 20)):
+        bad = items.copy()
+        bad[col][2] = value
+        with pytest.raises(ValueError, match="decode_windows") as info:
+            _jpeg.decode_windows(srcs, bad, outs, 0, 0, 0)
+        assert info.value.args[1] == 2
+
+
+def test_a_file_failing_in_its_window_decode_is_reported_under_on_error(tmp_path):
+    """A file whose header reads but whose windows do not decode: load_collated reports it itself
+    under on_error — raised as the per-sample read raises it, or left out of the batch (which is
+    planned again without it: here it is the largest image, so the grid shrinks) and listed in
+    skipped with that reason — and the batch equals collate(load_batch(keys)) bit for bit."""
+    from dctnet.synthetic import synthetic_jpeg
+
+    root = tmp_path / "folder"
+    (root / "a").mkdir(parents=True)
+    for i in range(4):
+        (root / "a" / f"{i}.jpg").write_bytes(synthetic_jpeg(i, 40 + 8 * i, 56))
+    (root / "a" / "2.jpg").write_bytes(_damaged_at_the_top(7, 160, 200))
+    bad = str(root / "a" / "2.jpg")
+    with pytest.raises(dctnet.JpegError) as want:
+        dctnet.read_coefficients(bad)
+    keys = [(0, i) for i in range(4)]
+    for crop in (D.FullImage(), D.RandomResizedCrop()):
+        raising = D.ImageFolderDataset(root, crop=crop, seed=2)
+        with pytest.raises(dctnet.JpegError) as got:
+            raising.load_collated(keys)
+        assert (got.value.reason, got.value.source) == (want.value.reason, bad)
+        skipping = D.ImageFolderDataset(root, crop=crop, seed=2, on_error="skip")
+        a = skipping.load_collated(keys)
+        b = D.collate(skipping.load_batch(keys), pin_memory=False)
+        assert a.skipped == b.skipped == ((2, bad, str(want.value)),)
+        assert [g.layout for g in a.groups] == [g.layout for g in b.groups]
+        assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+        assert sorted(a.index.tolist()) == [0, 1, 3]
 
 
 def test_read_headers_table_matches_read_header(layout_folder, tmp_path):

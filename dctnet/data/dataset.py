@@ -340,9 +340,13 @@ class ImageFolderDataset(CropDataset):
         (:func:`dctnet.data.plan.plan_batch`), then one GIL-free C call per layout group decodes
         each file from those bytes straight into the batch. Single-scan (baseline/sequential)
         files stream into their windows one MCU row at a time and stop entropy decoding after the
-        last row the window needs; progressive files decode into a reused buffer first. Batches
-        with EXIF rotations to apply, and files that fail only in the full decode, take
-        :meth:`load_batch` + collate (which reports them under ``on_error``)."""
+        last row the window needs; progressive files decode into a reused buffer first.
+
+        A file that fails, in its header or in the decode of its windows, follows ``on_error``:
+        its exception is raised (the first in ``keys`` order), or it is left out and listed in
+        ``skipped`` as ``(index, path, reason)`` — a decode failure then plans and decodes the
+        rest again, as the batch without it. Batches with EXIF rotations to apply take
+        :meth:`load_batch` + collate: a rotation needs a file's whole planes, not its windows."""
         from dctnet.data.loader import collate
         from dctnet.data.plan import HEADER_ROW, gather_collated, gather_items, plan_batch
 
@@ -352,28 +356,36 @@ class ImageFolderDataset(CropDataset):
         # bytes stay in `files` for the decode below
         table, errors, files = _jpeg.read_headers(paths, *limits)
         head = np.frombuffer(table, HEADER_ROW)
-        skipped = []
+        failed = {k: errors[k] for k in np.flatnonzero(head["status"]).tolist()}  # key position -> exception
+        if failed and self.on_error == "raise":
+            raise failed[min(failed)]
+        good = np.flatnonzero(head["status"] == 0)  # key positions of the files still in the batch
+        exif = head["exif"][good]
+        if self.exif == "apply" and ((exif != 0) & (exif != 1)).any():
+            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
         idx = np.fromiter((i for _, i in keys), np.int64, len(keys))
-        used = keys  # the keys of the readable files
-        if head["status"].any():  # bad files: raise, or leave them out
-            for k in np.flatnonzero(head["status"]).tolist():
-                if self.on_error == "raise":
-                    raise errors[k]
-                skipped.append((keys[k][1], paths[k], str(errors[k])))
-            good = np.flatnonzero(head["status"] == 0)
-            head, idx, used = head[good], idx[good], [keys[k] for k in good.tolist()]
-        else:
-            good = np.arange(len(keys))
-        if self.exif == "apply" and ((head["exif"] != 0) & (head["exif"] != 1)).any():
-            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
-        epochs = np.fromiter((e for e, _ in used), np.int64, len(used))
-        h, w, ncomp = head["height"], head["width"], head["ncomp"]
-        boxes = draw_boxes(self.crop, h, w, self.seed, epochs, idx)
-        plan = plan_batch(head["color"], ncomp, head["sampling"], h, w, boxes, grid, crop_frames(self.crop, h, w))
-        items = gather_items(good, ncomp, head["blocks"])  # part: the file's position in `files`
+        epochs = np.fromiter((e for e, _ in keys), np.int64, len(keys))
         labels = np.array([self.samples[i][1] for i in idx.tolist()], np.int64)
-        try:
-            return gather_collated(plan, lambda r, it, outs: _jpeg.decode_windows(files, it, outs, *limits),
-                                   items, labels, idx, pin_memory=pin_memory, skipped=tuple(skipped))
-        except ValueError:  # a file that fails in its full decode: the per-sample path names it
-            return collate(self.load_batch(keys), grid=grid, pin_memory=pin_memory)
+        while True:
+            rows = head[good]
+            h, w, ncomp = rows["height"], rows["width"], rows["ncomp"]
+            boxes = draw_boxes(self.crop, h, w, self.seed, epochs[good], idx[good])
+            plan = plan_batch(rows["color"], ncomp, rows["sampling"], h, w, boxes, grid, crop_frames(self.crop, h, w))
+            items = gather_items(good, ncomp, rows["blocks"])  # part: the file's position in `files`
+            decoded: dict[int, BaseException] = {}  # key position -> exception, of this pass
+
+            def decode(r: np.ndarray, it: np.ndarray, outs: list, good: np.ndarray = good,
+                       decoded: dict[int, BaseException] = decoded) -> None:
+                found = _jpeg.decode_windows(files, it, outs, *limits)
+                if found.count(None) != len(found):
+                    decoded.update((int(good[j]), exc) for j, exc in zip(r.tolist(), found) if exc is not None)
+
+            skipped = tuple((keys[k][1], paths[k], str(failed[k])) for k in sorted(failed))
+            batch = gather_collated(plan, decode, items, labels[good], idx[good], pin_memory=pin_memory,
+                                    skipped=skipped)
+            if not decoded:
+                return batch
+            if self.on_error == "raise":
+                raise decoded[min(decoded)]
+            failed.update(decoded)
+            good = good[~np.isin(good, list(decoded))]
