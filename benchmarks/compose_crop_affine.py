@@ -26,7 +26,8 @@ import time
 import torch
 import torchvision.transforms.v2.functional as TVF
 
-from dctnet import functional as F
+from dctnet import image as IM
+from dctnet import resize as RS
 from dctnet import transforms as T
 from dctnet.transforms import pixel as P
 
@@ -67,12 +68,12 @@ def main() -> None:
     batch = T.as_jpeg_batch(load_batch(args.batch)[0].to(device))
     size = args.size
     g = batch.groups[0]
-    full = F.to_rgb(list(g.planes), g.sampling, batch.valid[g.rows], color_space=g.color_space).clamp(0, 1)
+    full = IM.to_rgb(list(g.planes), g.sampling, batch.valid[g.rows], color_space=g.color_space).clamp(0, 1)
     boxes = batch.boxes[g.rows].to(device)
     angle = (torch.rand(len(g.rows), dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 60 - 30)
 
     def staged(interpolation: str) -> torch.Tensor:
-        return P.rotate(F.resized_crop(full, boxes, (size, size)).clamp(0, 1), angle.to(device), interpolation=interpolation)
+        return P.rotate(RS.resized_crop(full, boxes, (size, size)).clamp(0, 1), angle.to(device), interpolation=interpolation)
 
     def one_step(interpolation: str) -> torch.Tensor:
         return composed(full, boxes, angle.to(device), size, interpolation).clamp(0, 1)

@@ -22,6 +22,8 @@ from torch import nn
 
 import dctnet
 import dctnet.functional as F
+import dctnet.image as IM
+import dctnet.resize as RS
 import dctnet.models as M
 from dctnet.transforms import functional as TF
 
@@ -40,9 +42,9 @@ def photos(n: int = 4) -> torch.Tensor:
     imgs = []
     for s in srcs:
         c = dctnet.read_coefficients(s)
-        rgb = F.coefficients_to_rgb(c)
-        imgs.append(F.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (224, 224)))
-    return TF.from_rgb(torch.cat(imgs).double()).float()
+        rgb = IM.coefficients_to_rgb(c)
+        imgs.append(RS.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (224, 224)))
+    return TF.coefficient_image_from_rgb(torch.cat(imgs).double()).float()
 
 
 def params(m: nn.Module) -> int:

@@ -306,7 +306,7 @@ def _add_info(sub) -> None:
 def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="coefficients -> device RGB on built-in data: fidelity and speed vs Pillow",
                        description="Decode generated JPEGs (and Imagenette if present) to coefficients, rebuild "
-                                   "RGB with dctnet.functional.to_rgb and compare with Pillow.")
+                                   "RGB with dctnet.image.to_rgb and compare with Pillow.")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_demo)
 

@@ -39,7 +39,7 @@ def image(tmp_path):
 def coefficients(size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(7)
     rgb = torch.nn.functional.interpolate(torch.rand(2, 3, size // 8, size // 8), size=(size, size), mode="bilinear")
-    return rgb, TF.from_rgb(rgb)
+    return rgb, TF.coefficient_image_from_rgb(rgb)
 
 
 def normalize(rgb, mean, std):

@@ -9,6 +9,7 @@ from PIL import Image
 
 import dctnet
 import dctnet.functional as F
+import dctnet.image as IM
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.synthetic import synthetic_image, synthetic_jpeg
@@ -55,8 +56,9 @@ def test_the_host_never_decodes_pixels(folder, tmp_path, monkeypatch):
         raise AssertionError("pixel work on the host")
 
     cache = D.build_cache(folder, tmp_path / "cache", format="sparse", progress=False)
-    for name in ("to_rgb", "coefficients_to_rgb", "from_rgb", "block_idct", "block_dct"):
-        monkeypatch.setattr(F, name, forbidden)
+    for module, name in ((IM, "to_rgb"), (IM, "coefficients_to_rgb"), (IM, "from_rgb"), (F, "block_idct"),
+                         (F, "block_dct")):
+        monkeypatch.setattr(module, name, forbidden)
     layouts = set()
     for ds in (D.ImageFolderDataset(folder, crop=D.RandomResizedCrop()), D.CacheDataset(cache, crop=D.RandomResizedCrop())):
         for b in D.ThreadLoader(ds, 8, threads=2, pin_memory=False):
@@ -178,7 +180,7 @@ def test_exif_orientation_applied_exactly(tmp_path, orientation):
     c = dctnet.read_coefficients(path)
     assert c.exif_orientation == orientation
     planes, sampling, h, w = D.apply_orientation(c.planes, c.sampling, c.height, c.width, c.exif_orientation)
-    ours = F.to_rgb([torch.from_numpy(p).unsqueeze(0) for p in planes], sampling, (h, w))
+    ours = IM.to_rgb([torch.from_numpy(p).unsqueeze(0) for p in planes], sampling, (h, w))
     from PIL import ImageOps
 
     with Image.open(path) as im:  # oracle: Pillow's decode, turned upright by Pillow

@@ -31,12 +31,12 @@ def test_coefficient_kernels_equal_the_pixel_ops(rgb, make):
     t = make()
     params = t.draw_params(rgb.shape, torch.Generator().manual_seed(3))
     on_pixels = t(rgb, params=params)
-    on_coefficients = t(TF.from_rgb(rgb), params=params)
+    on_coefficients = t(TF.coefficient_image_from_rgb(rgb), params=params)
     # float rounding of the 8×8 DCT round trip; grayscale and contrast's mean grey: JFIF's Y against
     # torchvision's 0.2989/0.587/0.114 weights (≤ 0.03 grey levels)
     tol = 2e-3 if isinstance(t, T.RandomGrayscale) else 5e-5 if isinstance(t, T.ColorJitter) else 1e-6
     assert on_pixels.min() > 0 and on_pixels.max() < 1
-    torch.testing.assert_close(TF.to_rgb(on_coefficients), on_pixels, atol=tol, rtol=0)
+    torch.testing.assert_close(TF.coefficient_image_to_rgb(on_coefficients), on_pixels, atol=tol, rtol=0)
 
 
 def test_color_jitter_is_torchvisions_per_sample(rgb):
@@ -62,7 +62,7 @@ def test_chroma_rotation_is_in_degrees(rgb):
     t = T.RandomChromaRotation(30.0)
     params = t.draw_params((4000, 3, 8, 8), torch.Generator().manual_seed(0))
     assert params["angle"].abs().max() <= 30.0 and params["angle"].abs().max() > 29.0
-    x = TF.from_rgb(rgb)
+    x = TF.coefficient_image_from_rgb(rgb)
     one = {"angle": torch.full((6,), 30.0, dtype=torch.float64)}
     torch.testing.assert_close(t(x, params=one), TF.rotate_chroma(x, torch.full((6,), torch.pi / 6, dtype=torch.float64)))
 
@@ -75,7 +75,7 @@ def test_compose_changes_representation_only_where_needed(rgb, monkeypatch):
     x = rgb.float()
     params = aug.draw_params(x.shape, torch.Generator().manual_seed(1))
     calls = {"dct": 0, "idct": 0}
-    real_from, real_to = TF.from_rgb, TF.to_rgb
+    real_from, real_to = TF.coefficient_image_from_rgb, TF.coefficient_image_to_rgb
 
     def from_rgb(t):
         calls["dct"] += 1
@@ -85,13 +85,13 @@ def test_compose_changes_representation_only_where_needed(rgb, monkeypatch):
         calls["idct"] += 1
         return real_to(t, **kw)
 
-    monkeypatch.setattr(TF, "from_rgb", from_rgb)
-    monkeypatch.setattr(TF, "to_rgb", to_rgb)
+    monkeypatch.setattr(TF, "coefficient_image_from_rgb", from_rgb)
+    monkeypatch.setattr(TF, "coefficient_image_to_rgb", to_rgb)
     out = aug(x, params=params)
     assert calls == {"dct": 1, "idct": 0} and out.shape == (6, 3, 4, 5, 64)
     monkeypatch.undo()
     want = T.RandAugment()(x, params=params["0"])
-    want = TF.hflip(TF.requantize(TF.from_rgb(want), params["1"]["tables"]))
+    want = TF.hflip(TF.requantize(TF.coefficient_image_from_rgb(want), params["1"]["tables"]))
     torch.testing.assert_close(out, want)
     # without a converter at the end the Compose gives back the representation it was given
     back = T.Compose([T.RandAugment(), T.RandomRequantize(p=1.0)], seed=2)(x)
@@ -116,7 +116,7 @@ def test_device_rgb_never_round_trips_through_the_dct(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("device-rgb went through the DCT")
 
-    monkeypatch.setattr(TF, "from_rgb", refuse)
+    monkeypatch.setattr(TF, "coefficient_image_from_rgb", refuse)
     x, target, labels = next(iter(pipe.batches(train=True)))
     assert x.shape == (8, 3, 32, 32) and target.shape == (8, 2)
     # timm's Mixup put optim.label_smoothing (0.1 by default) into the targets; the loss does not add it again

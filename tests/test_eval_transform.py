@@ -27,7 +27,7 @@ from torchvision.transforms import InterpolationMode
 
 import dctnet.data as D
 import dctnet.transforms as T
-from dctnet import functional as F
+from dctnet import resize as RS
 from dctnet.models import swap_stem
 from dctnet.transforms.normalization import data_config, input_mean_std
 
@@ -81,7 +81,7 @@ def test_resized_crop_equals_torchvision_per_sample(interpolation, synthetic_fil
             top, left = (int(torch.randint(0, s - b + 1, (1,), generator=g)) for s, b in ((h, bh), (w, bw)))
             boxes.append((top, left, bh, bw))
         for size in ((37, 53), (224, 224), (300, 171)):
-            ours = F.resized_crop(img[None].expand(len(boxes), -1, -1, -1), torch.tensor(boxes), size,
+            ours = RS.resized_crop(img[None].expand(len(boxes), -1, -1, -1), torch.tensor(boxes), size,
                                   interpolation=interpolation)
             for k, box in enumerate(boxes):
                 want = TVF.resized_crop(img, *box, list(size), interpolation=mode, antialias=True)
@@ -98,7 +98,7 @@ def test_resize_then_crop_equals_torchvision_resize_and_center_crop(interpolatio
     mode = InterpolationMode(interpolation)
     boxes = torch.tensor([[0, 0, 45, 70]] * 2)
     for rh, rw, size in [(30, 47, (20, 20)), (96, 150, (64, 80)), (45, 70, (45, 70)), (20, 33, (32, 40)), (91, 17, (24, 24))]:
-        ours = F.resized_crop(img, boxes, size, interpolation=interpolation,
+        ours = RS.resized_crop(img, boxes, size, interpolation=interpolation,
                               resize=torch.tensor([[rh, rw, *(D.crop._centre_offset(np.array([r]), s)[0] for r, s in
                                                                 ((rh, size[0]), (rw, size[1])))]] * 2), fill=0.25)
         full = TVF.resize(img, [rh, rw], interpolation=mode, antialias=True)
@@ -215,7 +215,7 @@ def test_eval_crop_windows_are_smaller_than_the_image():
     assert 0 < top and h < 375 and 0 < left and w < 500
     # every bicubic tap of the kept rows/columns lies in the read box, and the widest one touches it
     for start, length, size, resized, off in ((top, h, 375, rh, t), (left, w, 500, rw, l)):
-        m = F.resize_matrices(torch.tensor([0]), torch.tensor([size]), size, 224, interpolation="bicubic",
+        m = RS.resize_matrices(torch.tensor([0]), torch.tensor([size]), size, 224, interpolation="bicubic",
                               resized=torch.tensor([resized]), offsets=torch.tensor([off]), dtype=torch.float64)[0]
         used = torch.nonzero(m.abs().sum(0)).flatten()
         assert start <= used.min() and used.max() < start + length and start + length - used.max() <= 3
@@ -271,7 +271,7 @@ def test_data_config_defaults_and_overrides():
     with pytest.raises(ValueError, match="crop_mode"):
         D.ResizeCenterCrop(224, 0.9, "centre")
     with pytest.raises(ValueError, match="interpolation"):
-        F.resize_matrices(torch.tensor([0]), torch.tensor([4]), 4, 2, interpolation="nearest")
+        RS.resize_matrices(torch.tensor([0]), torch.tensor([4]), 4, 2, interpolation="nearest")
 
 
 # --- acceptance: converted timm models on dctnet's eval path vs timm's eval transform ----------

@@ -13,6 +13,9 @@ from PIL import Image
 
 import dctnet
 import dctnet.functional as F
+import dctnet.exact as EX
+import dctnet.image as IM
+import dctnet.resize as RS
 from dctnet.synthetic import encode_jpeg, synthetic_image, synthetic_jpeg
 
 from conftest import corpus_file, corpus_params, imagenette_files
@@ -96,7 +99,7 @@ def pillow_rgb(path) -> np.ndarray:
 
 
 def errors_vs_pillow(path) -> tuple[float, float]:
-    ours = F.coefficients_to_rgb(dctnet.read_coefficients(path))[0].permute(1, 2, 0).double().numpy() * 255
+    ours = IM.coefficients_to_rgb(dctnet.read_coefficients(path))[0].permute(1, 2, 0).double().numpy() * 255
     diff = np.abs(np.round(ours) - pillow_rgb(path))
     return float(diff.max()), float(diff.mean())
 
@@ -138,7 +141,7 @@ def imagenette_val_batches():
 def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
     acc: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, 0.0])  # label -> count, worst, total mean
     for (label, sampling, space, size), paths, planes in imagenette_val_batches():
-        rgb = F.to_rgb(planes, sampling, size, color_space=space).permute(0, 2, 3, 1).double().numpy() * 255
+        rgb = IM.to_rgb(planes, sampling, size, color_space=space).permute(0, 2, 3, 1).double().numpy() * 255
         for path, img in zip(paths, rgb):
             diff = np.abs(np.round(img) - pillow_rgb(path))
             a = acc[label]
@@ -156,7 +159,7 @@ def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
 
 def exact_uint8(planes, sampling, size, color_space) -> np.ndarray:
     """``to_rgb(exact=True)`` back on the 8-bit scale: ``uint8 (B, H, W, 3)``; exact means k/255."""
-    rgb = F.to_rgb(planes, sampling, size, color_space=color_space, exact=True)
+    rgb = IM.to_rgb(planes, sampling, size, color_space=color_space, exact=True)
     k = (rgb * 255).round()
     assert torch.equal(k / 255, rgb), "exact output is not k/255"
     return k.to(torch.uint8).permute(0, 2, 3, 1).numpy()
@@ -171,7 +174,7 @@ def exact_differs(path) -> int:
 
 def test_islow_matrix_is_libjpegs_scaled_dct():
     """libjpeg's fixed-point constants approximate 2¹³·√8·Cᵀ (numpy float maths) to their rounding."""
-    a = F.islow_matrix().numpy()
+    a = EX.islow_matrix().numpy()
     assert np.array_equal(a, np.round(a)) and a[0, 0] == 8192
     np.testing.assert_allclose(a / 2**13, math.sqrt(8) * np_dct_matrix().T, atol=1.5e-3)
 
@@ -218,14 +221,14 @@ def test_exact_per_sample_sizes_and_saturation():
     rng = np.random.default_rng(4)
     sizes = [(37, 50), (64, 64), (21, 9)]
     coeffs, planes = padded_420_batch(rng, sizes, torch.int16)
-    out = F.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes), exact=True)
+    out = IM.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes), exact=True)
     for b, (c, (h, w)) in enumerate(zip(coeffs, sizes)):
-        assert torch.equal(out[b, :, :h, :w], F.coefficients_to_rgb(c, exact=True)[0])
+        assert torch.equal(out[b, :, :h, :w], IM.coefficients_to_rgb(c, exact=True)[0])
     wild = torch.from_numpy(rng.integers(-32768, 32767, (2, 3, 4, 64), dtype=np.int16))
-    pix = F.block_idct_islow(wild)
+    pix = EX.block_idct_islow(wild)
     assert pix.dtype == torch.int32 and pix.shape == (2, 24, 32) and int(pix.min()) >= 0 and int(pix.max()) <= 255
     with pytest.raises(ValueError, match="integer sampling ratios"):
-        F.to_rgb([wild[:, :2, :3], wild[:, :1, :1]], [(3, 2), (2, 1)], (16, 24), color_space="gray", exact=True)
+        IM.to_rgb([wild[:, :2, :3], wild[:, :1, :1]], [(3, 2), (2, 1)], (16, 24), color_space="gray", exact=True)
 
 def padded_420_batch(rng, sizes, dtype):
     """Generated 4:2:0 files of different ``sizes`` as one zero-padded batch of planes, as a
@@ -247,18 +250,18 @@ def test_per_sample_sizes_in_one_batch():
     """A padded batch with per-sample true sizes decodes each sample as if alone."""
     sizes = [(37, 50), (64, 64), (21, 9)]
     coeffs, planes = padded_420_batch(np.random.default_rng(3), sizes, torch.float32)
-    out = F.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes))
+    out = IM.to_rgb(planes, coeffs[0].sampling, torch.tensor(sizes))
     for b, (c, (h, w)) in enumerate(zip(coeffs, sizes)):
-        alone = F.coefficients_to_rgb(c)[0]
+        alone = IM.coefficients_to_rgb(c)[0]
         torch.testing.assert_close(out[b, :, :h, :w], alone, atol=1e-5, rtol=0)
 
 
 def test_nearest_upsampling_mode_equals_dct_domain_upsampling():
     c = dctnet.read_coefficients(synthetic_jpeg(8, 48, 64, subsampling="4:2:0"))
     planes = [t.unsqueeze(0).float() for t in c.to_torch()]
-    direct = F.to_rgb(planes, c.sampling, c.size, upsampling="nearest", clamp=False)
+    direct = IM.to_rgb(planes, c.sampling, c.size, upsampling="nearest", clamp=False)
     up = [planes[0]] + [F.upsample_nearest_dct(p, 2, 2) for p in planes[1:]]
-    via_dct = F.to_rgb(up, [(1, 1)] * 3, c.size, clamp=False)
+    via_dct = IM.to_rgb(up, [(1, 1)] * 3, c.size, clamp=False)
     torch.testing.assert_close(direct, via_dct, atol=1e-4, rtol=0)
 
 
@@ -271,7 +274,7 @@ def test_from_rgb_matches_libjpeg_encoder(sub, sampling):
     data = encode_jpeg(img, quality=90, subsampling=sub)
     ref = dctnet.read_coefficients(data)
     rgb = torch.from_numpy(img).permute(2, 0, 1).unsqueeze(0).double() / 255
-    ours = F.from_rgb(rgb, sampling, quant_tables=torch.from_numpy(ref.quant_tables.astype(np.float64)))
+    ours = IM.from_rgb(rgb, sampling, quant_tables=torch.from_numpy(ref.quant_tables.astype(np.float64)))
     for c in range(3):
         q = ref.quant_tables[c].reshape(64).astype(np.float64)
         assert ours[c][0].shape == ref.planes[c].shape
@@ -285,8 +288,8 @@ def test_from_rgb_matches_libjpeg_encoder(sub, sampling):
 
 def test_from_rgb_then_to_rgb_is_lossless_for_444_without_quantization():
     rgb = torch.rand(2, 3, 19, 30, dtype=torch.float64)
-    planes = F.from_rgb(rgb, ((1, 1), (1, 1), (1, 1)))
-    back = F.to_rgb(planes, ((1, 1), (1, 1), (1, 1)), (19, 30), clamp=False, dtype=torch.float64)
+    planes = IM.from_rgb(rgb, ((1, 1), (1, 1), (1, 1)))
+    back = IM.to_rgb(planes, ((1, 1), (1, 1), (1, 1)), (19, 30), clamp=False, dtype=torch.float64)
     # 1e-6: the JFIF forward and inverse colour matrices are published rounded, not exact inverses
     torch.testing.assert_close(back, rgb, atol=1e-6, rtol=0)
 
@@ -299,7 +302,7 @@ def test_batch_size_does_not_change_kernel_count():
     def count(batch: int) -> int:
         planes = [torch.randn(batch, 28, 28, 64), torch.randn(batch, 14, 14, 64), torch.randn(batch, 14, 14, 64)]
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            F.to_rgb(planes, ((2, 2), (1, 1), (1, 1)), (224, 224))
+            IM.to_rgb(planes, ((2, 2), (1, 1), (1, 1)), (224, 224))
         return sum(e.count for e in prof.key_averages())
 
     count(2)
@@ -332,7 +335,7 @@ def test_resize_matrices_are_torch_antialiased_interpolate(interpolation):
         for out in range(1, 41, 2):
             start = int(torch.randint(0, 5, (1,), generator=g))
             x = torch.rand(start + length + 3, generator=g, dtype=torch.float64)
-            m = F.resize_matrices(torch.tensor([start]), torch.tensor([length]), x.shape[0], out,
+            m = RS.resize_matrices(torch.tensor([start]), torch.tensor([length]), x.shape[0], out,
                                   interpolation=interpolation, dtype=torch.float64)[0]
             want = torch.nn.functional.interpolate(x[start:start + length].reshape(1, 1, 1, -1), size=(1, out),
                                                    mode=interpolation, antialias=True, align_corners=False).flatten()
@@ -344,20 +347,20 @@ def test_bilinear_resize_matrices_are_unchanged():
     g = torch.Generator().manual_seed(1)
     starts, lengths = torch.randint(0, 50, (64,), generator=g), torch.randint(1, 300, (64,), generator=g)
     for out in (7, 64, 224, 333):
-        assert torch.equal(F.resize_matrices(starts, lengths, 360, out), _old_bilinear_matrices(starts, lengths, 360, out))
+        assert torch.equal(RS.resize_matrices(starts, lengths, 360, out), _old_bilinear_matrices(starts, lengths, 360, out))
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_to_rgb_on_cuda_matches_cpu():
     c = dctnet.read_coefficients(synthetic_jpeg(9, 120, 160))
-    cpu = F.coefficients_to_rgb(c)
-    gpu = F.coefficients_to_rgb(c, device="cuda")
+    cpu = IM.coefficients_to_rgb(c)
+    gpu = IM.coefficients_to_rgb(c, device="cuda")
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=0)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        amp = F.coefficients_to_rgb(c, device="cuda")
+        amp = IM.coefficients_to_rgb(c, device="cuda")
     assert amp.dtype == torch.float32
     torch.testing.assert_close(amp.cpu(), cpu, atol=1e-4, rtol=0)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        exact = F.coefficients_to_rgb(c, device="cuda", exact=True)
-    assert torch.equal(exact.cpu(), F.coefficients_to_rgb(c, exact=True))
+        exact = IM.coefficients_to_rgb(c, device="cuda", exact=True)
+    assert torch.equal(exact.cpu(), IM.coefficients_to_rgb(c, exact=True))

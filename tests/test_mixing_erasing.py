@@ -599,7 +599,7 @@ MIXERS = {
                                                                       else ("batch",))])
 def test_mixing_coefficients_equals_from_rgb_of_mixing_pixels(name, mode):
     x, y = images(7, 32, 40, seed=3), torch.tensor([0, 1, 2, 3, 0, 1, 2])
-    c = TF.from_rgb(x)
+    c = TF.coefficient_image_from_rgb(x)
     cut_seen = 0
     for seed in range(4):
         t = MIXERS[name](mode)
@@ -613,7 +613,7 @@ def test_mixing_coefficients_equals_from_rgb_of_mixing_pixels(name, mode):
             torch.testing.assert_close(p["lam"][cut], (1 - area[cut]).float().double() if mode != "batch"
                                        and name.startswith("timm") else 1 - area[cut])
         out_x, y_x = t(x, y, params=p)  # the same (aligned) parameters on the pixels
-        torch.testing.assert_close(TF.from_rgb(out_x), out_c, rtol=1e-5, atol=2e-3)
+        torch.testing.assert_close(TF.coefficient_image_from_rgb(out_x), out_c, rtol=1e-5, atol=2e-3)
         assert torch.equal(y_x, y_c)
         assert not torch.equal(out_c, c)
     if "cutmix" in name or "minmax" in name:
@@ -634,12 +634,12 @@ ERASERS = {
 @pytest.mark.parametrize("name", list(ERASERS))
 def test_erasing_coefficients_equals_from_rgb_of_erasing_pixels(name):
     x = images(6, 32, 40, seed=1)
-    c = TF.from_rgb(x)
+    c = TF.coefficient_image_from_rgb(x)
     t = ERASERS[name]()
     out_c, p = t(c, return_params=True)
     assert (p["boxes"] % 8 == 0).all()
     out_x = t(x, params=p)
-    torch.testing.assert_close(TF.from_rgb(out_x), out_c, rtol=1e-5, atol=2e-3)
+    torch.testing.assert_close(TF.coefficient_image_from_rgb(out_x), out_c, rtol=1e-5, atol=2e-3)
     assert not torch.equal(out_c, c)
     if name in ("tv-zero", "timm-const", "tv-value", "timm-rand", "no-normalisation"):
         # constant fills are DC only in the erased blocks
@@ -663,7 +663,7 @@ ALL = {
 def test_replay_is_bit_identical(name, rep):
     x, y = images(8, 32, 40, seed=2), torch.arange(8) % 5
     if rep == "coefficient":
-        x = TF.from_rgb(x)
+        x = TF.coefficient_image_from_rgb(x)
     t = ALL[name]()
     out, labels, params = t(x, y, return_params=True)
     again, labels2 = t(x, y, params=params)

@@ -18,6 +18,8 @@ from torch import nn
 
 import dctnet
 import dctnet.functional as F
+import dctnet.image as IM
+import dctnet.resize as RS
 import dctnet.models as M
 import dctnet.nn as N
 from dctnet.synthetic import synthetic_jpeg
@@ -30,7 +32,7 @@ SAMPLINGS = {"4:2:0": ((2, 2), (1, 1), (1, 1)), "4:2:2": ((2, 1), (1, 1), (1, 1)
 
 def linear_rgb(planes, sampling, size, upsampling="nearest"):
     space = "gray" if len(planes) == 1 else "YCbCr"
-    return F.to_rgb(planes, sampling, size, upsampling=upsampling, clamp=False, color_space=space)
+    return IM.to_rgb(planes, sampling, size, upsampling=upsampling, clamp=False, color_space=space)
 
 
 def normalize(rgb, mean, std):
@@ -116,7 +118,7 @@ def test_patch_embed_native_matches_conv_for_patch_8_and_16(patch, sub):
     conv = nn.Conv2d(3, 32, patch, patch).double()
     planes, sampling = inputs(sub, size=32)
     planes = [p.double() for p in planes]
-    rgb = F.to_rgb(planes, sampling, (32, 32), upsampling="nearest", clamp=False, dtype=torch.float64)
+    rgb = IM.to_rgb(planes, sampling, (32, 32), upsampling="nearest", clamp=False, dtype=torch.float64)
     ref = conv(normalize(rgb, (0.4, 0.5, 0.6), (0.2, 0.3, 0.25)).double())
     emb = N.DCTPatchEmbed.from_conv(conv, (0.4, 0.5, 0.6), (0.2, 0.3, 0.25), chroma="native",
                                     chroma_factor=(sampling[0][0], sampling[0][1]))
@@ -137,9 +139,9 @@ def test_converted_vit_on_real_photos_fancy_decode():
     model = timm_vit()
     imgs = []
     for path in files[:4]:
-        rgb = F.coefficients_to_rgb(dctnet.read_coefficients(path))
-        imgs.append(F.resized_crop(rgb, torch.tensor([[0, 0, rgb.shape[2], rgb.shape[3]]]), (64, 64)))
-    x = TF.from_rgb(torch.cat(imgs).double()).float()
+        rgb = IM.coefficients_to_rgb(dctnet.read_coefficients(path))
+        imgs.append(RS.resized_crop(rgb, torch.tensor([[0, 0, rgb.shape[2], rgb.shape[3]]]), (64, 64)))
+    x = TF.coefficient_image_from_rgb(torch.cat(imgs).double()).float()
     with torch.no_grad():
         rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255
         ref = model(normalize(rgb, (0.5,) * 3, (0.5,) * 3))

@@ -19,7 +19,7 @@ from dctnet.transforms import registry as R
 def coeffs(n: int = 8, hb: int = 4, wb: int = 4, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     """Random in-range-ish coefficient images (B, 3, Hb, Wb, 64) from random RGB."""
     rgb = torch.rand(n, 3, 8 * hb, 8 * wb, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    return TF.from_rgb(rgb).to(dtype)
+    return TF.coefficient_image_from_rgb(rgb).to(dtype)
 
 
 def changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

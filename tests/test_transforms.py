@@ -18,6 +18,8 @@ from torchvision.transforms.v2 import functional as TVF
 
 import dctnet
 import dctnet.functional as F
+import dctnet.image as IM
+import dctnet.resize as RS
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.synthetic import synthetic_jpeg
@@ -48,14 +50,14 @@ def x0() -> torch.Tensor:
     imgs = []
     for path in photos():
         c = dctnet.read_coefficients(path)
-        rgb = F.coefficients_to_rgb(c)
-        imgs.append(F.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (224, 224)))
+        rgb = IM.coefficients_to_rgb(c)
+        imgs.append(RS.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (224, 224)))
     rgb = torch.cat(imgs).double()
-    return TF.from_rgb(rgb)
+    return TF.coefficient_image_from_rgb(rgb)
 
 
 def rgb(x: torch.Tensor) -> torch.Tensor:
-    return TF.to_rgb(x)
+    return TF.coefficient_image_to_rgb(x)
 
 
 def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> None:
@@ -89,7 +91,7 @@ def test_contrast_saturation_grayscale(x0):
     close(rgb(TF.adjust_contrast(x0, f)), torch.stack([TVF.adjust_contrast(i, float(v)) for i, v in zip(r, f)]), 2e-3)
     close(rgb(TF.adjust_saturation(x0, f)),
           torch.stack([TVF.adjust_saturation(i, float(v)) for i, v in zip(r, f)]), 2e-3)
-    close(rgb(TF.rgb_to_grayscale(x0)), TVF.rgb_to_grayscale(r, num_output_channels=3), 2e-3)
+    close(rgb(TF.grayscale(x0)), TVF.rgb_to_grayscale(r, num_output_channels=3), 2e-3)
 
 
 def test_chroma_rotation_is_a_rotation_of_the_chroma_plane(x0):
@@ -283,7 +285,7 @@ def test_color_jitter_on_coefficients_is_the_dct_kernels_in_the_drawn_order(x0):
     assert hue.domain == "pixel"
     hp = hue.draw_params(x0.shape, torch.Generator().manual_seed(11))
     assert (hp["op"] == 3).any(1).all()
-    torch.testing.assert_close(hue(x0, params=hp), TF.from_rgb(hue(rgb(x0), params=hp)), atol=1e-9, rtol=0)
+    torch.testing.assert_close(hue(x0, params=hp), TF.coefficient_image_from_rgb(hue(rgb(x0), params=hp)), atol=1e-9, rtol=0)
 
 
 def test_random_chroma_rotation_turns_by_at_most_its_degrees():
@@ -293,7 +295,7 @@ def test_random_chroma_rotation_turns_by_at_most_its_degrees():
     import math
 
     g = torch.Generator().manual_seed(0)
-    x = TF.from_rgb(0.25 + 0.5 * torch.rand(400, 3, 8, 8, generator=g, dtype=torch.float64))
+    x = TF.coefficient_image_from_rgb(0.25 + 0.5 * torch.rand(400, 3, 8, 8, generator=g, dtype=torch.float64))
     t = T.RandomChromaRotation(degrees=30, seed=0)
     out, params = t(x, return_params=True)
     assert torch.equal(out[:, 0], x[:, 0])
@@ -303,8 +305,8 @@ def test_random_chroma_rotation_turns_by_at_most_its_degrees():
     torch.testing.assert_close(turned, params["angle"], atol=1e-6, rtol=0)
     assert (turned > 0).any() and (turned < 0).any()
     # pixels (in range: no clamp): the same rotation of the YCbCr samples
-    px = t(TF.to_rgb(x[:8]), params={k: v[:8] for k, v in params.items()})
-    torch.testing.assert_close(TF.from_rgb(px), out[:8], atol=1e-3, rtol=0)  # JFIF's constants in float32 there
+    px = t(TF.coefficient_image_to_rgb(x[:8]), params={k: v[:8] for k, v in params.items()})
+    torch.testing.assert_close(TF.coefficient_image_from_rgb(px), out[:8], atol=1e-3, rtol=0)  # JFIF's constants in float32 there
     for bad in (181, -1, math.nan, True):
         with pytest.raises(ValueError, match="degrees"):
             T.RandomChromaRotation(degrees=bad)

@@ -250,7 +250,7 @@ def _centre_offset(resized: np.ndarray, size: int) -> np.ndarray:
 def _read_span(length: np.ndarray, resized: np.ndarray, offset: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``(start, length)`` of the source pixels the kept outputs ``offset .. offset + size − 1``
     of a resize of ``length`` to ``resized`` samples read: the taps of the first and last kept
-    output inside the resized axis, computed as :func:`dctnet.functional.resize_matrices` does
+    output inside the resized axis, computed as :func:`dctnet.resize.resize_matrices` does
     (the same float64 expressions), at the bicubic support, one pixel wider each side, clipped
     to the image."""
     scale = length.astype(np.float64) / resized

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from dctnet import functional as F
+from dctnet import image as IM
+from dctnet import resize as RS
 from dctnet.codec import read_coefficients
 from dctnet.models.build import build_model
 from dctnet.models.checkpoint import check_state_dict, checkpoint_mean_std, load_checkpoint, num_classes_of
@@ -63,9 +64,9 @@ def sample_input(image: str | None, size: int) -> torch.Tensor:
     """An in-range coefficient image ``(1, 3, size/8, size/8, 64)`` float32 from the JPEG file
     ``image`` (or a generated photo), resized to ``size``²."""
     c = read_coefficients(image if image else synthetic_jpeg(0, size, size))
-    rgb = F.coefficients_to_rgb(c)
-    rgb = F.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (size, size))
-    return TF.from_rgb(rgb.double()).float()
+    rgb = IM.coefficients_to_rgb(c)
+    rgb = RS.resized_crop(rgb, torch.tensor([[0, 0, c.height, c.width]]), (size, size))
+    return TF.coefficient_image_from_rgb(rgb.double()).float()
 
 
 def _input_size(model: nn.Module, image_size: int | None) -> int:

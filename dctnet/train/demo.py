@@ -1,5 +1,5 @@
 """``dctnet demo``: decode JPEGs to coefficients, rebuild RGB on the device with
-:func:`dctnet.functional.to_rgb`, and report the fidelity and the speed against Pillow — on
+:func:`dctnet.image.to_rgb`, and report the fidelity and the speed against Pillow — on
 generated photos of every layout (:func:`demo_files`, also ``dctnet bench``'s default folder) and
 on Imagenette val photos when they are present.
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from dctnet.codec import libjpeg_version, read_coefficients, read_coefficients_batch
-from dctnet.functional import to_rgb
+from dctnet.image import to_rgb
 from dctnet.synthetic import synthetic_jpeg
 
 __all__ = ["demo", "demo_files", "fidelity_and_speed", "imagenette_sample"]
@@ -69,7 +69,7 @@ def demo(device: str | None = None) -> Iterator[str]:
 
 
 def fidelity_and_speed(files: list[str], device: str) -> Iterator[str]:
-    """Per layout, the error of :func:`dctnet.functional.to_rgb` against Pillow's decode (and how
+    """Per layout, the error of :func:`dctnet.image.to_rgb` against Pillow's decode (and how
     many pixels ``exact=True`` gets wrong), then the CPU per image of the coefficient read against
     Pillow's decode and the device's to_rgb throughput: as lines of text."""
     coeffs = read_coefficients_batch(files, threads=1)

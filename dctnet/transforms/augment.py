@@ -168,7 +168,7 @@ class RandomGrayscale(RandomHorizontalFlip):
         super().__init__(p, seed)
 
     def apply_transform(self, x, labels, params):
-        return (P.rgb_to_grayscale(x) if x.dim() == 4 else TF.rgb_to_grayscale(x)), labels
+        return (P.rgb_to_grayscale(x) if x.dim() == 4 else TF.grayscale(x)), labels
 
 
 class RandomRequantize(Transform):

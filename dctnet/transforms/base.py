@@ -127,7 +127,7 @@ def to_pixels(x: Tensor) -> Tensor:
     if x.dim() != 5:
         return x
     with torch.autocast(x.device.type, enabled=False):
-        return TF.to_rgb(_full_precision(x))
+        return TF.coefficient_image_to_rgb(_full_precision(x))
 
 
 def to_coefficients(x: Tensor) -> Tensor:
@@ -138,7 +138,7 @@ def to_coefficients(x: Tensor) -> Tensor:
         raise ValueError(f"pixels go to the DCT domain in 8×8 blocks: H and W must be multiples of 8, got "
                          f"{tuple(x.shape[-2:])}")
     with torch.autocast(x.device.type, enabled=False):  # float32 at least, as to_pixels
-        return TF.from_rgb(_full_precision(x))
+        return TF.coefficient_image_from_rgb(_full_precision(x))
 
 
 def pixel_shape(shape: torch.Size) -> torch.Size:

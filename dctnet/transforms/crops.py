@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
+from dctnet import image as IM
+from dctnet import resize as RS
 from dctnet.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
 from dctnet.transforms import functional as TF
 
@@ -52,20 +54,20 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     decoded image (:class:`dctnet.data.ResizeCenterCrop`, whose ``size`` must be this one), where
     ``fill`` (RGB in [0, 1]) is the padding of a crop larger than the resized image
     (``ResizeCenterCrop.fill``). ``interpolation``: ``"bilinear"`` or ``"bicubic"`` (PIL's,
-    ``a = −0.5``), antialiased, with torch's and PIL's weights (:func:`dctnet.functional.resize_matrices`).
+    ``a = −0.5``), antialiased, with torch's and PIL's weights (:func:`dctnet.resize.resize_matrices`).
 
     The result is clamped to [0, 1]. Bicubic overshoots the input's range near edges;
     torchvision's float tensors keep the overshoot, but PIL's and a decoder's 8-bit output
     clamps it, and so does this. ``exact``: decode in libjpeg's integer arithmetic
-    (:func:`dctnet.functional.to_rgb`), so the crops are those of Pillow's very pixels. A
+    (:func:`dctnet.image.to_rgb`), so the crops are those of Pillow's very pixels. A
     :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is expanded first
     (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
 
     def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor, resize: Tensor | None) -> Tensor:
-        rgb = F.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
+        rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact)
-        return F.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
+        return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
 
     return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
 
@@ -87,7 +89,7 @@ def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, 
         raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
     if chroma == "native" and (size[0] % 16 or size[1] % 16):
         raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
-    x = TF.from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact, interpolation=interpolation, fill=fill))
+    x = TF.coefficient_image_from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact, interpolation=interpolation, fill=fill))
     return x if chroma == "upsampled" else native_chroma(x)
 
 

@@ -28,10 +28,10 @@ from torch import Tensor
 from dctnet import functional as F
 
 __all__ = [
-    "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_to_rgb",
-    "estimate_quality", "flip_blocks", "frequency_dropout", "transpose_blocks", "hflip", "ijg_tables", "normalize",
-    "requantize", "rgb_to_grayscale", "rotate_chroma",
-    "select_frequencies", "square_indices", "to_rgb", "from_rgb", "transpose", "vflip", "zigzag_first",
+    "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_from_rgb",
+    "coefficient_image_to_rgb", "estimate_quality", "flip_blocks", "frequency_dropout", "grayscale", "hflip",
+    "ijg_tables", "normalize", "requantize", "rotate_chroma", "select_frequencies", "square_indices", "transpose",
+    "transpose_blocks", "vflip", "zigzag_first",
 ]
 
 _DC_SHIFT = 8.0 * 128.0  # a constant block of level s has DC 8·(s − 128): scaling s by b adds 8·128·(b − 1)
@@ -104,8 +104,8 @@ def adjust_saturation(x: Tensor, factor: Tensor) -> Tensor:
     return out
 
 
-def rgb_to_grayscale(x: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Zero chroma (grey RGB with R = G = B = Y) where ``mask`` is True."""
+def grayscale(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Grayscale of a coefficient image: chroma zeroed (grey RGB with R = G = B = Y) where ``mask`` is True."""
     gray = x.clone()
     gray[:, 1:] = 0
     return _select(mask, gray, x)
@@ -193,10 +193,9 @@ def coefficient_image_to_rgb(x: Tensor, *, clamp: bool = True) -> Tensor:
 
 
 #: the decoder-like (clamped) :func:`coefficient_image_to_rgb`
-to_rgb = coefficient_image_to_rgb
 
 
-def from_rgb(rgb: Tensor) -> Tensor:
+def coefficient_image_from_rgb(rgb: Tensor) -> Tensor:
     """Float RGB ``(B, 3, H, W)`` in [0, 1] (H, W multiples of 8) → coefficient image."""
     ycc = F.rgb_to_ycbcr(rgb * 255.0, dim=1) - 128.0
     return F.block_dct(ycc)

@@ -79,7 +79,7 @@ def _grayscale(x: torch.Tensor, num_output_channels: int = 1) -> torch.Tensor:
     if num_output_channels != 3:
         raise TypeError("a DCTImage keeps three channels: use Grayscale(num_output_channels=3) "
                         "(chroma is zeroed; R = G = B = Y)")
-    return TF.rgb_to_grayscale(x)
+    return TF.grayscale(x)
 
 
 def _jpeg(x: torch.Tensor, quality: int) -> torch.Tensor:

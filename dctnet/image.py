@@ -1,0 +1,157 @@
+"""Whole images between coefficient planes and RGB: :func:`to_rgb` (a JPEG's planes, any layout,
+→ float RGB in [0, 1]; float maths by default, within a few grey levels of libjpeg, or
+``exact=True``, libjpeg-turbo's integer decode bit for bit — Pillow's 8-bit pixels as ``k/255``),
+:func:`coefficients_to_rgb` (a :class:`dctnet.JpegCoefficients`), and :func:`from_rgb` (RGB →
+planes at a sampling). Conventions: :mod:`dctnet.functional`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dctnet.exact import _components_to_rgb_exact, block_idct_islow, upsample_pixels_exact
+from dctnet.functional import (_RGB_TO_YCC, Size, _as_sizes, _component_extent, _components_to_rgb, _constant,
+                               block_dct, block_idct, rgb_to_ycbcr, upsample_pixels)
+
+__all__ = ["coefficients_to_rgb", "from_rgb", "to_rgb"]
+
+
+def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: Size, *,
+           color_space: str = "YCbCr", upsampling: str = "fancy", clamp: bool = True,
+           dtype: torch.dtype = torch.float32, exact: bool = False) -> Tensor:
+    """Rebuild RGB images from coefficient planes (block IDCT, chroma upsampling, colour).
+
+    Args:
+        planes: one tensor per component, ``(B, Hb_c, Wb_c, 64)`` (int16 or float), MCU-aligned
+            as :func:`dctnet.read_coefficients` returns them (``Hb_c = mcu_rows·v_c`` …).
+        sampling: ``(h, v)`` sampling factors per component.
+        size: true ``(height, width)``, shared, or an ``int64 (B, 2)`` tensor per sample.
+        color_space: ``"YCbCr"``, ``"gray"``, ``"RGB"``, ``"CMYK"`` or ``"YCCK"``.
+        upsampling: ``"fancy"`` (libjpeg's default, matches Pillow/libjpeg output) or
+            ``"nearest"``. Non-integer ratios (e.g. 3×2 luma with 2×1 chroma), which libjpeg
+            cannot decode, always use nearest: output pixel ``x`` takes component sample
+            ``floor(x·h_c/h_max)``.
+        clamp: clamp each component's samples to [0, 255] after the IDCT and the RGB result to
+            [0, 1], as an 8-bit decoder does (off: the purely linear reconstruction).
+        dtype: compute dtype (float32 default; autocast is disabled inside so AMP does not
+            degrade reconstruction).
+        exact: reproduce libjpeg-turbo's default decode bit for bit (integer ``islow`` IDCT,
+            integer fancy upsampling, fixed-point colour conversion; Pillow's CMYK → RGB): the
+            result is exactly ``k/255`` for Pillow's 8-bit pixel ``k``. Costs float64 matmuls and
+            integer ops instead of one float32 matmul; for models that must see the very pixels
+            they were trained on (e.g. comparing with a Pillow pipeline). Needs integer
+            coefficients; always clamps; non-integer sampling ratios (which libjpeg cannot
+            decode) raise ``ValueError``.
+
+    Returns:
+        ``(B, 3, H, W)`` float RGB in [0, 1], ``H, W`` the largest true size in the batch;
+        pixels beyond a smaller sample's own size are padding (whatever its blocks decode to).
+    """
+    if len(planes) != len(sampling):
+        raise ValueError(f"{len(planes)} planes but {len(sampling)} sampling factors")
+    device = planes[0].device
+    batch = planes[0].shape[0]
+    sizes = _as_sizes(size, batch, device)
+    if isinstance(size, Tensor):
+        out_h, out_w = int(sizes[:, 0].max()), int(sizes[:, 1].max())
+    else:
+        out_h, out_w = int(size[0]), int(size[1])
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    with torch.autocast(device_type=device.type, enabled=False):
+        if exact:
+            return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
+        comps = []
+        for plane, (h, v) in zip(planes, sampling):
+            pix = block_idct(plane.to(dtype)) + 128.0                      # (B, 8Hb, 8Wb)
+            if clamp:  # a decoder's samples are 8-bit: ringing past 0/255 is cut before colour maths
+                pix = pix.clamp(0.0, 255.0)
+            valid = _component_extent(sizes, h, v, hmax, vmax)
+            if hmax % h == 0 and vmax % v == 0:
+                pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling)
+            else:
+                pix = _upsample_fractional(pix, h, v, hmax, vmax, valid, out_h, out_w)
+            comps.append(pix[:, :out_h, :out_w])
+        rgb = _components_to_rgb(torch.stack(comps, dim=1), color_space)
+        if clamp:
+            rgb = rgb.clamp(0.0, 255.0)
+        return rgb / 255.0
+
+
+def _to_rgb_exact(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], sizes: Tensor, out_h: int, out_w: int,
+                  hmax: int, vmax: int, color_space: str, upsampling: str) -> Tensor:
+    """:func:`to_rgb` with ``exact=True``: ``int32 (B, 3, H, W)`` pixels, libjpeg's own."""
+    comps = []
+    for plane, (h, v) in zip(planes, sampling):
+        if hmax % h or vmax % v:
+            raise ValueError(f"exact decode needs integer sampling ratios (libjpeg cannot decode {sampling})")
+        valid = _component_extent(sizes, h, v, hmax, vmax)
+        pix = upsample_pixels_exact(block_idct_islow(plane), hmax // h, vmax // v, valid, mode=upsampling)
+        comps.append(pix[:, :out_h, :out_w])
+    return _components_to_rgb_exact(torch.stack(comps, dim=1), color_space)
+
+
+def _upsample_fractional(pix: Tensor, h: int, v: int, hmax: int, vmax: int, valid: Tensor, out_h: int,
+                         out_w: int) -> Tensor:
+    """Nearest mapping for non-integer sampling ratios: out (y, x) ← (⌊y·v/vmax⌋, ⌊x·h/hmax⌋)."""
+    b = pix.shape[0]
+    ys = torch.arange(out_h, device=pix.device) * v // vmax
+    xs = torch.arange(out_w, device=pix.device) * h // hmax
+    ys = torch.minimum(ys[None, :], (valid[:, :1] - 1).clamp(min=0)).clamp(max=pix.shape[1] - 1)
+    xs = torch.minimum(xs[None, :], (valid[:, 1:] - 1).clamp(min=0)).clamp(max=pix.shape[2] - 1)
+    rows = torch.gather(pix, 1, ys[:, :, None].expand(b, out_h, pix.shape[2]))
+    return torch.gather(rows, 2, xs[:, None, :].expand(b, out_h, out_w))
+
+
+def coefficients_to_rgb(coeffs: Any, *, device: torch.device | str | None = None, **kwargs: Any) -> Tensor:
+    """:func:`to_rgb` for one :class:`dctnet.JpegCoefficients`: ``(1, 3, H, W)`` float in [0, 1]."""
+    planes = [t.to(device).unsqueeze(0) for t in coeffs.to_torch()]
+    return to_rgb(planes, coeffs.sampling, (coeffs.height, coeffs.width), color_space=coeffs.color_space, **kwargs)
+
+
+def from_rgb(rgb: Tensor, sampling: Sequence[tuple[int, int]] = ((2, 2), (1, 1), (1, 1)), *,
+             quant_tables: Tensor | None = None) -> list[Tensor]:
+    """Encode-side counterpart of :func:`to_rgb`: RGB → YCbCr → chroma downsampling → block DCT.
+
+    Args:
+        rgb: ``(B, 3, H, W)`` float RGB in [0, 1] (torchvision convention).
+        sampling: per component ``(h, v)``; one entry gives a grayscale (luma-only) result.
+        quant_tables: optional ``(C, 64)`` or ``(C, 8, 8)`` tables; when given, coefficients are
+            quantized and dequantized (``round(F/Q)·Q``) as a JPEG encoder at that table would.
+
+    Returns:
+        One float plane per component, ``(B, mcu_rows·v_c, mcu_cols·h_c, 64)``: MCU-aligned like
+        the reader's output. Edges are padded by replicating the last row/column (what libjpeg's
+        encoder does); chroma is downsampled by box averaging (libjpeg's downsampler, without
+        its alternating rounding bias).
+    """
+    b, c, height, width = rgb.shape
+    if c != 3:
+        raise ValueError(f"from_rgb expects (B, 3, H, W) RGB, got {tuple(rgb.shape)}")
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    mcu_h, mcu_w = 8 * vmax, 8 * hmax
+    pad_h, pad_w = -height % mcu_h, -width % mcu_w
+    x = rgb.float() * 255.0
+    ycc = rgb_to_ycbcr(x, dim=1) if len(sampling) > 1 else (x * _constant(
+        "luma_weights", _RGB_TO_YCC[0], x).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
+    if pad_h or pad_w:
+        ycc = torch.nn.functional.pad(ycc, (0, pad_w, 0, pad_h), mode="replicate")
+    planes = []
+    for ci, (h, v) in enumerate(sampling):
+        fh, fv = hmax // h, vmax // v
+        if hmax % h or vmax % v:
+            raise ValueError(f"from_rgb supports integer sampling ratios only, got {sampling}")
+        comp = ycc[:, ci:ci + 1]
+        if fh > 1 or fv > 1:
+            comp = torch.nn.functional.avg_pool2d(comp, (fv, fh))
+        coeffs = block_dct(comp[:, 0] - 128.0)
+        if quant_tables is not None:
+            q = quant_tables[ci].reshape(64).to(coeffs)
+            coeffs = torch.round(coeffs / q) * q
+        planes.append(coeffs)
+    return planes

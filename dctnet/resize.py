@@ -1,0 +1,119 @@
+"""Antialiased resized crops as batched matrices: torchvision's / PIL's bilinear and bicubic
+weights for each output pixel of each crop (:func:`resize_matrices`), applied as two matmuls per
+batch (:func:`resized_crop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+__all__ = ["RESIZE_SUPPORT", "resize_matrices", "resized_crop"]
+
+
+#: what :func:`resize_matrices` offers: each filter's half-width in input pixels when the axis is
+#: not shrunk (PIL's and torch's ``interp_size / 2``); a shrink by ``s > 1`` widens it ``s`` times
+RESIZE_SUPPORT = {"bilinear": 1.0, "bicubic": 2.0}
+
+
+def _resize_filter(x: Tensor, interpolation: str) -> Tensor:
+    """The resampling kernel at ``x`` (input pixels, already divided by ``max(scale, 1)``):
+    bilinear's triangle, or Keys' cubic convolution with ``a = −0.5`` — the kernel of PIL's
+    ``BICUBIC`` and of torch's antialiased bicubic (``aa_filter``), not the ``a = −0.75`` of torch's
+    non-antialiased bicubic and ``grid_sample``."""
+    ax = torch.abs(x)
+    if interpolation == "bilinear":
+        return torch.clamp(1.0 - ax, min=0.0)
+    a = -0.5
+    near = ((a + 2.0) * ax - (a + 3.0)) * ax * ax + 1.0                         # |x| < 1
+    far = ((a * ax - 5.0 * a) * ax + 8.0 * a) * ax - 4.0 * a                     # 1 ≤ |x| < 2
+    return torch.where(ax < 1.0, near, torch.where(ax < 2.0, far, torch.zeros_like(ax)))
+
+
+def _check_interpolation(interpolation: str) -> None:
+    if interpolation not in RESIZE_SUPPORT:
+        raise ValueError(f"interpolation must be one of {sorted(RESIZE_SUPPORT)}, not {interpolation!r}")
+
+
+def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int, *,
+                    interpolation: str = "bilinear", resized: Tensor | None = None, offsets: Tensor | None = None,
+                    dtype: torch.dtype = torch.float32) -> Tensor:
+    """Per-sample 1-D resampling matrices ``(B, out_size, in_size)`` for an antialiased resize of
+    the segment ``[starts[b], starts[b] + lengths[b])`` of an axis of ``in_size`` pixels.
+
+    Without ``resized``/``offsets`` the segment is resized to ``out_size`` (torchvision's
+    ``resized_crop``: crop, then resize). With them, the segment is resized to ``resized[b]``
+    samples and the ``out_size`` outputs from ``offsets[b]`` on are kept (timm's eval transform:
+    resize the whole image, then centre-crop); outputs outside ``[0, resized[b])`` (``offsets < 0``
+    or past the end: a centre crop larger than the image, whose padding a caller fills) get an
+    all-zero row. The segment may reach outside ``[0, in_size)`` (a whole image whose window is a
+    part of it): taps are clipped to the segment, and the caller's window must hold every tap the
+    kept outputs use (:class:`dctnet.data.ResizeCenterCrop` plans it so).
+
+    The weights are exactly those of ``torch.nn.functional.interpolate(mode=interpolation,
+    antialias=True, align_corners=False)``, i.e. PIL's resampling, which torchvision's ``resize``
+    and ``resized_crop`` use: in segment coordinates, with ``scale = length/resized``, output ``k``
+    (``offsets + i``) has centre ``c = scale·(k + ½)``, support ``R·max(scale, 1)`` (``R`` = 1
+    bilinear, 2 bicubic), taps ``j ∈ [trunc(c − support + ½), trunc(c + support + ½))`` clipped to
+    ``[0, length)``, weight ``filter((j − c + ½)/max(scale, 1))`` (the triangle, or the ``a = −0.5``
+    cubic), normalised to sum 1. Applying ``M_y @ img @ M_xᵀ`` crops and resizes every sample at
+    once. ``starts``, ``lengths``, ``resized``, ``offsets``: ``int64 (B,)`` in pixels."""
+    _check_interpolation(interpolation)
+    device = starts.device
+    lengths = lengths.to(torch.float64)
+    size = lengths if resized is None else resized.to(torch.float64)           # (B,) the resized segment
+    scale = (lengths / (out_size if resized is None else size))[:, None]        # (B, 1)
+    i = torch.arange(out_size, device=device, dtype=torch.float64)[None, :]
+    if offsets is not None:
+        i = i + offsets.to(torch.float64)[:, None]                              # (B, out) output index k
+    centre = scale * (i + 0.5)                                                  # (B, out)
+    stretch = torch.clamp(scale, min=1.0)                                       # the antialiasing widening
+    support = stretch * RESIZE_SUPPORT[interpolation]
+    lo = torch.clamp(torch.trunc(centre - support + 0.5), min=0.0)
+    hi = torch.minimum(torch.trunc(centre + support + 0.5), lengths[:, None])
+    j = torch.arange(in_size, device=device, dtype=torch.float64)[None, None, :] - starts.to(torch.float64)[:, None, None]
+    if interpolation == "bilinear":  # the expression the bilinear matrices have always used (bit-identical)
+        w = torch.clamp(1.0 - torch.abs((j - centre[..., None] + 0.5) / support[..., None]), min=0.0)
+    else:
+        w = _resize_filter((j - centre[..., None] + 0.5) / stretch[..., None], interpolation)
+    keep = (j >= lo[..., None]) & (j < hi[..., None])
+    if resized is not None:  # outputs past the resized segment: padding, no taps
+        keep = keep & ((i >= 0) & (i < size[:, None]))[..., None]
+    w = w * keep
+    w = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
+    return w.to(dtype)
+
+
+def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
+                 resize: Tensor | None = None, fill: float | Sequence[float] = 0.0) -> Tensor:
+    """Crop ``boxes (B, 4)`` = (top, left, height, width) out of ``images (B, C, H, W)`` and
+    resize each to ``size`` = (h, w) with antialiased ``interpolation`` (``"bilinear"`` or
+    ``"bicubic"``) weights — torchvision's ``resized_crop(..., antialias=True)`` on float tensors
+    for every sample at once, as two batched matmuls (:func:`resize_matrices`). Returns
+    ``(B, C, h, w)`` in the images' dtype, not clamped: bicubic overshoots the input's range, as
+    torchvision's does on float tensors.
+
+    ``resize``: ``int64 (B, 4)`` = (height, width, top, left): resize each box to height × width
+    instead and keep the ``size`` crop at (top, left) of it — ``Resize`` then ``CenterCrop`` of
+    the box (:attr:`dctnet.batch.JpegBatch.resize`). The box may then reach outside the image
+    tensor (it is the whole image, of which ``images`` holds a window); taps are clipped to it.
+    Output pixels outside the resized box (a crop larger than it) are ``fill`` (a float, or one
+    per channel), as a padding centre crop gives."""
+    th, tw = size
+    ry = rx = None
+    if resize is not None:
+        ry, rx = (resize[:, 0], resize[:, 2]), (resize[:, 1], resize[:, 3])
+    my = resize_matrices(boxes[:, 0], boxes[:, 2], images.shape[-2], th, interpolation=interpolation,
+                         resized=None if ry is None else ry[0], offsets=None if ry is None else ry[1], dtype=images.dtype)
+    mx = resize_matrices(boxes[:, 1], boxes[:, 3], images.shape[-1], tw, interpolation=interpolation,
+                         resized=None if rx is None else rx[0], offsets=None if rx is None else rx[1], dtype=images.dtype)
+    out = torch.einsum("bih,bchw,bjw->bcij", my, images, mx)
+    fills = [float(v) for v in fill] if isinstance(fill, Sequence) else [float(fill)]
+    if resize is not None and any(fills):  # padding (zero so far): where either axis has no taps
+        inside = (my.abs().sum(-1) > 0)[:, :, None] & (mx.abs().sum(-1) > 0)[:, None, :]   # (B, h, w)
+        value = torch.tensor(fills, dtype=images.dtype).to(images.device, non_blocking=True)
+        out = torch.where(inside[:, None], out, value.reshape(1, -1, 1, 1).expand(1, images.shape[1], 1, 1))
+    return out
