@@ -210,11 +210,11 @@ def test_eval_crop_windows_are_smaller_than_the_image():
     landscape photo the window skips the sides (and the batch's box is still the whole image)."""
     crop = D.ResizeCenterCrop(224, 0.875)
     top, left, h, w = crop.box(375, 500)
-    (_, _, sh, sw), (rh, rw, t, l) = (v[0] for v in crop.frames([375], [500]))
-    assert (sh, sw, rh, rw, t, l) == (375, 500, 256, 341, 16, 58)
+    (_, _, sh, sw), (rh, rw, t, lft) = (v[0] for v in crop.frames([375], [500]))
+    assert (sh, sw, rh, rw, t, lft) == (375, 500, 256, 341, 16, 58)
     assert 0 < top and h < 375 and 0 < left and w < 500
     # every bicubic tap of the kept rows/columns lies in the read box, and the widest one touches it
-    for start, length, size, resized, off in ((top, h, 375, rh, t), (left, w, 500, rw, l)):
+    for start, length, size, resized, off in ((top, h, 375, rh, t), (left, w, 500, rw, lft)):
         m = RS.resize_matrices(torch.tensor([0]), torch.tensor([size]), size, 224, interpolation="bicubic",
                               resized=torch.tensor([resized]), offsets=torch.tensor([off]), dtype=torch.float64)[0]
         used = torch.nonzero(m.abs().sum(0)).flatten()

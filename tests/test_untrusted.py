@@ -240,7 +240,8 @@ def test_the_c_gather_checks_its_own_preconditions(cache420, fmt):
             _jpeg.gather_planes(*args)
     tables = np.array(cache.tables)
     with pytest.raises(ValueError, match="shares memory"):
-        _jpeg.gather_planes(cache._parts, tables, good, code, [tables[:1, :1, :64].view(np.int16).reshape(1, 1, 1, 64)] + outs[1:])
+        aliased = tables[:1, :1, :64].view(np.int16).reshape(1, 1, 1, 64)
+        _jpeg.gather_planes(cache._parts, tables, good, code, [aliased] + outs[1:])
     part = np.array(cache._parts[0])
     with pytest.raises(ValueError, match="shares memory"):
         _jpeg.gather_planes([part], cache.tables, good, code, [part[:128].view(np.int16).reshape(1, 1, 1, 64)] + outs[1:])

@@ -42,8 +42,8 @@ from dctnet.data.usable import check_files
 from dctnet.batch import Sampling
 from dctnet.transforms import functional as TF
 
-__all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation", "sample_from_coefficients",
-           "samples_from_coefficients"]
+__all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation",
+           "sample_from_coefficients", "samples_from_coefficients"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 

@@ -10,7 +10,8 @@
   per-(c,u,v) ``Normalize``, ``SelectFrequencies``;
 - :mod:`dctnet.transforms.auto_augment`, :mod:`dctnet.transforms.timm_augment` — torchvision's and
   timm's policies, per sample (their shared kernels and slot runner: :mod:`dctnet.transforms.policy_base`);
-- :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and erasing (boxes: :mod:`dctnet.transforms.boxes`);
+- :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and
+  erasing (boxes: :mod:`dctnet.transforms.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
 - :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """

@@ -26,8 +26,8 @@ def snap_to_blocks(top: Tensor, left: Tensor, h: Tensor, w: Tensor) -> tuple[Ten
     def r(v: Tensor) -> Tensor:
         return torch.div(v + 4, 8, rounding_mode="floor") * 8
 
-    t, b, l, rr = r(top), r(top + h), r(left), r(left + w)
-    return t, l, b - t, rr - l
+    t, b, lft, rgt = r(top), r(top + h), r(left), r(left + w)
+    return t, lft, b - t, rgt - lft
 
 
 def box_mask(x: Tensor, boxes: Tensor) -> Tensor:

@@ -72,8 +72,9 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
 
 
-def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
-                          exact: bool = False, chroma: str = "upsampled", interpolation: str = "bilinear",
+def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *,
+                          upsampling: str = "fancy", exact: bool = False, chroma: str = "upsampled",
+                          interpolation: str = "bilinear",
                           fill: float | tuple[float, float, float] = 0.0) -> Tensor | tuple[Tensor, Tensor]:
     """:func:`crops_to_rgb` (``interpolation``, ``fill``: as there), back in the DCT domain, for
     DCT-domain transforms and stems.
@@ -89,7 +90,8 @@ def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, 
         raise ValueError(f"chroma must be 'upsampled' or 'native', not {chroma!r}")
     if chroma == "native" and (size[0] % 16 or size[1] % 16):
         raise ValueError(f"size must be a multiple of 16 for native 4:2:0 chroma, got {size}")
-    x = TF.coefficient_image_from_rgb(crops_to_rgb(batch, size, upsampling=upsampling, exact=exact, interpolation=interpolation, fill=fill))
+    rgb = crops_to_rgb(batch, size, upsampling=upsampling, exact=exact, interpolation=interpolation, fill=fill)
+    x = TF.coefficient_image_from_rgb(rgb)
     return x if chroma == "upsampled" else native_chroma(x)
 
 

@@ -144,7 +144,8 @@ class RandomErasing(Transform):
 
     ``mode="const" | "rand" | "pixel"`` — **timm**: ``p`` ↔ ``probability``, ``scale`` ↔
     ``(min_area, max_area)``, ``ratio`` ↔ ``(min_aspect, max_aspect)`` (defaults ``None``: each library's —
-    torchvision (0.02, 0.33) and (0.3, 3.3), timm (0.02, 1/3) and (0.3, 1/0.3)), ``ratio`` ↔ ``(min_aspect, max_aspect)``; a count uniform in
+    torchvision (0.02, 0.33) and (0.3, 3.3), timm (0.02, 1/3) and (0.3, 1/0.3)), ``ratio`` ↔
+    ``(min_aspect, max_aspect)``; a count uniform in
     ``min_count..max_count`` (``max_count=None``: ``min_count``), each box of area
     ``H·W·U(scale) / count`` with 10 attempts as above, position uniform in ``0..H − h`` (timm's
     inclusive ``randint``); fill 0 (``const``), per-box per-channel N(0, 1) (``rand``) or per-pixel

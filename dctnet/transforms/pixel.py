@@ -435,7 +435,8 @@ def affine(img: Tensor, inverse: Tensor, *, interpolation: str = "nearest",
 
     - ``interpolation``: ``"nearest"`` (rounds half to even), ``"bilinear"``, or ``"bicubic"``
       — grid_sample's cubic convolution with ``a = −0.75`` (timm's policies use PIL's own a = −1
-      bicubic instead: ``dctnet.transforms.policy_base._pil_bicubic_affine``); torchvision refuses bicubic for tensor affine, so it has no
+      bicubic instead: ``dctnet.transforms.policy_base._pil_bicubic_affine``); torchvision refuses bicubic
+      for tensor affine, so it has no
       reference; its output (and its mask, below) is clamped to [0, 1].
     - ``fill`` (on the [0, 1] scale): ``None`` → outside the image is 0 (grid_sample's zero
       padding, bilinear edges fade to 0). Otherwise a number, a per-channel ``(3,)`` sequence or
