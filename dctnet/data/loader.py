@@ -210,7 +210,7 @@ class ThreadLoader:
     def _load(self, keys: list[tuple[int, int]]) -> JpegBatch:
         t = time.thread_time()
         collated = getattr(self.dataset, "load_collated", None)
-        if collated is not None:  # datasets that can build the batch in one go (caches)
+        if collated is not None:  # datasets that build the batch in one go (image folders, caches)
             batch = collated(keys, grid=self.grid, pin_memory=self.pin_memory)
         else:
             batch = collate(self.dataset.load_batch(keys), grid=self.grid, pin_memory=self.pin_memory)

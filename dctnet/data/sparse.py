@@ -1,4 +1,5 @@
-"""The sparse coefficient record: encode (numpy), expand on the host (C) or on the device (torch).
+"""The sparse coefficient record: encode (numpy) and expand on the host (C); on the device the
+batch contract expands it (:func:`dctnet.batch.expand_torch`).
 
 Per image, the blocks of all components are taken in order (component 0's plane row by row,
 then component 1, …). A record stores

@@ -87,7 +87,7 @@ def _timm_policy(spec: dict, a: dict, r: Recipe, mean: tuple[float, ...]):
     """timm's RandAugment / AutoAugment for a ``TimmAugment`` / ``ThreeAugment`` entry, with the
     hyper-parameters timm's ``create_transform`` gives it, posterizing as on Pillow < 13."""
     from timm.data.auto_augment import auto_augment_transform, rand_augment_transform  # slow to import
-    from timm.data.transforms import str_to_pil_interp
+    from timm.data.transforms import str_to_pil_interp  # (timm: as above)
 
     policy = a.get("policy", "3a")
     # timm's create_transform: fill = the normalisation mean in 8 bits, translate_const from the crop

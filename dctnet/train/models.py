@@ -5,59 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dctnet.models import build_model, default_stem, stem_modules, stems_for, swap_stem
-from dctnet.models.surgery import check_swap, family, stem_error
+from dctnet.models import build_model, stem_modules, swap_stem
 from dctnet.nn import DCTPatchEmbed
-from dctnet.train.recipe import Recipe, RecipeError
+from dctnet.train.recipe import Recipe, check_model_fits, input_stats
 
-__all__ = ["build_recipe_model", "check_recipe_model", "input_stats"]
-
-
-def input_stats(recipe: Recipe) -> bool:
-    """Whether the pipeline standardises the model's coefficient input per (c,u,v) from data
-    (``normalize: stats``): input ``dct`` with a ViT (``dctnet.train.pipeline``'s rule)."""
-    m = recipe.model
-    return m.input == "dct" and "vit" in m.arch and m.normalize == "stats"
-
-
-def _check(model: nn.Module, recipe: Recipe) -> str:
-    """The stem ``model`` gets from the recipe, or a ``RecipeError`` naming the key. ``model`` may
-    live on the meta device (nothing is converted)."""
-    m = recipe.model
-    try:
-        stem = m.stem if m.stem is not None else default_stem(model)
-        if stem not in stems_for(model):
-            raise RecipeError(f"model.stem: {stem_error(model, stem, takes=f'{m.arch} takes')}")
-        check_swap(model, stem=stem, keep=m.keep, chroma=m.chroma)
-    except RecipeError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise RecipeError(f"model.arch {m.arch!r} with input 'dct'" + (f", stem {m.stem!r}" if m.stem else "")
-                          + f": {exc}") from None
-    if input_stats(recipe) and stem != "dct-patch":
-        raise RecipeError(f"model.normalize: 'stats' standardises the coefficients per (channel, frequency) for a "
-                          f"'dct-patch' stem; the {stem!r} stem of {family(model)} takes raw coefficients — set "
-                          "model.normalize: none (or model.stem: dct-patch where the model takes it)")
-    return stem
-
-
-def check_recipe_model(recipe: Recipe) -> None:
-    """Everything :func:`build_recipe_model` would refuse about the model of an ``input: dct``
-    recipe (an unknown ``model.arch``, a stem the family does not take, options that do not fit
-    the stem), found without building it: the architecture is built on the meta device (no memory,
-    no random draws) and only its structure is read. ``RecipeError`` naming the key; a model that
-    cannot be built on the meta device is left to :func:`build_recipe_model`."""
-    m = recipe.model
-    if m.input != "dct":
-        return
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        try:
-            model = build_model(m.arch, image_size=recipe.data.image_size)
-        except ValueError as exc:
-            raise RecipeError(f"model.arch: {exc}") from None
-        except Exception:  # noqa: BLE001 — not buildable on the meta device: the real build says why
-            return
-    _check(model, recipe)  # off the meta device: dctnet caches its constant matrices per device
+__all__ = ["build_recipe_model"]
 
 
 def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
@@ -77,7 +29,7 @@ def build_recipe_model(recipe: Recipe, num_classes: int) -> nn.Module:
     model = build_model(m.arch, image_size=recipe.data.image_size, num_classes=num_classes)
     if m.input != "dct":
         return model
-    swap_stem(model, stem=_check(model, recipe), keep=m.keep, chroma=m.chroma)
+    swap_stem(model, stem=check_model_fits(model, recipe), keep=m.keep, chroma=m.chroma)
     if input_stats(recipe):
         for embed in stem_modules(model):
             if not isinstance(embed, DCTPatchEmbed):

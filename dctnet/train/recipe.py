@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
+from torch import nn
+
+from dctnet.models import build_model, default_stem, stems_for
+from dctnet.models.surgery import check_stem, check_swap, family, stem_error
+from dctnet.transforms import MIXERS, build_transform
 
 __all__ = ["Recipe", "RecipeError", "load_recipe", "parse_overrides"]
 
@@ -313,7 +319,6 @@ _NO_BASELINE = ("FrequencyDropout", "RandomTranspose", "RandomChromaRotation")
 def _check_augment_order(r: Recipe, bad) -> None:
     """Mixing acts on the batch after every per-sample op (timm and torchvision erase before they
     mix), and a recipe names one mixer: timm's Mixup switches between mixup and CutMix itself."""
-    from dctnet.transforms import MIXERS
 
     names = [s.get("name") for s in r.augment]
     for i, name in enumerate(names):
@@ -355,7 +360,6 @@ def _check(r: Recipe, where: str) -> None:
         bad(f"data.scale must satisfy 0 < lo <= hi <= 1, got {r.data.scale}")
     if not 8 <= r.data.synthetic_size[0] <= r.data.synthetic_size[1]:
         bad(f"data.synthetic_size must satisfy 8 <= lo <= hi, got {r.data.synthetic_size}")
-    from dctnet.transforms import build_transform
 
     for i, spec in enumerate(r.augment):  # built once here, so a typo fails before any data is read
         try:
@@ -367,7 +371,6 @@ def _check(r: Recipe, where: str) -> None:
     if r.data.source in ("cache", "shards") and r.model.input == "rgb":
         bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
             "baseline) reads image folders — use 'dct' or 'device-rgb'")
-    from dctnet.models.surgery import check_stem
 
     try:
         check_stem(r.model.stem)
@@ -376,9 +379,55 @@ def _check(r: Recipe, where: str) -> None:
     if r.model.chroma == "native" and r.model.input != "dct":
         bad("model.chroma: 'native' is for input 'dct' with a 'dct-patch' stem (ViTs of patch 8k)")
     if r.model.input == "dct":
-        from dctnet.train.models import check_recipe_model
-
         try:
             check_recipe_model(r)
         except ValueError as exc:
             bad(str(exc))
+
+
+# ---------------------------------------------------------------- the model a recipe names
+def input_stats(recipe: Recipe) -> bool:
+    """Whether the pipeline standardises the model's coefficient input per (c,u,v) from data
+    (``normalize: stats``): input ``dct`` with a ViT (``dctnet.train.pipeline``'s rule)."""
+    m = recipe.model
+    return m.input == "dct" and "vit" in m.arch and m.normalize == "stats"
+
+
+def check_model_fits(model: nn.Module, recipe: Recipe) -> str:
+    """The stem ``model`` gets from the recipe, or a ``RecipeError`` naming the key. ``model`` may
+    live on the meta device (nothing is converted)."""
+    m = recipe.model
+    try:
+        stem = m.stem if m.stem is not None else default_stem(model)
+        if stem not in stems_for(model):
+            raise RecipeError(f"model.stem: {stem_error(model, stem, takes=f'{m.arch} takes')}")
+        check_swap(model, stem=stem, keep=m.keep, chroma=m.chroma)
+    except RecipeError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise RecipeError(f"model.arch {m.arch!r} with input 'dct'" + (f", stem {m.stem!r}" if m.stem else "")
+                          + f": {exc}") from None
+    if input_stats(recipe) and stem != "dct-patch":
+        raise RecipeError(f"model.normalize: 'stats' standardises the coefficients per (channel, frequency) for a "
+                          f"'dct-patch' stem; the {stem!r} stem of {family(model)} takes raw coefficients — set "
+                          "model.normalize: none (or model.stem: dct-patch where the model takes it)")
+    return stem
+
+
+def check_recipe_model(recipe: Recipe) -> None:
+    """Everything :func:`dctnet.train.models.build_recipe_model` would refuse about the model of an ``input: dct``
+    recipe (an unknown ``model.arch``, a stem the family does not take, options that do not fit
+    the stem), found without building it: the architecture is built on the meta device (no memory,
+    no random draws) and only its structure is read. ``RecipeError`` naming the key; a model that
+    cannot be built on the meta device is left to :func:`dctnet.train.models.build_recipe_model`."""
+    m = recipe.model
+    if m.input != "dct":
+        return
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        try:
+            model = build_model(m.arch, image_size=recipe.data.image_size)
+        except ValueError as exc:
+            raise RecipeError(f"model.arch: {exc}") from None
+        except Exception:  # noqa: BLE001 — not buildable on the meta device: the real build says why
+            return
+    check_model_fits(model, recipe)  # off the meta device: dctnet caches its constant matrices per device

@@ -31,6 +31,7 @@ from dctnet.distributed import placement
 from dctnet.train.models import build_recipe_model
 from dctnet.train.optim import optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
+from dctnet.train.plot import plot_metrics
 from dctnet.train.recipe import Recipe
 
 __all__ = ["Trainer", "train"]
@@ -166,7 +167,7 @@ class Trainer:
     def _progress(self, total: int, desc: str):
         if self.rank != 0 or not self.recipe.train.progress:
             return None
-        from tqdm import tqdm
+        from tqdm import tqdm  # only for progress bars (train.progress)
 
         tqdm.monitor_interval = 0  # no monitor thread: nothing of ours outlives the run
 
@@ -269,8 +270,6 @@ class Trainer:
                 if r.train.checkpoint:
                     self._save(self.out / "last.pt", epoch)
         if self.rank == 0 and self.history:
-            from dctnet.train.plot import plot_metrics
-
             plot_metrics(self.out / "metrics.jsonl", self.out / "plot.png", title=r.name)
         return record
 

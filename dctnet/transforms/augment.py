@@ -191,8 +191,8 @@ class RandomRequantize(Transform):
 
 class FrequencyDropout(Transform):
     """Drop each AC frequency (all channels) with probability ``rate``, independently per sample;
-    DC is kept. (``rate`` was called ``p``: it is a per-frequency rate, not the per-sample
-    probability ``p`` of the other transforms, which this one does not take.)"""
+    DC is kept. ``rate`` is a per-frequency rate, not the per-sample probability ``p`` of the
+    other transforms, which this one does not take."""
 
     def __init__(self, rate: float = 0.1, seed: int | None = None) -> None:
         super().__init__(seed)
