@@ -71,7 +71,7 @@ def _load_extension() -> Any:
     deep = 0 if os.environ.get("DCTNET_NO_DEEPBIND") else getattr(os, "RTLD_DEEPBIND", 0)
     sys.setdlopenflags(os.RTLD_NOW | os.RTLD_LOCAL | deep)
     try:
-        from dctnet import _jpeg
+        from dctnet import _jpeg  # loaded here, under the dlopen flags set above
     finally:
         sys.setdlopenflags(flags)
     _jpeg.set_error_type(JpegError)
@@ -262,7 +262,7 @@ class JpegCoefficients(JpegHeader):
 
     def to_torch(self) -> tuple[Any, ...]:
         """The planes as ``torch.int16`` tensors sharing memory with :attr:`planes` (no copy)."""
-        import torch
+        import torch  # the reader layer does not need torch; only this conversion does
 
         return tuple(torch.from_numpy(p) for p in self.planes)
 

@@ -82,3 +82,62 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not upward, "upward imports:\n" + "\n".join(upward)
     top = [m for _, m in imports_of(ROOT / "dctnet" / "__init__.py", "dctnet")]
     assert all(layer_of(m) == 0 for m in top if m != "dctnet"), top
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module → the dctnet modules it imports, at module level or inside functions. A name that
+    is a package stands for its ``__init__``; ``from pkg import sub`` for ``pkg.sub``."""
+    files = sorted((ROOT / "dctnet").rglob("*.py"))
+    names = {module_name(p) for p in files}
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        name = module_name(path)
+        targets = set()
+        for _, target in imports_of(path, name):
+            while target not in names and "." in target:  # dctnet.x.y.Name → the module that defines it
+                target = target.rsplit(".", 1)[0]
+            if target in names and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_circle_among_the_modules():
+    """Counting imports inside functions too (a function-level import hid two circles). A
+    package's ``__init__`` re-exporting its submodules is not a circle; a submodule importing its
+    own package's ``__init__`` would be."""
+    graph = _graph()
+    cycles, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if nxt.startswith(node + "."):  # a package's __init__ importing its own submodule
+                continue
+            if state.get(nxt) == "open":
+                cycles.append(path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_imports_inside_functions_say_why():
+    """An import inside a function defers an optional or slow library, or hides a circle; the
+    first is allowed when a comment on the line (or the line above) says so, the second not at all."""
+    bare = []
+    for path in sorted((ROOT / "dctnet").rglob("*.py")):
+        lines = path.read_text().split("\n")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    here, above = lines[sub.lineno - 1], lines[sub.lineno - 2].strip()
+                    if "#" not in here and not above.startswith("#"):
+                        bare.append(f"{path.relative_to(ROOT)}:{sub.lineno}: {here.strip()}")
+    assert not bare, "function-level imports without a reason:\n" + "\n".join(sorted(set(bare)))

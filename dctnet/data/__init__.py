@@ -20,15 +20,16 @@ from dctnet.data.crop import (
     mcu_window,
     mcu_windows,
 )
+from dctnet.data.sample import CoefficientSample
 from dctnet.data.dataset import (
-    CoefficientSample,
     ImageFolderDataset,
     UnusedFilesWarning,
     apply_orientation,
     sample_from_coefficients,
 )
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
-from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, collate, make_dataloader
+from dctnet.data.collate import collate
+from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, make_dataloader
 from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
 from dctnet.data.usable import CheckedFiles, check_files, data_kind
 from dctnet.data.verify import format_report, verify_dataset

@@ -28,7 +28,6 @@ import os
 import warnings as pywarnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +36,15 @@ import torch
 from dctnet import _jpeg
 from dctnet.codec import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients,
                           read_coefficients_batch, warn_mode)
-from dctnet.data.crop import Box, FullImage, crop_frames, draw_boxes, mcu_windows
+from dctnet.data.crop import FullImage, crop_frames, draw_boxes, mcu_windows
+from dctnet.data.collate import collate
+from dctnet.data.plan import HEADER_ROW, gather_collated, gather_items, plan_batch
+from dctnet.data.sample import CoefficientSample
 from dctnet.data.usable import check_files
 from dctnet.batch import Sampling
 from dctnet.transforms import functional as TF
 
-__all__ = ["CoefficientSample", "CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation",
+__all__ = ["CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation",
            "sample_from_coefficients", "samples_from_coefficients"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
@@ -64,43 +66,6 @@ def describe_unused(root: str | os.PathLike, non_jpeg: Sequence[str], empty_clas
         parts.append(f"class folder(s) without any JPEG: {', '.join(empty_classes[:10])}"
                      + (" …" if len(empty_classes) > 10 else ""))
     return f"{root}: " + "; ".join(parts) + ". dctnet reads JPEG only: convert other images to JPEG first."
-
-
-@dataclass
-class CoefficientSample:
-    """One cropped sample (host, numpy), in its file's own layout.
-
-    Attributes:
-        planes: per component an ``int16 (R·v_c, C·h_c, 64)`` window of the component's plane
-            (views into the decoded planes) for a window of ``R × C`` MCUs.
-        sampling: per component ``(h_c, v_c)`` sampling factors.
-        color_space: ``"gray"``, ``"YCbCr"``, ``"RGB"``, ``"CMYK"`` or ``"YCCK"``.
-        valid: (height, width) in pixels of image content in the window.
-        box: (top, left, height, width) crop box in pixels relative to the window.
-        label, index: class index and dataset index.
-        resize: (height, width, top, left) of a resize-then-crop policy, or ``None``
-            (:attr:`dctnet.batch.JpegBatch.resize`; ``box`` is then the whole image).
-    """
-
-    planes: tuple[np.ndarray, ...]
-    sampling: Sampling
-    color_space: str
-    valid: tuple[int, int]
-    box: Box
-    label: int
-    index: int
-    resize: tuple[int, int, int, int] | None = None
-
-    @property
-    def layout(self) -> tuple[str, Sampling]:
-        """What samples must share to be decoded together: ``(color_space, sampling)``."""
-        return self.color_space, self.sampling
-
-    @property
-    def mcu(self) -> tuple[int, int]:
-        """Window size in MCUs ``(R, C)``."""
-        h, v = self.sampling[0]
-        return self.planes[0].shape[0] // v, self.planes[0].shape[1] // h
 
 
 def mcu_size(sampling: Sampling) -> tuple[int, int]:
@@ -347,9 +312,6 @@ class ImageFolderDataset(CropDataset):
         ``skipped`` as ``(index, path, reason)`` — a decode failure then plans and decodes the
         rest again, as the batch without it. Batches with EXIF rotations to apply take
         :meth:`load_batch` + collate: a rotation needs a file's whole planes, not its windows."""
-        from dctnet.data.loader import collate
-        from dctnet.data.plan import HEADER_ROW, gather_collated, gather_items, plan_batch
-
         limits = (warn_mode(self.warnings), _limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
         paths = [self.samples[i][0] for _, i in keys]
         # every file read once and its header parsed, in one GIL-free C call (FIFOs refused); the

@@ -27,7 +27,8 @@ import torch
 from dctnet.distributed import placement
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, warn_mode
 from dctnet.data.crop import FullImage
-from dctnet.data.dataset import CoefficientSample, sample_from_coefficients
+from dctnet.data.dataset import sample_from_coefficients
+from dctnet.data.sample import CoefficientSample
 
 __all__ = ["TarShardDataset", "WdsDecode", "wds_decode"]
 

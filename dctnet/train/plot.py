@@ -13,7 +13,7 @@ def plot_metrics(metrics: str | Path, out: str | Path, *, title: str = "") -> Pa
     import matplotlib  # heavy and only for the plot, at the end of a run
 
     matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), which must come first
 
     rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
     ep = [r["epoch"] for r in rows]

@@ -232,7 +232,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         torch.distributed.barrier()
         parts = world
     elif workers > 1:
-        import multiprocessing as mp
+        import multiprocessing as mp  # only for local build workers
 
         # fork where the platform has it (as torch's DataLoader does): spawn would re-run the
         # caller's unguarded __main__ in every worker
@@ -288,7 +288,7 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
                             "offset": offset, "size": size, "label": label})
     src_bytes = sum(s["size"] for s in sources)
     data_bytes = sum((partial / f"{_part_name(r, parts)}.bin").stat().st_size for r in range(parts))
-    import dctnet
+    import dctnet  # the package's version: dctnet/__init__ imports this module's layer
 
     meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
             "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],

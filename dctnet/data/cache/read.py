@@ -18,8 +18,9 @@ from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
 from dctnet.codec import JpegError
 from dctnet.data import sparse as S
 from dctnet.data.crop import crop_frames, draw_boxes
-from dctnet.data.dataset import CoefficientSample, CropDataset, ImageFolderDataset, sample_from_coefficients
-from dctnet.data.loader import collate
+from dctnet.data.dataset import CropDataset, ImageFolderDataset, sample_from_coefficients
+from dctnet.data.sample import CoefficientSample
+from dctnet.data.collate import collate
 from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, BatchPlan, batch_storage, gather_collated, gather_items,
                               plan_batch, set_windows)
 from dctnet.data.cache.format import (BAD, INDEX_DTYPE, OK, CacheError, _file_hash, _load_array, _load_meta,
