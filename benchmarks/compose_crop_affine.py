@@ -29,7 +29,7 @@ import torchvision.transforms.v2.functional as TVF
 from dctnet import image as IM
 from dctnet import resize as RS
 from dctnet import transforms as T
-from dctnet.transforms import pixel as P
+from dctnet.transforms import geometry as G
 
 from device_transforms import load_batch
 
@@ -39,7 +39,7 @@ def composed(full: torch.Tensor, boxes: torch.Tensor, angle: torch.Tensor, size:
     coordinates in the output frame → the box's source pixels (the resize as a scale)."""
     n = full.shape[0]
     # rotate(angle) is affine(-angle) in torchvision's convention
-    inv = P.affine_matrix(-angle, torch.zeros(n, 2, dtype=angle.dtype), torch.ones_like(angle),
+    inv = G.affine_matrix(-angle, torch.zeros(n, 2, dtype=angle.dtype), torch.ones_like(angle),
                           torch.zeros(n, 2, dtype=angle.dtype), None, size=(size, size))       # output → rotated output
     # pixel-centre coordinates of the output frame (torchvision's affine grid convention)
     ys, xs = torch.meshgrid(torch.arange(size, dtype=torch.float64) + 0.5 - size / 2,
@@ -73,7 +73,7 @@ def main() -> None:
     angle = (torch.rand(len(g.rows), dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 60 - 30)
 
     def staged(interpolation: str) -> torch.Tensor:
-        return P.rotate(RS.resized_crop(full, boxes, (size, size)).clamp(0, 1), angle.to(device), interpolation=interpolation)
+        return G.rotate(RS.resized_crop(full, boxes, (size, size)).clamp(0, 1), angle.to(device), interpolation=interpolation)
 
     def one_step(interpolation: str) -> torch.Tensor:
         return composed(full, boxes, angle.to(device), size, interpolation).clamp(0, 1)

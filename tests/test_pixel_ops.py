@@ -37,6 +37,7 @@ from PIL import Image
 from torch import Tensor
 from torchvision.transforms.v2 import functional as TVF
 
+from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 
 from conftest import imagenette_files
@@ -192,7 +193,7 @@ def test_blur_per_sample_sigma(photos: Tensor, kernel, sigma_shape: str):
 # -- geometry -------------------------------------------------------------------------------------------------------
 
 def _fill(kind: str, n: int):
-    """(fill for pixel.affine, fill per sample for torchvision): "none", "float", "channels" (a
+    """(fill for geometry.affine, fill per sample for torchvision): "none", "float", "channels" (a
     length-3 list) or "per-sample" (an ``(n, 3)`` tensor)."""
     if kind == "none":
         return None, [None] * n
@@ -237,8 +238,8 @@ def test_affine_matches_torchvision(batch: Tensor, case):
     g = _gen(f"affine{interpolation}{center}{fill_kind}")
     angle, translate, scale, shear = _u(n, g, -45, 45), _u(n, g, -8, 8, 2), _u(n, g, 0.7, 1.3), _u(n, g, -20, 20, 2)
     fill, fills = _fill(fill_kind, n)
-    inverse = P.affine_matrix(angle, translate, scale, shear, center, size=(h, w))
-    out = P.affine(x, inverse, interpolation=interpolation, fill=fill)
+    inverse = G.affine_matrix(angle, translate, scale, shear, center, size=(h, w))
+    out = G.affine(x, inverse, interpolation=interpolation, fill=fill)
     ref = torch.stack([
         TVF.affine_image(x[i], float(angle[i]), translate[i].tolist(), float(scale[i]), shear[i].tolist(),
                          interpolation=TVF.InterpolationMode(interpolation), fill=fills[i], center=center)
@@ -261,7 +262,7 @@ def test_rotate_matches_torchvision(batch: Tensor, case):
     n = x.shape[0]
     angle = _u(n, _gen(f"rotate{center}{fill_kind}"), -180, 180)
     fill, fills = _fill(fill_kind, n)
-    out = P.rotate(x, angle, interpolation=interpolation, fill=fill, center=center)
+    out = G.rotate(x, angle, interpolation=interpolation, fill=fill, center=center)
     ref = torch.stack([TVF.rotate_image(x[i], float(angle[i]), interpolation=TVF.InterpolationMode(interpolation),
                                         fill=fills[i], center=center) for i in range(n)])
     _assert_warp_close(out, ref, interpolation)
@@ -276,7 +277,7 @@ def test_rotate_right_angles(photos: Tensor, interpolation: str, dtype: torch.dt
     x = photos.to(dtype)[torch.arange(8) % photos.shape[0]]
     for sq in (x, x[..., : min(x.shape[-2:]), : min(x.shape[-2:])]):
         ref = _per_sample(lambda im, a: TVF.rotate_image(im, a, interpolation=TVF.InterpolationMode(interpolation)), sq, angle)
-        _assert_warp_close(P.rotate(sq, angle, interpolation=interpolation), ref, interpolation)
+        _assert_warp_close(G.rotate(sq, angle, interpolation=interpolation), ref, interpolation)
 
 
 def test_affine_bicubic(photos: Tensor):
@@ -284,21 +285,21 @@ def test_affine_bicubic(photos: Tensor):
     identity at an identity matrix, and close to bilinear on a smooth warp."""
     n, _, h, w = photos.shape
     identity = torch.tensor([[1.0, 0, 0], [0, 1, 0]], dtype=torch.float64).expand(n, 2, 3)
-    torch.testing.assert_close(P.affine(photos, identity, interpolation="bicubic", fill=0.5), photos, atol=1e-6, rtol=0)
-    m = P.affine_matrix(_u(n, _gen("bicubic"), -20, 20), torch.zeros(n, 2), torch.ones(n), torch.zeros(n, 2), size=(h, w))
-    cubic = P.affine(photos, m, interpolation="bicubic", fill=0.5)
+    torch.testing.assert_close(G.affine(photos, identity, interpolation="bicubic", fill=0.5), photos, atol=1e-6, rtol=0)
+    m = G.affine_matrix(_u(n, _gen("bicubic"), -20, 20), torch.zeros(n, 2), torch.ones(n), torch.zeros(n, 2), size=(h, w))
+    cubic = G.affine(photos, m, interpolation="bicubic", fill=0.5)
     assert cubic.min() >= 0 and cubic.max() <= 1
-    assert (cubic - P.affine(photos, m, interpolation="bilinear", fill=0.5)).abs().mean() < 0.03
+    assert (cubic - G.affine(photos, m, interpolation="bilinear", fill=0.5)).abs().mean() < 0.03
 
 
 def test_affine_fill_zero_is_not_none(photos: Tensor):
     """As in torchvision: ``fill=None`` keeps grid_sample's zero padding (edges fade to black),
     ``fill=0`` blends with the warped mask — they differ on bilinear edges, agree for nearest."""
     n, _, h, w = photos.shape
-    m = P.affine_matrix(torch.full((n,), 30.0), torch.zeros(n, 2), torch.ones(n), torch.zeros(n, 2), size=(h, w))
-    assert torch.equal(P.affine(photos, m, fill=None), P.affine(photos, m, fill=0.0))
-    assert not torch.equal(P.affine(photos, m, interpolation="bilinear", fill=None),
-                           P.affine(photos, m, interpolation="bilinear", fill=0.0))
+    m = G.affine_matrix(torch.full((n,), 30.0), torch.zeros(n, 2), torch.ones(n), torch.zeros(n, 2), size=(h, w))
+    assert torch.equal(G.affine(photos, m, fill=None), G.affine(photos, m, fill=0.0))
+    assert not torch.equal(G.affine(photos, m, interpolation="bilinear", fill=None),
+                           G.affine(photos, m, interpolation="bilinear", fill=0.0))
 
 
 # -- batching, dtypes ----------------------------------------------------------------------------------------------
@@ -306,7 +307,7 @@ def test_affine_fill_zero_is_not_none(photos: Tensor):
 def _kernels(n: int, h: int, w: int) -> dict:
     g = _gen(f"kernels{n}")
     fill = _u(n, g, 0, 1, 3)
-    m = P.affine_matrix(_u(n, g, -30, 30), _u(n, g, -5, 5, 2), _u(n, g, 0.8, 1.2), _u(n, g, -10, 10, 2), size=(h, w))
+    m = G.affine_matrix(_u(n, g, -30, 30), _u(n, g, -5, 5, 2), _u(n, g, 0.8, 1.2), _u(n, g, -10, 10, 2), size=(h, w))
     return {
         "invert": (P.invert, ()), "posterize": (P.posterize, (torch.randint(0, 9, (n,), generator=g),)),
         "solarize": (P.solarize, (_u(n, g, 0, 1),)), "solarize_add": (P.solarize_add, (_u(n, g, 0, 0.4), _u(n, g, 0, 1))),
@@ -314,8 +315,8 @@ def _kernels(n: int, h: int, w: int) -> dict:
         "brightness": (P.adjust_brightness, (_u(n, g, 0, 2),)), "contrast": (P.adjust_contrast, (_u(n, g, 0, 2),)),
         "saturation": (P.adjust_saturation, (_u(n, g, 0, 2),)), "sharpness": (P.adjust_sharpness, (_u(n, g, 0, 2),)),
         "hue": (P.adjust_hue, (_u(n, g, -0.5, 0.5),)), "blur": (lambda x, s: P.gaussian_blur(x, 5, s), (_u(n, g, 0.2, 2),)),
-        "affine": (lambda x, m, f: P.affine(x, m, interpolation="bilinear", fill=f), (m, fill)),
-        "rotate": (lambda x, a: P.rotate(x, a, fill=0.5, center=[3.0, 4.0]), (_u(n, g, -30, 30),)),
+        "affine": (lambda x, m, f: G.affine(x, m, interpolation="bilinear", fill=f), (m, fill)),
+        "rotate": (lambda x, a: G.rotate(x, a, fill=0.5, center=[3.0, 4.0]), (_u(n, g, -30, 30),)),
     }
 
 
@@ -401,12 +402,12 @@ def _timm_cases(n: int, h: int, w: int):
     t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
 
     def warp(data, interp):
-        return lambda x: P.affine(x, P.pil_affine_inverse(t(data), size=(h, w)), interpolation=interp, fill=fill)
+        return lambda x: G.affine(x, G.pil_affine_inverse(t(data), size=(h, w)), interpolation=interp, fill=fill)
 
     cases = {}
     for interp, resample in RESAMPLE.items():
         kw = dict(resample=resample, fillcolor=FILL)
-        cases[f"rotate-{interp}"] = (lambda x, i=interp: P.rotate(x, t(deg), interpolation=i, fill=fill),
+        cases[f"rotate-{interp}"] = (lambda x, i=interp: G.rotate(x, t(deg), interpolation=i, fill=fill),
                                      lambda im, i, kw=kw: AA.rotate(im, deg[i], **kw))
         cases[f"shear_x-{interp}"] = (warp([[1, s, 0, 0, 1, 0] for s in shear], interp),
                                       lambda im, i, kw=kw: AA.shear_x(im, shear[i], **kw))
@@ -483,7 +484,7 @@ def test_whole_pixel_translation_equals_pil(photos: Tensor):
     data = torch.tensor([[1, 0, 5, 0, 1, -3]] * n, dtype=torch.float64)
     pils = _pil(photos)
     for interp, resample in RESAMPLE.items():
-        out = P.affine(photos, P.pil_affine_inverse(data, size=(h, w)), interpolation=interp, fill=128 / 255)
+        out = G.affine(photos, G.pil_affine_inverse(data, size=(h, w)), interpolation=interp, fill=128 / 255)
         ref = [im.transform((w, h), Image.AFFINE, tuple(data[0].tolist()), resample, fillcolor=(128,) * 3) for im in pils]
         u8 = torch.stack([torch.from_numpy(np.array(p)).permute(2, 0, 1) for p in ref]).double()
         assert torch.equal((out * 255).round(), u8), interp
@@ -502,7 +503,7 @@ def test_pil_affine_inverse_reproduces_pil(photos: Tensor, interpolation: str):
     shift = rng.uniform(-10, 10, (n, 2))
     data = np.concatenate([lin[:, 0], shift[:, :1], lin[:, 1], shift[:, 1:]], axis=1)  # (a, b, c, d, e, f)
     fill = (128, 128, 128)
-    out = P.affine(photos, P.pil_affine_inverse(torch.from_numpy(data), size=(h, w)), interpolation=interpolation,
+    out = G.affine(photos, G.pil_affine_inverse(torch.from_numpy(data), size=(h, w)), interpolation=interpolation,
                    fill=torch.tensor(fill) / 255.0)
     pils = [im.transform((w, h), Image.AFFINE, tuple(data[i]), RESAMPLE[interpolation], fillcolor=fill)
             for i, im in enumerate(_pil(photos))]
@@ -534,10 +535,10 @@ def test_timm_geometry_as_affine_matrix():
 
     def pil(rows):
         data = torch.stack([torch.as_tensor(r, dtype=torch.float64).expand(4) for r in rows], -1)
-        return P.pil_affine_inverse(data, size=(h, w))
+        return G.pil_affine_inverse(data, size=(h, w))
 
     def tv(angle=z, tx=z, ty=z, sx=z, sy=z, center=None):
-        return P.affine_matrix(angle, torch.stack([tx, ty], -1), one, torch.stack([sx, sy], -1), center, size=(h, w))
+        return G.affine_matrix(angle, torch.stack([tx, ty], -1), one, torch.stack([sx, sy], -1), center, size=(h, w))
 
     torch.testing.assert_close(pil([1, f, 0, 0, 1, 0]), tv(sx=deg, center=[0.0, 0.0]))
     torch.testing.assert_close(pil([1, 0, 0, f, 1, 0]), tv(sy=deg, center=[0.0, 0.0]))

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 from dctnet.transforms.base import Transform, apply_slots
 
@@ -76,14 +77,14 @@ def _tv_affine(angle=None, translate=None, shear=None, corner: bool = False) -> 
         deg = torch.rad2deg(torch.atan(arg))
         sh = torch.stack([deg if shear == "x" else zero, deg if shear == "y" else zero], 1)
         center = torch.zeros(2, dtype=arg.dtype, device=arg.device) if corner else None
-        inv = P.affine_matrix(ang, tr, torch.ones_like(arg), sh, center, size=tuple(img.shape[-2:]))
-        return P.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
+        inv = G.affine_matrix(ang, tr, torch.ones_like(arg), sh, center, size=tuple(img.shape[-2:]))
+        return G.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
     return kernel
 
 
 def _tv_rotate(img: Tensor, arg: Tensor, ctx: _Context) -> Tensor:
-    return P.rotate(img, arg, interpolation=ctx.interpolation, fill=ctx.fill)
+    return G.rotate(img, arg, interpolation=ctx.interpolation, fill=ctx.fill)
 
 
 def _pil_affine(which: str) -> Kernel:
@@ -110,8 +111,8 @@ def _pil_affine(which: str) -> Kernel:
         data = torch.stack(data, 1)
         if ctx.interpolation == "bicubic":
             return _pil_bicubic_affine(img, data, ctx.fill)
-        inv = P.pil_affine_inverse(data, size=(h, w))
-        return P.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
+        inv = G.pil_affine_inverse(data, size=(h, w))
+        return G.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
     return kernel
 
