@@ -25,7 +25,7 @@ import dctnet.functional as F
 import dctnet.image as IM
 import dctnet.resize as RS
 import dctnet.models as M
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DCTNET_DATA", ROOT.parent / "shared" / "data" / "imagenette"))

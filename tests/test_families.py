@@ -157,7 +157,7 @@ def test_torgb_for_model_and_swap_stem_share_one_normalisation():
     assert M.input_mean_std("timm:vit_small_patch16_224") == M.input_mean_std(model)
     assert M.input_mean_std("resnet50") == (T.IMAGENET_MEAN, T.IMAGENET_STD)
     rgb = torch.rand(2, 3, 32, 32, dtype=torch.float64)
-    x = T.functional.from_rgb(rgb)
+    x = T.dct_kernels.coefficient_image_from_rgb(rgb)
     with torch.no_grad():
         ref = model(T.ToRGB.for_model(model)(x))
         out = M.swap_stem(copy.deepcopy(model)).eval()(x)

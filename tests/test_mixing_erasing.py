@@ -26,7 +26,7 @@ import torch
 from dctnet.transforms.boxes import box_mask
 
 from dctnet.transforms import erasing as E
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import mixing as M
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup

@@ -131,7 +131,7 @@ def test_patch_embed_native_matches_conv_for_patch_8_and_16(patch, sub):
 def test_converted_vit_on_real_photos_fancy_decode():
     """End to end on real photos: the loader's coefficient image (fancy upsampling) into the
     converted model vs the same pixels into the RGB model."""
-    from dctnet.transforms import functional as TF
+    from dctnet.transforms import dct_kernels as TF
 
     files = imagenette_files("val", every=500)
     if not files:

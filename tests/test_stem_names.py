@@ -24,7 +24,7 @@ from dctnet import transforms as T
 from dctnet.cli import main as cli_main
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train import RecipeError, load_recipe
-from dctnet.train.models import build_recipe_model
+from dctnet.train.recipe_model import build_recipe_model
 
 from conftest import write_recipe
 
@@ -49,7 +49,7 @@ def rgb_and_coefficients(n: int = 2, size: int = 32) -> tuple[torch.Tensor, torc
     torch.manual_seed(11)
     rgb = nn.functional.interpolate(torch.rand(n, 3, size // 4, size // 4, dtype=torch.float64), size=(size, size),
                                     mode="bilinear")
-    return rgb, T.functional.coefficient_image_from_rgb(rgb)
+    return rgb, T.dct_kernels.coefficient_image_from_rgb(rgb)
 
 
 @pytest.mark.parametrize("stem", list(M.STEMS))

@@ -12,7 +12,7 @@ from torch import nn
 
 from dctnet import transforms as T
 from dctnet import transforms as A
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import registry as R
 
 

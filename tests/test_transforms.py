@@ -23,7 +23,7 @@ import dctnet.resize as RS
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.synthetic import synthetic_jpeg
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 
 from conftest import imagenette_files
 

@@ -42,7 +42,7 @@ from dctnet.data.plan import HEADER_ROW, gather_collated, gather_items, plan_bat
 from dctnet.data.sample import CoefficientSample
 from dctnet.data.usable import check_files
 from dctnet.batch import Sampling
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation",
            "sample_from_coefficients", "samples_from_coefficients"]

@@ -37,7 +37,7 @@ from dctnet.models.surgery import (
     swap_stem,
 )
 from dctnet.synthetic import synthetic_jpeg
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import MeanStd, input_mean_std, resolve_mean_std
 
 __all__ = ["Conversion", "convert", "convert_checkpoint", "load_hint", "sample_input"]

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from dctnet import functional as F
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["DCTPatchEmbed", "JFIF_YCC_TO_RGB", "block_aligned", "frequency_index", "is_patchify"]
 

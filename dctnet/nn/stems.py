@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from dctnet import functional as F
 from dctnet.nn.patch_embed import frequency_index
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DCTToRGB", "IDCTStem", "ResNetDCTStem"]

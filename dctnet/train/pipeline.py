@@ -35,7 +35,7 @@ from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
 from dctnet.train.inputs import data_root, eval_config, limited_indices
 from dctnet.train.recipe import Recipe
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import input_mean_std
 
 __all__ = ["Pipeline", "build_pipeline", "normalize_input"]

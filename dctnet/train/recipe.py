@@ -415,11 +415,11 @@ def check_model_fits(model: nn.Module, recipe: Recipe) -> str:
 
 
 def check_recipe_model(recipe: Recipe) -> None:
-    """Everything :func:`dctnet.train.models.build_recipe_model` would refuse about the model of an ``input: dct``
+    """Everything :func:`dctnet.train.recipe_model.build_recipe_model` would refuse about the model of an ``input: dct``
     recipe (an unknown ``model.arch``, a stem the family does not take, options that do not fit
     the stem), found without building it: the architecture is built on the meta device (no memory,
     no random draws) and only its structure is read. ``RecipeError`` naming the key; a model that
-    cannot be built on the meta device is left to :func:`dctnet.train.models.build_recipe_model`."""
+    cannot be built on the meta device is left to :func:`dctnet.train.recipe_model.build_recipe_model`."""
     m = recipe.model
     if m.input != "dct":
         return

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dctnet.distributed import placement
-from dctnet.train.models import build_recipe_model
+from dctnet.train.recipe_model import build_recipe_model
 from dctnet.train.optim import optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics

@@ -1,7 +1,7 @@
 """Device-side transforms (policy on the host, execution batched).
 
 - :mod:`dctnet.transforms.pixel` — kernels on RGB batches ``(B, 3, H, W)`` (torchvision's ops, per sample);
-- :mod:`dctnet.transforms.functional` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
+- :mod:`dctnet.transforms.dct_kernels` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
 - :mod:`dctnet.transforms.base` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
   ``Compose``, the per-step generator;
 - :mod:`dctnet.transforms.augment` — flips, colour, grayscale, chroma rotation, requantization,
@@ -13,7 +13,7 @@
 - :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and
   erasing (boxes: :mod:`dctnet.transforms.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
-- :mod:`dctnet.transforms.crops` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
+- :mod:`dctnet.transforms.device_crop` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
@@ -44,7 +44,7 @@ from dctnet.batch import (  # the batch contract, re-exported where users meet i
     expand_packed,
     expand_sparse,
 )
-from dctnet.transforms.crops import crops_to_coefficients, crops_to_rgb, native_chroma
+from dctnet.transforms.device_crop import crops_to_coefficients, crops_to_rgb, native_chroma
 
 __all__ = [
     "MIXERS", "TRANSFORMS", "build_transform", "describe_transforms", "step_generator",

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import pixel as P
 from dctnet.transforms.base import Transform, apply_slots, image_size
 
@@ -25,7 +25,7 @@ def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
 
 class RandomHorizontalFlip(Transform):
     """Horizontal flip of each sample with probability ``p``. Exact in both representations
-    (coefficients: :func:`~dctnet.transforms.functional.hflip`)."""
+    (coefficients: :func:`~dctnet.transforms.dct_kernels.hflip`)."""
 
     domain = "any"
 
@@ -136,7 +136,7 @@ class ColorJitter(Transform):
 class RandomChromaRotation(Transform):
     """Rotate the (Cb, Cr) plane of each sample by an angle uniform in ``[−degrees, degrees]`` (degrees),
     with probability ``p``: a linear hue-like shift that keeps luma and chroma magnitude, exact on
-    coefficients (:func:`~dctnet.transforms.functional.rotate_chroma`). Not torchvision's HSV hue
+    coefficients (:func:`~dctnet.transforms.dct_kernels.rotate_chroma`). Not torchvision's HSV hue
     (``ColorJitter(hue=...)``). On pixels: RGB → YCbCr, rotate, back, clamped to [0, 1]."""
 
     domain = "any"

@@ -6,7 +6,7 @@ A transform works on one of two representations of a batch and says which with :
   (:func:`dctnet.transforms.crops_to_rgb`) gives; the ops of :mod:`dctnet.transforms.pixel`,
   clamped after each op as torchvision does;
 - **coefficients** — a coefficient image ``(B, 3, Hb, Wb, 64)`` (see
-  :mod:`dctnet.transforms.functional`), what DCT stems take.
+  :mod:`dctnet.transforms.dct_kernels`), what DCT stems take.
 
 ``domain = "pixel"`` transforms (the policies, hue, …) need pixels, ``"coefficient"`` ones
 (requantization, frequency dropout, per-(c,u,v) statistics) need coefficients, and ``"any"`` ones
@@ -72,7 +72,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "Params", "Transform", "apply_slots", "coefficient_shape", "image_size", "pixel_shape",
            "step_generator", "to_coefficients", "to_pixels"]

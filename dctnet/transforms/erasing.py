@@ -117,7 +117,7 @@ def _ycc_dc(rgb: Tensor) -> Tensor:
 
 
 def _rgb_to_coefficients(rgb: Tensor) -> Tensor:
-    """:func:`dctnet.transforms.functional.coefficient_image_from_rgb` with the colour matrix as scalars."""
+    """:func:`dctnet.transforms.dct_kernels.coefficient_image_from_rgb` with the colour matrix as scalars."""
     r, g, b = (rgb[:, i] * 255.0 for i in range(3))
     ycc = torch.stack([0.299 * r + 0.587 * g + 0.114 * b - 128.0,
                        -0.168735892 * r - 0.331264108 * g + 0.5 * b,

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
 from dctnet.transforms.base import Transform, coefficient_shape, pixel_shape, to_coefficients, to_pixels
 

@@ -19,7 +19,7 @@ from dctnet import functional as F
 from dctnet import image as IM
 from dctnet import resize as RS
 from dctnet.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
-from dctnet.transforms import functional as TF
+from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["crops_to_coefficients", "crops_to_rgb", "native_chroma"]
 
