@@ -21,15 +21,15 @@ blocks, and are exact against the pixel-domain operation unless a docstring says
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from dctnet import functional as F
+from dctnet.codec import IJG_STD_TABLES
 
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_from_rgb",
-    "coefficient_image_to_rgb", "estimate_quality", "flip_blocks", "frequency_dropout", "grayscale", "hflip",
+    "coefficient_image_to_rgb", "flip_blocks", "frequency_dropout", "grayscale", "hflip",
     "ijg_tables", "normalize", "requantize", "rotate_chroma", "select_frequencies", "square_indices", "transpose",
     "transpose_blocks", "vflip", "zigzag_first",
 ]
@@ -122,37 +122,14 @@ def rotate_chroma(x: Tensor, angle: Tensor) -> Tensor:
     return torch.stack([x[:, 0], cos * cb - sin * cr, sin * cb + cos * cr], dim=1)
 
 
-_STD_TABLES = torch.tensor([
-    [16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
-     14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
-     49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99],
-    [17, 18, 24, 47, 99, 99, 99, 99, 18, 21, 26, 66, 99, 99, 99, 99, 24, 26, 56, 99, 99, 99, 99, 99,
-     47, 66, 99, 99, 99, 99, 99, 99] + [99] * 32], dtype=torch.float64)
-
-
 def ijg_tables(quality: Tensor) -> Tensor:
     """libjpeg's (IJG) quantization tables for ``quality (B,)`` in 1..100: ``(B, 3, 64)``
     (luma table for Y, chroma table for Cb and Cr), natural order, entries clamped to 1..255."""
     q = quality.to(torch.float64).clamp(1, 100)
     scale = torch.where(q < 50, 5000.0 / q, 200.0 - 2.0 * q)[:, None, None]
-    t = torch.floor((_STD_TABLES.to(quality.device)[None] * scale + 50.0) / 100.0).clamp(1, 255)
+    std = torch.from_numpy(IJG_STD_TABLES).to(quality.device, torch.float64)
+    t = torch.floor((std[None] * scale + 50.0) / 100.0).clamp(1, 255)
     return t[:, [0, 1, 1]]
-
-
-def estimate_quality(table: np.ndarray, chroma: bool = False) -> float:
-    """IJG quality (1..100) whose scaled standard table (luminance, or chrominance when
-    ``chroma``) is closest to ``table`` (64 entries, natural order): :func:`ijg_tables` inverted.
-
-    libjpeg scales the standard table by ``s = 5000/q`` (q < 50) or ``200 − 2q`` percent; we invert
-    that from the mean ratio. Approximate for tables not made by libjpeg's scaling."""
-    t = np.asarray(table).reshape(64).astype(np.float64)
-    ref = _STD_TABLES[1 if chroma else 0].numpy()
-    keep = (t > 1) & (t < 255)  # entries libjpeg clamped (to 1 or 255) say nothing about the scale
-    if not keep.any():
-        return 100.0 if t.max() <= 1 else 1.0
-    scale = float(np.mean(t[keep] / ref[keep])) * 100.0
-    q = 5000.0 / scale if scale > 100 else (200.0 - scale) / 2.0
-    return float(min(100.0, max(1.0, q)))
 
 
 def requantize(x: Tensor, tables: Tensor) -> Tensor:
