@@ -17,6 +17,7 @@ import numpy as np
 
 from dctnet.codec import open_regular_file
 from dctnet.data.plan import COLOR_SPACES
+from dctnet.data.sparse import record_layout
 
 
 FORMAT_VERSION = 1
@@ -153,11 +154,10 @@ def validate_index(index: np.ndarray, fmt: str, part_sizes: Sequence[int]) -> tu
     in_part = part < len(part_sizes)
     size = sizes[np.where(in_part, part, len(part_sizes))]
     if fmt == "dense":
-        vbytes = np.zeros(n, np.int64)
         size_ok = (nbytes == (128 * nblocks).astype(np.uint64)) & (nv == 0) & (ne == 0)
     else:
-        vbytes = 8 * nblocks + nv
-        size_ok = (nv <= 64 * nblocks) & (ne <= nv) & (nbytes == (vbytes + vbytes % 2 + 2 * ne).astype(np.uint64))
+        _, _, record_size = record_layout(nblocks, nv, ne)
+        size_ok = (nv <= 64 * nblocks) & (ne <= nv) & (nbytes == record_size.astype(np.uint64))
     checks = [
         (np.isin(status, (OK, BAD)), "status is neither ok nor bad"),
         (~ok | in_part, "part number beyond the part files"),
