@@ -132,7 +132,6 @@ def validate_index(index: np.ndarray, fmt: str, part_sizes: Sequence[int]) -> tu
     equal to what height/width/sampling imply, record sizes equal to what the format implies,
     8-byte aligned offsets and ``offset <= size - nbytes`` in unsigned arithmetic (no wrap-around)."""
     rec = np.asarray(index)
-    n = len(rec)
     status = rec["status"]
     ok = status == OK
     ncomp = rec["ncomp"].astype(np.int64)
