@@ -41,6 +41,7 @@ __all__ = [
     "IJG_STD_TABLES",
     "WARNING_POLICIES",
     "estimate_quality",
+    "libjpeg_floor_ns",
     "libjpeg_version",
     "read_coefficients",
     "read_coefficients_batch",
@@ -448,3 +449,10 @@ def estimate_quality(table: np.ndarray, chroma: bool = False) -> float:
     scale = float(np.mean(t[keep] / ref[keep])) * 100.0
     q = 5000.0 / scale if scale > 100 else (200.0 - scale) / 2.0
     return float(min(100.0, max(1.0, q)))
+
+
+def libjpeg_floor_ns(data: bytes, repeat: int = 1) -> list[int]:
+    """Nanoseconds of each of ``repeat`` whole-image ``jpeg_read_coefficients`` of ``data`` in
+    plain C — create, header, read, destroy; no dequantization, no Python: the cost no reader of
+    the coefficients can avoid, which benchmarks compare against."""
+    return list(_jpeg.time_raw(data, repeat))

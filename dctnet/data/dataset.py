@@ -33,12 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dctnet import _jpeg
 from dctnet.codec import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients,
                           read_coefficients_batch, warn_mode)
 from dctnet.data.crop import FullImage, crop_frames, draw_boxes, mcu_windows
 from dctnet.data.collate import collate
-from dctnet.data.plan import HEADER_ROW, gather_collated, gather_items, plan_batch
+from dctnet.data.plan import decode_windows, gather_collated, gather_items, plan_batch, read_headers
 from dctnet.data.sample import CoefficientSample
 from dctnet.data.usable import check_files
 from dctnet.batch import Sampling
@@ -316,8 +315,7 @@ class ImageFolderDataset(CropDataset):
         paths = [self.samples[i][0] for _, i in keys]
         # every file read once and its header parsed, in one GIL-free C call (FIFOs refused); the
         # bytes stay in `files` for the decode below
-        table, errors, files = _jpeg.read_headers(paths, *limits)
-        head = np.frombuffer(table, HEADER_ROW)
+        head, errors, files = read_headers(paths, limits)
         failed = {k: errors[k] for k in np.flatnonzero(head["status"]).tolist()}  # key position -> exception
         if failed and self.on_error == "raise":
             raise failed[min(failed)]
@@ -338,7 +336,7 @@ class ImageFolderDataset(CropDataset):
 
             def decode(r: np.ndarray, it: np.ndarray, outs: list, good: np.ndarray = good,
                        decoded: dict[int, BaseException] = decoded) -> None:
-                found = _jpeg.decode_windows(files, it, outs, *limits)
+                found = decode_windows(files, it, outs, limits)
                 if found.count(None) != len(found):
                     decoded.update((int(good[j]), exc) for j, exc in zip(r.tolist(), found) if exc is not None)
 

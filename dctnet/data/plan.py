@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import math
 
@@ -22,7 +23,8 @@ from dctnet.data.crop import MCU_MARGIN
 from dctnet.batch import JpegBatch, PlaneGroup
 
 __all__ = ["COLOR_SPACES", "COPY_RANGE", "GATHER_ITEM", "HEADER_ROW", "PLAN_ROW", "BatchPlan", "batch_storage",
-           "check_table", "gather_collated", "gather_items", "layout_grid", "plan_batch", "set_windows"]
+           "check_table", "copy_ranges", "decode_windows", "gather_collated", "gather_items", "gather_packed",
+           "gather_planes", "layout_grid", "plan_batch", "read_headers", "set_windows"]
 
 # The rows of the int64 tables that cross the C boundary, as structured dtypes: each mirrors a C
 # struct, whose layout the extension exports (``_jpeg.TABLES``) and :func:`check_table` compares
@@ -254,3 +256,35 @@ def gather_collated(plan: BatchPlan, copy: Callable[[np.ndarray, np.ndarray, lis
         meta = meta.pin_memory()
     return JpegBatch(groups=tuple(groups), valid=meta[:, 0:2], boxes=meta[:, 2:6], labels=meta[:, 6], index=meta[:, 7],
                      skipped=skipped, resize=meta[:, 8:12] if extra else None)
+
+
+# ---------------------------------------------------------------- the data layer's calls into the engine
+# dctnet.data reaches the C engine through these (and codec for whole-file reads), never directly.
+
+def read_headers(paths: list[str], limits: tuple[int, int, int]) -> tuple[np.ndarray, list, Any]:
+    """Each file read once and its header parsed, in one GIL-free C call (FIFOs refused):
+    ``(rows, errors, files)`` — :data:`HEADER_ROW` rows, per file ``None`` or its exception, and
+    the files' bytes for :func:`decode_windows`. ``limits``: ``(warn_mode, max_pixels, max_bytes)``."""
+    table, errors, files = _jpeg.read_headers(paths, *limits)
+    return np.frombuffer(table, HEADER_ROW), errors, files
+
+
+def decode_windows(files: Any, items: np.ndarray, outs: list, limits: tuple[int, int, int]) -> list:
+    """Decode each :data:`GATHER_ITEM` of ``files`` (from :func:`read_headers`) into its windows of
+    ``outs``; per item ``None`` or its exception (libjpeg's reason)."""
+    return _jpeg.decode_windows(files, items, outs, *limits)
+
+
+def gather_planes(parts: Any, tables: Any, items: np.ndarray, fmt: int, outs: list) -> None:
+    """A cache's records → the windows of ``outs`` (dense copy or sparse expansion), one C call."""
+    _jpeg.gather_planes(parts, tables, items, fmt, outs)
+
+
+def gather_packed(parts: Any, tables: Any, items: np.ndarray, fmt: int, blocks: np.ndarray, offsets: np.ndarray) -> None:
+    """A cache's window blocks, packed back to back in ``blocks`` at ``offsets``, one C call."""
+    _jpeg.gather_packed(parts, tables, items, fmt, blocks, offsets)
+
+
+def copy_ranges(parts: Any, ranges: np.ndarray, out: np.ndarray) -> None:
+    """:data:`COPY_RANGE` rows: byte ranges of the part files into ``out``, one C call."""
+    _jpeg.copy_ranges(parts, ranges, out)

@@ -71,7 +71,7 @@ from typing import Any
 import torch
 
 import dctnet
-from dctnet import _jpeg
+from dctnet.codec import libjpeg_floor_ns
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.train.accounting import measure
@@ -97,7 +97,7 @@ DEFAULT_DESCRIPTION = ("default: the per-sample part of DeiT's list (RandomHoriz
 # ---------------------------------------------------------------------- the libjpeg floor (shared with benchmarks/loader.py)
 def floor_us(blobs: list[bytes]) -> float:
     """One pass of the raw libjpeg coefficient read over the files, mean µs per image (one core)."""
-    return sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3
+    return sum(libjpeg_floor_ns(b, 1)[0] for b in blobs) / len(blobs) / 1e3
 
 
 # ---------------------------------------------------------------------- the pipelines

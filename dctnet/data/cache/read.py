@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dctnet import _jpeg
 from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
 from dctnet.codec import JpegError
 from dctnet.data import sparse as S
@@ -21,8 +20,8 @@ from dctnet.data.crop import crop_frames, draw_boxes
 from dctnet.data.dataset import CropDataset, ImageFolderDataset, sample_from_coefficients
 from dctnet.data.sample import CoefficientSample
 from dctnet.data.collate import collate
-from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, BatchPlan, batch_storage, gather_collated, gather_items,
-                              plan_batch, set_windows)
+from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, BatchPlan, batch_storage, copy_ranges, gather_collated,
+                              gather_items, gather_packed, gather_planes, plan_batch, set_windows)
 from dctnet.data.cache.format import (BAD, INDEX_DTYPE, OK, CacheError, _file_hash, _load_array, _load_meta,
                                       _read_member, validate_index)
 
@@ -130,7 +129,7 @@ class Cache:
         idx, rec, plan = planned
         items, fmt = self._items(idx, rec), self._fmt
         try:  # the C side checks every item against the part files, tables and outputs it is handed
-            return gather_collated(plan, lambda _, it, outs: _jpeg.gather_planes(self._parts, self.tables, it, fmt, outs),
+            return gather_collated(plan, lambda _, it, outs: gather_planes(self._parts, self.tables, it, fmt, outs),
                                    items, np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
         except ValueError as exc:
             raise self._mismatch(exc, idx) from None
@@ -174,7 +173,7 @@ class Cache:
         blocks = batch_storage((int(counts.sum()), 64), pin_memory)
         for (_, sampling), rows in zip(plan.layouts, plan.rows):
             try:
-                _jpeg.gather_packed(self._parts, self.tables, np.ascontiguousarray(items[rows]), self._fmt,
+                gather_packed(self._parts, self.tables, np.ascontiguousarray(items[rows]), self._fmt,
                                     blocks.numpy(), np.ascontiguousarray(offsets[rows, :len(sampling)]))
             except ValueError as exc:
                 raise self._mismatch(exc, idx[rows]) from None
@@ -222,7 +221,7 @@ class Cache:
         for k, base in enumerate((0, m_end, e_start)):
             ranges["dst"][:, k] = base + np.cumsum(size[:, k]) - size[:, k]
         buf = batch_storage((-(-total // 2),), pin_memory).view(torch.uint8)
-        _jpeg.copy_ranges(self._parts, ranges.reshape(-1), buf.numpy())
+        copy_ranges(self._parts, ranges.reshape(-1), buf.numpy())
         masks, values, escapes = buf[:m_end].view(torch.int64), buf[m_end:v_end].view(torch.int8), \
             buf[e_start:total].view(torch.int16)
         flat = counts.reshape(-1)  # planes follow each other, record after record
