@@ -28,7 +28,7 @@ from dctnet.codec import JpegError, JpegHeader, read_coefficients, read_header
 
 
 def _describe(path: str, hdr: JpegHeader) -> str:
-    from dctnet.codec import estimate_quality  # lazy
+    from dctnet.quality import estimate_quality  # lazy
 
     lines = [f"{path}",
              f"  size        {hdr.width}x{hdr.height}, {hdr.num_components} components, {hdr.color_space}"

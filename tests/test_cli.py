@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import dctnet
-from dctnet.codec import estimate_quality
+from dctnet.quality import estimate_quality
 from dctnet.synthetic import synthetic_jpeg
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
-from dctnet.codec import IJG_STD_TABLES
+from dctnet.quality import IJG_STD_TABLES
 
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_saturation", "coefficient_image_from_rgb",
