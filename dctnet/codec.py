@@ -362,6 +362,11 @@ def read_coefficients(src: Source, *, warnings: str = "raise", max_pixels: int |
                                        _limit("max_bytes", max_bytes), False, name))
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = None, warnings: str = "raise",
                             max_pixels: int | None = DEFAULT_MAX_PIXELS, max_bytes: int | None = DEFAULT_MAX_BYTES,
                             errors: str = "raise") -> list[JpegCoefficients | JpegError | OSError]:
@@ -384,7 +389,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
     items: Sequence[Source] = srcs if isinstance(srcs, Sequence) else list(srcs)
     n = len(items)
     if threads is None:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = available_cpus()
     threads = max(1, min(int(threads), n))
     results: list[Any] = [None] * n
     limit, byte_limit = _limit("max_pixels", max_pixels), _limit("max_bytes", max_bytes)

@@ -22,7 +22,6 @@ CPU time for dctnet, worker-process CPU time for torchvision (:mod:`dctnet.train
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import torch
 from torch import Tensor
 
 from dctnet import data as D
+from dctnet.codec import available_cpus
 from dctnet import transforms as T
 from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
@@ -235,7 +235,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         # which files are usable is decided once, by a full decode of each under data.warnings, for
         # every epoch, every rank and both arms (the torchvision baseline decodes with Pillow, which
         # reads PNG data under a .jpg name and fills in corrupt data without a word)
-        threads = max(1, len(os.sched_getaffinity(0)) // world_size)
+        threads = max(1, available_cpus() // world_size)
         folders = {}
         for split, box in (("train", crop), ("val", center)):
             folders[split] = D.ImageFolderDataset(root / getattr(r.data, split), crop=box, warnings=r.data.warnings,
