@@ -34,7 +34,7 @@ from dctnet import transforms as T
 from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
 from dctnet.train.inputs import data_root, eval_config, limited_indices
-from dctnet.train.recipe import Recipe
+from dctnet.train.recipe import Recipe, input_stats
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import input_mean_std
 
@@ -285,13 +285,22 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
     pipe.excluded, pipe.warned = excluded, warned
-    if r.model.input == "dct" and "vit" in r.model.arch and r.model.normalize == "stats":
-        pipe.normalize = _coefficient_stats(r, train_ds, device).to(device)  # on the device once, not per step
+    if input_stats(r):
+        pipe.normalize = _coefficient_stats(pipe, train_ds).to(device)  # on the device once, not per step
     return pipe
 
 
-def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
-    """Per-(c,u,v) statistics of the training crops — the same on every rank (fixed sampler)."""
+def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
+    """Per-(c,u,v) statistics of what the model is fed: training crops through the device step
+    with the recipe's augmentation, before standardisation — the same on every rank (fixed
+    sampler, draws from ``step_generator(seed + 1, 0, batch)``).
+
+    The augmentation belongs in them. Pixel-space ops put energy where photos have almost none:
+    timm's per-pixel erasing noise, posterize and solarize edges land in the high (chroma)
+    frequencies, whose spread over clean crops is tiny. Standardised by clean-crop statistics those
+    coefficients reach ~2,000 σ (a ViT-S/16 with DeiT-style erasing then stopped learning); with
+    the statistics of the augmented crops they stay within the ~30 σ of clean photos."""
+    r, device = pipe.recipe, pipe.device
     if isinstance(ds, D.TarShardDataset):  # every rank reads the same stream: rank 0's view of all shards
         ds = D.TarShardDataset(ds.shards, crop=ds.decode.crop, seed=r.train.seed + 1, rank=0, world_size=1,
                                on_error=r.data.on_error)
@@ -299,12 +308,11 @@ def _coefficient_stats(r: Recipe, ds, device: torch.device) -> T.Normalize:
     else:
         sampler = D.SubsetSampler(limited_indices(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
         loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
-    size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
-    # over the inputs the model is fed: native (y, c) when the stem takes native chroma
-    return D.compute_stats((T.as_jpeg_batch(b.to(device)) for b in loader),
-                           lambda b: T.crops_to_coefficients(b, size, exact=exact, chroma=r.model.chroma,
-                                                             interpolation=r.data.interpolation),
-                           max_batches=r.model.stats_batches)
+    assert pipe.normalize is None, "statistics of the inputs before standardisation"
+    # the training device step (native (y, c) when the stem takes native chroma), unstandardised
+    fed = (pipe.device_step(T.as_jpeg_batch(b.to(device)), pipe.augment, T.step_generator(r.train.seed + 1, 0, i))[0]
+           for i, b in enumerate(loader))
+    return D.compute_stats(fed, max_batches=r.model.stats_batches)
 
 
 def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor) -> Tensor | tuple[Tensor, Tensor]:
