@@ -30,6 +30,7 @@ from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import mixing as M
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup
+from dctnet.transforms.model_input import Normalize
 
 timm_mixup = pytest.importorskip("timm.data.mixup")
 timm_erasing = pytest.importorskip("timm.data.random_erasing")
@@ -628,7 +629,44 @@ ERASERS = {
     "timm-rand": lambda: RandomErasing(p=1.0, mode="rand", max_count=3, seed=5),
     "timm-pixel": lambda: RandomErasing(p=1.0, mode="pixel", min_count=2, max_count=3, seed=6),
     "no-normalisation": lambda: RandomErasing(p=1.0, value=0.25, mean=None, std=None, seed=7),
+    "timm-pixel-in-coefficients": lambda: RandomErasing(p=1.0, mode="pixel", max_count=2, seed=8).noise_in(_spectrum()),
 }
+
+
+def _spectrum() -> Normalize:
+    """Standardisation statistics shaped like photos': spread falling with frequency, chroma narrower."""
+    uv = torch.arange(64)
+    std = 400.0 / (1.0 + (uv // 8 + uv % 8).float()) ** 2 * torch.tensor([1.0, 0.3, 0.3])[:, None]
+    mean = torch.zeros(3, 64)
+    mean[:, 0] = torch.tensor([-30.0, 5.0, -5.0])
+    return Normalize(mean, std)
+
+
+def test_noise_in_a_coefficient_model_is_unit_normal_per_standardised_coefficient():
+    """timm's pixel noise is N(0, 1) in the model's normalised input; for a model fed standardised
+    coefficients (noise_in) that is N(0, 1) per (c, u, v) in every block the box covers, drawn on
+    pixels. Per-pixel RGB noise, standardised the same way, is far wider in the high chroma
+    frequencies (the failure it replaces)."""
+    norm = _spectrum()
+    x = images(24, 64, 64, seed=3)
+
+    def erased_blocks(t):
+        out, p = t(x, return_params=True)
+        s = (TF.coefficient_image_from_rgb(out) - norm.mean[None, :, None, None]) / norm.std[None, :, None, None]
+        top, left, h, w = (p["boxes"][:, 0, i] for i in range(4))
+        rows, cols = torch.arange(8) * 8, torch.arange(8) * 8
+        inside = (((rows[None] >= top[:, None]) & (rows[None] + 8 <= (top + h)[:, None]))[:, :, None]
+                  & ((cols[None] >= left[:, None]) & (cols[None] + 8 <= (left + w)[:, None]))[:, None, :])
+        outside = ~box_mask(x, p["boxes"][:, 0])
+        assert torch.equal(out[outside.expand_as(out)], x[outside.expand_as(x)])
+        return s.permute(0, 2, 3, 1, 4)[inside]  # (blocks, 3, 64)
+
+    blocks = erased_blocks(RandomErasing(p=1.0, mode="pixel", scale=(0.3, 0.33), seed=9).noise_in(norm))
+    assert blocks.shape[0] > 300
+    assert blocks.mean(0).abs().max() < 0.3 and abs(float(blocks.std()) - 1.0) < 0.05
+    assert ((blocks.std(0) - 1.0).abs() < 0.25).all()
+    rgb = erased_blocks(RandomErasing(p=1.0, mode="pixel", scale=(0.3, 0.33), seed=9))
+    assert float(rgb[:, 1:, 63].std()) > 10.0
 
 
 @pytest.mark.parametrize("name", list(ERASERS))

@@ -269,23 +269,36 @@ def test_the_rgb_arm_posterizes_0_bits_to_black_as_dctnet_does(tmp_path, data):
 
 
 def test_coefficient_statistics_are_those_of_the_inputs_the_model_is_fed(data, tmp_path):
-    """A DCT ViT's per-(c,u,v) standardisation is computed over the augmented training crops: timm's
-    per-pixel erasing noise lands in the high (chroma) frequencies, where clean crops have almost no
-    spread, so clean-crop statistics put those coefficients at tens to thousands of σ. Oracle: the
-    standardised training inputs have unit spread per (c,u,v); the clean crops' statistics (the
-    rule before) leave some (c,u,v) ten times wider."""
+    """A DCT ViT's per-(c,u,v) standardisation is computed over the augmented training crops, and
+    pixel-noise erasing draws its noise in those standardised coefficients: posterize / solarize
+    edges and per-pixel RGB noise land in the high (chroma) frequencies, where clean crops have
+    almost no spread. Oracle: the standardised training inputs have unit spread per (c,u,v); the
+    clean crops' statistics (the rule before) and RGB erasing noise each leave some (c,u,v) many
+    times wider."""
     r = load_recipe(write_recipe(tmp_path, data, model__arch="timm:vit_tiny_patch16_224", model__stem="dct-patch",
                                  model__normalize="stats", model__stats_batches=3,
-                                 augment=[{"name": "RandomErasing", "p": 1.0, "mode": "pixel"}]))
+                                 augment=[{"name": "TimmAugment", "policy": "rand-m9-mstd0.5-inc1"},
+                                          {"name": "RandomErasing", "p": 0.5, "mode": "pixel"}]))
     pipe = build_pipeline(r, torch.device("cpu"))
-    pipe.set_epoch(1)
-    fed = torch.cat([x for x, _, _ in pipe.batches(train=True)])  # standardised (B, 3, 4, 4, 64)
-    spread = fed.transpose(0, 1).reshape(3, -1, 64).std(dim=1)
-    assert 0.5 < float(spread.median()) < 2.0 and float(spread.max()) < 3.0, spread
+    erasing = pipe.augment.transforms[1]
+    assert erasing.coefficient_input is pipe.normalize
+
+    def fed() -> torch.Tensor:  # standardised (B, 3, 4, 4, 64), one epoch
+        pipe.set_epoch(1)
+        return torch.cat([x for x, _, _ in pipe.batches(train=True)])
+
+    def spread(x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(0, 1).reshape(3, -1, 64).std(dim=1)
+
+    ours = fed()
+    assert 0.5 < float(spread(ours).median()) < 2.0 and float(spread(ours).max()) < 3.0, spread(ours)
     # the same inputs standardised by the statistics of the clean training crops
     loader = D.ThreadLoader(D.ImageFolderDataset(f"{data}/train", crop=D.RandomResizedCrop(scale=(0.5, 1.0))), 16,
                             threads=1, pin_memory=False)
     clean = D.compute_stats(loader, lambda b: T.crops_to_coefficients(b, (32, 32)))
-    raw = fed * pipe.normalize.std.reshape(1, 3, 1, 1, 64) + pipe.normalize.mean.reshape(1, 3, 1, 1, 64)
+    raw = ours * pipe.normalize.std.reshape(1, 3, 1, 1, 64) + pipe.normalize.mean.reshape(1, 3, 1, 1, 64)
     by_clean = (raw - clean.mean.reshape(1, 3, 1, 1, 64)) / clean.std.reshape(1, 3, 1, 1, 64)
-    assert float(by_clean.transpose(0, 1).reshape(3, -1, 64).std(dim=1).max()) > 10.0
+    assert float(spread(by_clean).max()) > 5.0, spread(by_clean).max()
+    # RGB erasing noise under these statistics
+    erasing.noise_in(None)
+    assert float(spread(fed()).max()) > 10.0

@@ -287,7 +287,14 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     pipe.excluded, pipe.warned = excluded, warned
     if input_stats(r):
         pipe.normalize = _coefficient_stats(pipe, train_ds).to(device)  # on the device once, not per step
+        for op in _noise_erasers(pipe.augment):  # their noise: N(0, 1) in what the model is fed
+            op.noise_in(pipe.normalize)
     return pipe
+
+
+def _noise_erasers(augment: T.Compose | None) -> list[T.RandomErasing]:
+    """The erasing ops of ``augment`` that fill with per-pixel noise (timm's ``pixel``, torchvision's ``random``)."""
+    return [op for op in (augment.transforms if augment is not None else []) if isinstance(op, T.RandomErasing) and op.noise]
 
 
 def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
@@ -299,8 +306,16 @@ def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
     timm's per-pixel erasing noise, posterize and solarize edges land in the high (chroma)
     frequencies, whose spread over clean crops is tiny. Standardised by clean-crop statistics those
     coefficients reach ~2,000 σ (a ViT-S/16 with DeiT-style erasing then stopped learning); with
-    the statistics of the augmented crops they stay within the ~30 σ of clean photos."""
+    the statistics of the augmented crops they stay within the ~30 σ of clean photos.
+
+    Erasing with noise is left out of them: its noise is drawn in the standardised coefficients
+    these statistics define (:meth:`dctnet.transforms.RandomErasing.noise_in`), so it has their
+    spread by construction."""
     r, device = pipe.recipe, pipe.device
+    augment = pipe.augment
+    if augment is not None:
+        noisy = _noise_erasers(augment)
+        augment = T.Compose([op for op in augment.transforms if op not in noisy], seed=r.train.seed)
     if isinstance(ds, D.TarShardDataset):  # every rank reads the same stream: rank 0's view of all shards
         ds = D.TarShardDataset(ds.shards, crop=ds.decode.crop, seed=r.train.seed + 1, rank=0, world_size=1,
                                on_error=r.data.on_error)
@@ -310,7 +325,7 @@ def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
         loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)
     assert pipe.normalize is None, "statistics of the inputs before standardisation"
     # the training device step (native (y, c) when the stem takes native chroma), unstandardised
-    fed = (pipe.device_step(T.as_jpeg_batch(b.to(device)), pipe.augment, T.step_generator(r.train.seed + 1, 0, i))[0]
+    fed = (pipe.device_step(T.as_jpeg_batch(b.to(device)), augment, T.step_generator(r.train.seed + 1, 0, i))[0]
            for i, b in enumerate(loader))
     return D.compute_stats(fed, max_batches=r.model.stats_batches)
 

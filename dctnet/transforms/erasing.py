@@ -16,6 +16,15 @@ after normalisation the tensor holds exactly what the reference's would. Nothing
 values are those of the normalised tensor (noise goes outside [0, 1]). ``mean`` / ``std`` are the
 model's normalisation (``None`` for both: values written as given).
 
+**A coefficient model's input.** The references' noise is N(0, 1) in the model's normalised input.
+For a model fed standardised coefficients (a DCT ViT: ``(x − mean_cuv) / std_cuv`` per channel and
+frequency), :meth:`RandomErasing.noise_in` makes the noise N(0, 1) per standardised coefficient —
+``mean_cuv + std_cuv·z`` per block, written back as pixels when the batch is pixels (the block IDCT
+and colour map are affine, nothing clamped) — so the erased blocks look to the model as timm's
+erased pixels look to an RGB model. Per-pixel RGB noise would not: white noise has the same spread
+at every frequency, while photos have almost none in the high (chroma) frequencies, so after the
+standardisation it stands thousands of σ out and a DCT ViT trained with it stops learning.
+
 **Noise.** ``value="random"`` (torchvision) and ``mode="pixel"`` (timm) fill with per-pixel N(0, 1).
 Drawing it on the host means a ``(B, C, H, W)`` normal draw and its host → device copy every step:
 measured ~0.11 s for 64×3×224² on two busy CPU cores (so ~0.45 s and 154 MB for a batch of 256), on
@@ -53,6 +62,7 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
+from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.base import Transform
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
@@ -206,10 +216,28 @@ class RandomErasing(Transform):
         self.min_count = int(min_count)
         self.max_count = None if max_count is None else int(max_count)
         self.mean, self.std = mean, std
+        # a Normalize read at apply time (not a child module: it belongs to the pipeline, and --resume
+        # replaces its statistics in place); set by noise_in
+        self.__dict__["coefficient_input"] = None
 
     @property
-    def _noise(self) -> bool:
+    def noise(self) -> bool:
+        """Whether the fill is per-pixel N(0, 1) noise (``mode="pixel"`` or ``value="random"``)."""
         return self.mode == "pixel" or (self.mode is None and self.value == "random")
+
+    def noise_in(self, normalize) -> RandomErasing:
+        """Draw the noise in a coefficient model's input: N(0, 1) per coefficient after
+        ``normalize`` (a :class:`dctnet.transforms.Normalize`, statistics ``(3, 64)``), i.e.
+        ``normalize.mean + normalize.std·z`` per block (module docstring). ``None``: per-pixel noise
+        in the RGB normalisation (``mean`` / ``std``), the references' own. Returns ``self``."""
+        if normalize is not None and tuple(normalize.mean.shape) != (3, 64):
+            raise ValueError(f"{type(self).__name__}.noise_in: statistics (3, 64) expected, got {tuple(normalize.mean.shape)}")
+        self.__dict__["coefficient_input"] = normalize
+        return self
+
+    def extra_repr(self) -> str:
+        text = super().extra_repr()
+        return text + ", noise_in=<standardised coefficients>" if self.coefficient_input is not None else text
 
     # ------------------------------------------------------------------ draws
     def _boxes(self, batch: int, height: int, width: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -252,7 +280,7 @@ class RandomErasing(Transform):
         mean = torch.tensor(self.mean if self.mean is not None else (0.0,) * chans, dtype=_F64)
         std = torch.tensor(self.std if self.std is not None else (1.0,) * chans, dtype=_F64)
         params = {"boxes": boxes, "active": active}
-        if self._noise:
+        if self.noise:
             params["fill"] = mean.expand(batch, kmax, chans).clone()
             params["noise_scale"] = std.expand(batch, kmax, chans).clone()
             params["noise_key"] = torch.randint(0, 2**62, (batch,), generator=gen)
@@ -295,13 +323,25 @@ class RandomErasing(Transform):
             image_geometry(x.shape, type(self).__name__)
         batch = x.shape[0]
         view = (batch,) + (1,) * (x.dim() - 1)
-        noise = None
-        if "noise_key" in params:  # one noise image a sample, shared by its boxes (see the module docstring)
+        noise = model_noise = None
+        norm = self.coefficient_input
+        if "noise_key" in params and norm is not None:  # N(0, 1) per standardised coefficient
+            height, width = (8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[2:])
+            if height % 8 or width % 8:
+                raise ValueError(f"{type(self).__name__}: noise in coefficients needs an image size that is a "
+                                 f"multiple of 8, got {height}x{width}")
+            z = normal_noise(params["noise_key"], (3, height // 8, width // 8, 64), x.dtype)
+            model_noise = norm.mean.to(x)[None, :, None, None, :] + norm.std.to(x)[None, :, None, None, :] * z
+            if not coef:
+                model_noise = TF.coefficient_image_to_rgb(model_noise, clamp=False)
+        elif "noise_key" in params:  # one noise image a sample, shared by its boxes (see the module docstring)
             noise = normal_noise(params["noise_key"], (3, 8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[1:]),
                                  x.dtype)
         for k in range(boxes.shape[1]):  # a loop over the boxes of a sample (max_count), not over samples
             inside = box_mask(x, boxes[:, k]) & active[:, k].reshape(view)
-            if noise is not None:
+            if model_noise is not None:
+                value = model_noise
+            elif noise is not None:
                 pix = (fill[:, k].to(x.dtype)[:, :, None, None]
                        + params["noise_scale"][:, k].to(x.dtype)[:, :, None, None] * noise)
                 value = _rgb_to_coefficients(pix) if coef else pix
