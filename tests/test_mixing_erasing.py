@@ -824,6 +824,11 @@ def test_bad_arguments_raise_clear_value_errors():
             RandomErasing(**kw)
     with pytest.raises(ValueError, match="takes pixels"):
         Mixup(num_classes=3)(torch.zeros(2, 3, 4, 4, 32), torch.tensor([0, 1]))
+    # noise in a coefficient model's input: its statistics, and an image the 8x8 blocks tile
+    with pytest.raises(TypeError, match="noise_in takes a dctnet.transforms.Normalize"):
+        RandomErasing(mode="pixel").noise_in(torch.zeros(3, 64))
+    with pytest.raises(ValueError, match="multiple of 8, got 20x24"):
+        RandomErasing(p=1.0, mode="pixel").noise_in(_spectrum())(images(2, 20, 24))
     with pytest.raises(ValueError, match="value has 2 entries"):
         RandomErasing(value=(0.1, 0.2))(images(2))
     with pytest.raises(ValueError, match="channels"):

@@ -64,6 +64,7 @@ from torch import Tensor
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.base import Transform
+from dctnet.transforms.model_input import Normalize
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
@@ -225,13 +226,14 @@ class RandomErasing(Transform):
         """Whether the fill is per-pixel N(0, 1) noise (``mode="pixel"`` or ``value="random"``)."""
         return self.mode == "pixel" or (self.mode is None and self.value == "random")
 
-    def noise_in(self, normalize) -> RandomErasing:
+    def noise_in(self, normalize: Normalize | None) -> RandomErasing:
         """Draw the noise in a coefficient model's input: N(0, 1) per coefficient after
         ``normalize`` (a :class:`dctnet.transforms.Normalize`, statistics ``(3, 64)``), i.e.
         ``normalize.mean + normalize.std·z`` per block (module docstring). ``None``: per-pixel noise
         in the RGB normalisation (``mean`` / ``std``), the references' own. Returns ``self``."""
-        if normalize is not None and tuple(normalize.mean.shape) != (3, 64):
-            raise ValueError(f"{type(self).__name__}.noise_in: statistics (3, 64) expected, got {tuple(normalize.mean.shape)}")
+        if normalize is not None and not isinstance(normalize, Normalize):
+            raise TypeError(f"{type(self).__name__}.noise_in takes a dctnet.transforms.Normalize or None, "
+                            f"not {type(normalize).__name__}")
         self.__dict__["coefficient_input"] = normalize
         return self
 
