@@ -297,7 +297,7 @@ def test_read_many_holds_its_sources_while_the_gil_is_released():
         pass
 
     slow = [synthetic_jpeg(i, 512, 512) for i in range(24)]  # ~50 ms of GIL-free decoding
-    for attempt in range(5):
+    for attempt in range(10):
         missing = Path(f"/nonexistent/dctnet-{attempt}.jpg")
         watch = weakref.ref(missing)
         sources = slow + [missing]
@@ -315,6 +315,10 @@ def test_read_many_holds_its_sources_while_the_gil_is_released():
         result = _jpeg.read_many(sources, False, 0, 0)
         t.join()
         assert isinstance(result[-1], FileNotFoundError)
+        if result[-1].filename == "replaced":
+            # On a loaded machine the other thread can run before read_many takes the list: then
+            # "replaced" is the source it was given, rightly named, and this attempt tests nothing.
+            continue
         assert result[-1].filename == f"/nonexistent/dctnet-{attempt}.jpg"
         if seen.get("alive"):
             return  # the mutation landed inside the call and the source outlived it
