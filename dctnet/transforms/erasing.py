@@ -328,7 +328,7 @@ class RandomErasing(Transform):
         noise = model_noise = None
         norm = self.coefficient_input
         if "noise_key" in params and norm is not None:  # N(0, 1) per standardised coefficient
-            height, width = (8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[2:])
+            _, height, width = image_geometry(x.shape, type(self).__name__)
             if height % 8 or width % 8:
                 raise ValueError(f"{type(self).__name__}: noise in coefficients needs an image size that is a "
                                  f"multiple of 8, got {height}x{width}")
