@@ -36,12 +36,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dctnet.models.checkpoint import load_state_dict  # noqa: E402
+from dctnet.models.checkpoint import load_state_dict, num_classes_of  # noqa: E402
 from dctnet.train.pipeline import build_pipeline  # noqa: E402
 from dctnet.train.recipe import load_recipe  # noqa: E402
 from dctnet.train.recipe_model import build_recipe_model  # noqa: E402
 
-#: how many entries of the augmentation list each stage keeps, by the entries' names
+#: the names of the augmentation entries each stage keeps (None: all of them)
 STAGES = {"crop": set(), "policy": {"RandomHorizontalFlip", "TimmAugment", "RandAugment", "TrivialAugmentWide",
                                     "AutoAugment", "ThreeAugment"},
           "erasing": {"RandomHorizontalFlip", "TimmAugment", "RandAugment", "TrivialAugmentWide", "AutoAugment",
@@ -62,13 +62,18 @@ def main() -> None:
     recipes, models = {}, {}
     for arm in args.arms:
         folder = args.run / arm
+        if not (folder / "recipe.yaml").is_file() or not (folder / "last.pt").is_file():
+            ap.error(f"{folder}: not a finished run of recipe {arm} (recipe.yaml and last.pt)")
         r = load_recipe(folder / "recipe.yaml", {"data": {"limit_train": args.images, "limit_val": 64},
                                                  "train": {"seed": args.seed}})
         keep = STAGES[args.stage]
         r.augment = [e for e in r.augment if keep is None or e["name"] in keep]
         recipes[arm] = r
-        model = build_recipe_model(r, 10)
-        model.load_state_dict(load_state_dict(folder / "last.pt"))
+        state = load_state_dict(folder / "last.pt")
+        model = build_recipe_model(r, num_classes_of(state) or 0)
+        model.load_state_dict(state)
+        if not isinstance(getattr(model, "conv1", None), torch.nn.Conv2d):
+            ap.error(f"{arm}: {r.model.arch} has no conv1 (the swap test reads a ResNet's first layer)")
         models[arm] = model.eval()
     print(f"{args.run}, stage {args.stage} ({[e['name'] for e in recipes[args.arms[0]].augment]}), "
           f"{args.images} training photos, epoch {args.epoch}")
