@@ -13,6 +13,7 @@ from torch import Tensor
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import pixel as P
+from dctnet.transforms import policy_base as PB
 from dctnet.transforms.base import Transform, apply_slots, image_size
 
 __all__ = ["ColorJitter", "FrequencyDropout", "RandomChromaRotation", "RandomGrayscale", "RandomHorizontalFlip",
@@ -122,11 +123,16 @@ class ColorJitter(Transform):
             params = self.draw_params(x.shape, gen)
         if self.p == 0.0:
             return x, labels, params
+        present = [getattr(self, name) is not None for name in _JITTER_OPS]
         if x.dim() == 4:
-            kernels = (P.adjust_brightness, P.adjust_contrast, P.adjust_saturation, P.adjust_hue)
+            # the three blends of a position run as one blend pass, hue masked (fixed shapes: policy_base)
+            names = tuple(n if keep else "Identity" for n, keep in zip(("Brightness", "Contrast", "Color", "Hue"), present))
+            plans = PB.plan_slots(names, params["op"], params["arg"], tuple(x.shape[-2:]))
+            out = PB.run_planned_slots(x, plans, names, PB._Context("nearest", None))
         else:
-            kernels = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, None)
-        out = apply_slots(x, params["op"], params["arg"], kernels)
+            kernels = [k if keep else None for k, keep in
+                       zip((TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, None), present)]
+            out = apply_slots(x, params["op"], params["arg"], kernels)
         mask = params.get("apply")
         if mask is not None:
             out = torch.where(mask.to(x.device, non_blocking=True).reshape(-1, *([1] * (x.dim() - 1))), out, x)

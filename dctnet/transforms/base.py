@@ -149,30 +149,31 @@ def coefficient_shape(shape: torch.Size) -> torch.Size:
     return torch.Size((shape[0], shape[1], shape[2] // 8, shape[3] // 8, 64)) if len(shape) == 4 else shape
 
 
-def apply_slots(x: Tensor, op: Tensor, arg: Tensor, kernels: Sequence[Callable[[Tensor, Tensor], Tensor] | None]) -> Tensor:
-    """Run per-sample op lists batched: ``op (B, S)`` int64 on the host (the index into ``kernels`` each
-    sample runs in slot ``s``, −1 for none), ``arg (B, S)`` the op's argument (any device).
+def apply_slots(x: Tensor, op: Tensor, arg: Tensor, kernels: Sequence[Callable[[Tensor, Tensor], Tensor] | None],
+                neutral: Sequence[float] | None = None) -> Tensor:
+    """Run per-sample op lists batched, with fixed shapes: ``op (B, S)`` int64 on the host (the index
+    into ``kernels`` each sample runs in slot ``s``, −1 for none), ``arg (B, S)`` the op's argument.
 
-    Slot after slot, each op present in the slot runs once, as ``kernels[k](x[rows], arg[rows, s])``
-    on the samples that drew it, written back with ``index_copy``: every sample sees its ops in its
-    own order, the number of kernel launches is at most ``S × len(kernels)`` whatever ``B``, and the
-    grouping is read off the host tensor ``op`` (no device sync)."""
+    Slot after slot, every kernel runs on the whole batch and a mask keeps its result only for the
+    samples that drew it; the others get ``neutral[k]`` as their argument (default 1.0: a factor
+    that changes nothing; any value the kernel computes finitely with does, as its result is
+    discarded). Every sample sees its ops in its own order, every batch of a size runs the same
+    kernels on the same shapes (what CUDA graphs and ``torch.compile`` need), and nothing is read
+    from the device: the masks are host tensors copied with ``non_blocking=True``."""
     if op.device.type != "cpu":
         raise ValueError("apply_slots plans on the host: op must be a CPU tensor")
-    out = None  # one copy of the batch, then in-place writes (an out-of-place index_copy per group
-    #             would copy the whole batch slots × ops times)
-    arg = arg.to(x.device, non_blocking=True)
+    neutral = [1.0] * len(kernels) if neutral is None else list(neutral)
+    arg = arg.to("cpu")
+    view = (-1,) + (1,) * (x.dim() - 1)
+    out = x
     for s in range(op.shape[1]):
-        column = op[:, s]
-        for k in torch.unique(column).tolist():
-            kernel = kernels[k] if k >= 0 else None
+        for k, kernel in enumerate(kernels):
             if kernel is None:
                 continue
-            if out is None:
-                out = x.clone()
-            rows = (column == k).nonzero().squeeze(1).to(x.device, non_blocking=True)
-            out.index_copy_(0, rows, kernel(out.index_select(0, rows), arg[:, s].index_select(0, rows)).to(x.dtype))
-    return x if out is None else out
+            mask = op[:, s] == k
+            a = torch.where(mask, arg[:, s], neutral[k]).to(x.device, non_blocking=True)
+            out = torch.where(mask.to(x.device, non_blocking=True).reshape(view), kernel(out, a).to(x.dtype), out)
+    return out
 
 
 class Transform(nn.Module):

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
-from dctnet.transforms.base import Transform, apply_slots
+from dctnet.transforms.base import Transform
 
 __all__ = ["KERNELS", "Kernel", "Policy"]
 
@@ -203,7 +203,174 @@ KERNELS: dict[str, Kernel | None] = {
     "Invert": lambda img, a, ctx: P.invert(img),
     "Grayscale": lambda img, a, ctx: P.rgb_to_grayscale(img),
     "GaussianBlur": _blur,
+    "Hue": lambda img, a, ctx: P.adjust_hue(img, a),  # ColorJitter's (no policy draws it)
 }
+
+
+# ---------------------------------------------------------------------- fixed-shape slots
+#: the blend ops: ``f·x + (1 − f)·D`` with the degenerate image ``D`` each op blends against —
+#: black (brightness), the sample's grey image (colour), its mean grey level (contrast) or its
+#: 3×3-smoothed image (sharpness)
+BLEND_DEGENERATE = {"Brightness": "zero", "Color": "gray", "Contrast": "mean", "Sharpness": "smooth"}
+#: the geometric ops: one affine warp per slot; torchvision's (centred matrices) and PIL's (timm)
+TV_WARPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
+PIL_WARPS = ("PilShearX", "PilShearY", "PilTranslateX", "PilTranslateY", "PilRotate")
+#: the per-pixel ops run masked over the whole batch, with the argument a sample that did not draw
+#: the op is given (any value the kernel computes finitely with; its result is discarded)
+MAP_NEUTRAL = {"Posterize": 8.0, "PilPosterize": 8.0, "Solarize": 1.0, "SolarizeAdd": 0.0, "AutoContrast": 0.0,
+               "Equalize": 0.0, "Invert": 0.0, "Grayscale": 0.0, "GaussianBlur": 1.0, "Hue": 0.0}
+
+
+def op_kind(name: str) -> str:
+    """``"none"``, ``"warp"``, ``"blend"`` or ``"map"``: how a slot runs op ``name``."""
+    if KERNELS[name] is None:
+        return "none"
+    if name in TV_WARPS or name in PIL_WARPS:
+        return "warp"
+    return "blend" if name in BLEND_DEGENERATE else "map"
+
+
+def _tv_warp_inverse(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, int]) -> Tensor:
+    """Host: each sample's torchvision inverse matrix ``(B, 2, 3)`` float64 for its op in one slot
+    (``op (B,)`` indexes ``names``), the identity where it drew no torchvision warp. The arguments
+    are those :func:`_tv_affine` / :func:`_tv_rotate` give ``affine_matrix``, sample by sample:
+    shears about the corner, translations by ``int`` pixels, rotations about the centre."""
+    h, w = size
+    is_ = {n: torch.zeros_like(op, dtype=torch.bool) for n in TV_WARPS}
+    for k, n in enumerate(names):
+        if n in is_:
+            is_[n] = is_[n] | (op == k)
+    zero = torch.zeros_like(arg)
+    deg = torch.rad2deg(torch.atan(arg))
+    angle = torch.where(is_["Rotate"], -torch.remainder(arg, 360.0), zero)
+    tr = torch.stack([torch.where(is_["TranslateX"], arg.trunc(), zero),
+                      torch.where(is_["TranslateY"], arg.trunc(), zero)], 1)
+    sh = torch.stack([torch.where(is_["ShearX"], deg, zero), torch.where(is_["ShearY"], deg, zero)], 1)
+    corner = (is_["ShearX"] | is_["ShearY"])[:, None]
+    # the image centre as a pixel coordinate gives affine_matrix's centred offset 0 exactly, as center=None does
+    center = torch.where(corner, torch.zeros(1, 2, dtype=arg.dtype),
+                         torch.tensor([[w * 0.5, h * 0.5]], dtype=arg.dtype))
+    return G.affine_matrix(angle, tr, torch.ones_like(arg), sh, center, size=size)
+
+
+def _pil_warp_data(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, int]) -> Tensor:
+    """Host: each sample's PIL ``Image.transform(AFFINE)`` data ``(B, 6)`` for its op in one slot, the
+    identity ``(1, 0, 0, 0, 1, 0)`` where it drew no PIL warp (as :func:`_pil_affine` builds them)."""
+    h, w = size
+    one, zero = torch.ones_like(arg), torch.zeros_like(arg)
+    data = torch.stack([one, zero, zero, zero, one, zero], 1)
+    a = -torch.deg2rad(arg)
+    cos, sin = torch.cos(a), torch.sin(a)
+    cx, cy = w / 2.0, h / 2.0
+    rows = {"PilShearX": [one, arg, zero, zero, one, zero], "PilShearY": [one, zero, zero, arg, one, zero],
+            "PilTranslateX": [one, zero, arg, zero, one, zero], "PilTranslateY": [one, zero, zero, zero, one, arg],
+            "PilRotate": [cos, sin, cos * -cx + sin * -cy + cx, -sin, cos, -sin * -cx + cos * -cy + cy]}
+    for k, n in enumerate(names):
+        if n in rows:
+            data = torch.where((op == k)[:, None], torch.stack(rows[n], 1), data)
+    return data
+
+
+def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, int]) -> list[dict[str, Tensor]]:
+    """Host: the per-sample parameters of every slot as fixed-shape tensors, one dict a slot, from
+    the drawn ``op (B, S)`` (indices into ``names``, −1 none) and ``arg (B, S)``. Keys (present
+    whenever ``names`` has an op of that kind, whatever this batch drew, so every batch of a size
+    runs the same kernels on the same shapes):
+
+    - ``warp_mask (B,)``, and ``warp (B, 2, 3)`` (torchvision's inverse) or ``pil_warp (B, 6)``
+      (PIL's data): the identity where the sample drew no warp;
+    - ``blend_mask (B,)``, ``blend_factor (B,)`` (1 where none), ``blend_weights (B, 3)``: the
+      one-hot weights of the grey image, mean grey and smoothed image in the degenerate ``D``
+      (all 0: black);
+    - ``map_mask:NAME (B,)``, ``map_arg:NAME (B,)`` per per-pixel op in ``names``."""
+    if op.device.type != "cpu" or arg.device.type != "cpu":
+        raise ValueError("policies plan their slots on the host: op and arg must be CPU tensors")
+    kinds = [op_kind(n) for n in names]
+    arg = arg.to(torch.float64)
+    plans = []
+    for s in range(op.shape[1]):
+        o, a = op[:, s], arg[:, s]
+        kind_of = torch.tensor([{"none": 0, "warp": 1, "blend": 2, "map": 3}[k] for k in kinds] + [0])[o]  # −1 → none
+        plan: dict[str, Tensor] = {}
+        if any(n in TV_WARPS for n in names):
+            plan["warp_mask"] = kind_of == 1
+            plan["warp"] = _tv_warp_inverse(names, o, a, size)
+        elif any(n in PIL_WARPS for n in names):
+            plan["warp_mask"] = kind_of == 1
+            plan["pil_warp"] = _pil_warp_data(names, o, a, size)
+        blends = [n for n in names if n in BLEND_DEGENERATE]
+        if blends:
+            mask = kind_of == 2
+            plan["blend_mask"] = mask
+            plan["blend_factor"] = torch.where(mask, a, torch.ones_like(a))
+            weights = torch.zeros(len(o), 3, dtype=torch.float64)
+            for k, n in enumerate(names):
+                degenerate = BLEND_DEGENERATE.get(n, "zero")
+                if degenerate != "zero":
+                    column = ("gray", "mean", "smooth").index(degenerate)
+                    weights[:, column] = torch.where(o == k, 1.0, weights[:, column])
+            plan["blend_weights"] = weights
+        for k, n in enumerate(names):
+            if kinds[k] == "map":
+                mask = o == k
+                plan[f"map_mask:{n}"] = mask
+                plan[f"map_arg:{n}"] = torch.where(mask, a, MAP_NEUTRAL[n])
+        plans.append(plan)
+    return plans
+
+
+def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Tensor:
+    """``clamp(f·x + (1 − f)·D, 0, 1)`` per sample, ``D = w₀·grey + w₁·mean grey + w₂·smoothed``
+    (torchvision's ``_blend`` against each op's degenerate image: ``D = 0`` is brightness). The
+    smoothed image is torchvision's sharpness degenerate: the 3×3 ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``
+    filter inside, the image itself on the one-pixel border."""
+    f = P._param(factor, x)
+    wts = weights.to(device=x.device, dtype=x.dtype, non_blocking=True)
+    gray = P._gray(x)
+    degenerate = wts[:, 0, None, None, None] * gray + wts[:, 1, None, None, None] * gray.mean(dim=(-3, -2, -1), keepdim=True)
+    h, w = x.shape[-2:]
+    if smooth and h > 2 and w > 2:
+        centre = x[..., 1:-1, 1:-1]
+        ring = P._sum(x[..., i:h - 2 + i, j:w - 2 + j] for i in range(3) for j in range(3) if (i, j) != (1, 1))
+        blurred = x.clone()
+        blurred[..., 1:-1, 1:-1] = ring * (1.0 / 13.0) + centre * (5.0 / 13.0)
+        degenerate = degenerate + wts[:, 2, None, None, None] * blurred
+    return P._blend(x, degenerate, f)
+
+
+def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    return torch.where(mask.to(a.device, non_blocking=True).reshape(-1, 1, 1, 1), a, b)
+
+
+def run_planned_slots(x: Tensor, plans: Sequence[dict[str, Tensor]], names: Sequence[str], ctx: "_Context") -> Tensor:
+    """Device: every slot of :func:`plan_slots` on the whole batch — one warp, one blend, each
+    per-pixel op of ``names`` masked — with no host sync and the same kernels on the same shapes
+    for every batch of a size. In a slot a sample runs one op and every other kind leaves it as it
+    is (masks select), so the order of the kinds within a slot does not matter."""
+    img = P._work(x)
+    smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
+    for plan in plans:
+        if "warp" in plan:
+            warped = G.affine(img, plan["warp"], interpolation=ctx.interpolation, fill=ctx.fill)
+            img = _where(plan["warp_mask"], warped, img)
+        elif "pil_warp" in plan:
+            img = _where(plan["warp_mask"], _pil_warp(img, plan["pil_warp"], ctx), img)
+        if "blend_mask" in plan:
+            blended = _blend_slot(img, plan["blend_factor"], plan["blend_weights"], smooth)
+            img = _where(plan["blend_mask"], blended, img)
+        for n in names:
+            key = f"map_mask:{n}"
+            if key in plan:
+                arg = plan[f"map_arg:{n}"].to(img.device, non_blocking=True)
+                img = _where(plan[key], KERNELS[n](img, arg, ctx), img)
+    return img.to(x.dtype)
+
+
+def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context") -> Tensor:
+    if ctx.interpolation == "bicubic":
+        return _pil_bicubic_affine(img, data, ctx.fill)
+    inv = G.pil_affine_inverse(data, size=tuple(img.shape[-2:]))
+    return G.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
 
 class Policy(Transform):
@@ -235,9 +402,8 @@ class Policy(Transform):
             params = self.draw_params(x.shape, gen)
         fill = None if self.fill_rgb is None else self.fill_rgb.to(x.device, non_blocking=True)
         ctx = _Context(self.interpolation, fill)
-        kernels = [None if KERNELS[name] is None else (lambda img, a, k=KERNELS[name]: k(img, a, ctx))
-                   for name in self.ops]
-        return apply_slots(x, params["op"], params["arg"], kernels), labels, params
+        plans = plan_slots(self.ops, params["op"], params["arg"], tuple(x.shape[-2:]))
+        return run_planned_slots(x, plans, self.ops, ctx), labels, params
 
     def op_names(self, params: dict[str, Tensor]) -> list[list[str]]:
         """The ops each sample ran, in order (for notebooks and tests)."""
