@@ -14,7 +14,7 @@ from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import pixel as P
 from dctnet.transforms import policy_base as PB
-from dctnet.transforms.base import Transform, apply_slots, image_size
+from dctnet.transforms.base import Transform, image_size
 
 __all__ = ["ColorJitter", "FrequencyDropout", "RandomChromaRotation", "RandomGrayscale", "RandomHorizontalFlip",
            "RandomRequantize", "RandomTranspose", "RandomVerticalFlip"]
@@ -118,25 +118,34 @@ class ColorJitter(Transform):
         arg = torch.gather(factors, 1, order.clamp(min=0))
         return {"op": op, "arg": arg}
 
-    def _run_native(self, x, labels, params, gen):
-        if params is None:
-            params = self.draw_params(x.shape, gen)
-        if self.p == 0.0:
-            return x, labels, params
-        present = [getattr(self, name) is not None for name in _JITTER_OPS]
-        if x.dim() == 4:
-            # the three blends of a position run as one blend pass, hue masked (fixed shapes: policy_base)
-            names = tuple(n if keep else "Identity" for n, keep in zip(("Brightness", "Contrast", "Color", "Hue"), present))
-            plans = PB.plan_slots(names, params["op"], params["arg"], tuple(x.shape[-2:]))
-            out = PB.run_planned_slots(x, plans, names, PB._Context("nearest", None))
+    def _names(self) -> tuple[str, ...]:
+        """The policy-kernel names of brightness, contrast, saturation, hue ("Identity" where absent)."""
+        return tuple(n if getattr(self, name) is not None else "Identity"
+                     for n, name in zip(("Brightness", "Contrast", "Color", "Hue"), _JITTER_OPS))
+
+    def prepare(self, params, shape, device):
+        dev = {k: v.to(device, non_blocking=True) for k, v in params.items() if k == "apply"}
+        if len(shape) == 4:  # the three blends of a position run as one blend pass, hue masked (policy_base)
+            plans = PB.plan_slots(self._names(), params["op"], params["arg"], tuple(shape[-2:]))
+            dev["slots"] = [{k: v.to(device, non_blocking=True) for k, v in plan.items()} for plan in plans]
         else:
+            dev["slots"] = PB.plan_masked(params["op"], params["arg"], 3, device)
+        return dev
+
+    def execute(self, x, labels, prepared):
+        if self.p == 0.0:
+            return x, labels
+        if x.dim() == 4:
+            out = PB.run_planned_slots(x, prepared["slots"], self._names(), PB._Context("nearest", None))
+        else:
+            present = [getattr(self, name) is not None for name in _JITTER_OPS]
             kernels = [k if keep else None for k, keep in
-                       zip((TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, None), present)]
-            out = apply_slots(x, params["op"], params["arg"], kernels)
-        mask = params.get("apply")
+                       zip((TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation), present)]
+            out = PB.run_masked(x, prepared["slots"], kernels)
+        mask = prepared.get("apply")
         if mask is not None:
-            out = torch.where(mask.to(x.device, non_blocking=True).reshape(-1, *([1] * (x.dim() - 1))), out, x)
-        return out, labels, params
+            out = torch.where(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
+        return out, labels
 
 
 class RandomChromaRotation(Transform):

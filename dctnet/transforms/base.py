@@ -74,7 +74,8 @@ from torch import Tensor, nn
 
 from dctnet.transforms import dct_kernels as TF
 
-__all__ = ["Compose", "Params", "Transform", "apply_slots", "coefficient_shape", "image_size", "pixel_shape",
+__all__ = ["Compose", "Params", "Transform", "coefficient_shape", "compile_step", "image_size",
+           "pixel_shape",
            "step_generator", "to_coefficients", "to_pixels"]
 
 
@@ -147,33 +148,6 @@ def pixel_shape(shape: torch.Size) -> torch.Size:
 
 def coefficient_shape(shape: torch.Size) -> torch.Size:
     return torch.Size((shape[0], shape[1], shape[2] // 8, shape[3] // 8, 64)) if len(shape) == 4 else shape
-
-
-def apply_slots(x: Tensor, op: Tensor, arg: Tensor, kernels: Sequence[Callable[[Tensor, Tensor], Tensor] | None],
-                neutral: Sequence[float] | None = None) -> Tensor:
-    """Run per-sample op lists batched, with fixed shapes: ``op (B, S)`` int64 on the host (the index
-    into ``kernels`` each sample runs in slot ``s``, −1 for none), ``arg (B, S)`` the op's argument.
-
-    Slot after slot, every kernel runs on the whole batch and a mask keeps its result only for the
-    samples that drew it; the others get ``neutral[k]`` as their argument (default 1.0: a factor
-    that changes nothing; any value the kernel computes finitely with does, as its result is
-    discarded). Every sample sees its ops in its own order, every batch of a size runs the same
-    kernels on the same shapes (what CUDA graphs and ``torch.compile`` need), and nothing is read
-    from the device: the masks are host tensors copied with ``non_blocking=True``."""
-    if op.device.type != "cpu":
-        raise ValueError("apply_slots plans on the host: op must be a CPU tensor")
-    neutral = [1.0] * len(kernels) if neutral is None else list(neutral)
-    arg = arg.to("cpu")
-    view = (-1,) + (1,) * (x.dim() - 1)
-    out = x
-    for s in range(op.shape[1]):
-        for k, kernel in enumerate(kernels):
-            if kernel is None:
-                continue
-            mask = op[:, s] == k
-            a = torch.where(mask, arg[:, s], neutral[k]).to(x.device, non_blocking=True)
-            out = torch.where(mask.to(x.device, non_blocking=True).reshape(view), kernel(out, a).to(x.dtype), out)
-    return out
 
 
 class Transform(nn.Module):
@@ -284,17 +258,30 @@ class Transform(nn.Module):
                     gen: torch.Generator) -> tuple[Tensor, Tensor | None, Params]:
         if params is None:
             params = self.draw_params(x.shape, gen)
+        out, out_labels = self.execute(x, labels, self.prepare(params, x.shape, x.device))
+        return out, out_labels, params
+
+    def prepare(self, params: Params, shape: Sequence[int], device: torch.device | str) -> Any:
+        """Host: drawn ``params`` as what :meth:`execute` takes on ``device`` for a batch of ``shape``
+        (in this transform's :attr:`domain`) — a tree of device tensors, copied with
+        ``non_blocking=True``, whose structure and shapes depend only on the batch's shape: the
+        device half (:meth:`execute`) then runs the same kernels on the same shapes every batch,
+        which is what ``torch.compile`` and CUDA graphs need (:func:`compile_step`)."""
+        return {k: v.to(device, non_blocking=True) for k, v in params.items()}
+
+    def execute(self, x: Tensor, labels: Tensor | None, prepared: Any) -> tuple[Tensor, Tensor | None]:
+        """Device: apply :meth:`prepare`'s parameters to ``x`` (in this transform's domain): no host
+        sync, no draw, no shape that depends on the values drawn."""
         labels = self._prepare_labels(labels)
         if self.p == 0.0:  # the coin is False everywhere: nothing to compute
-            return x, labels, params
-        dev = {k: v.to(x.device, non_blocking=True) for k, v in params.items()}
-        out, out_labels = self.apply_transform(x, labels, dev)
-        mask = dev.get("apply")
+            return x, labels
+        out, out_labels = self.apply_transform(x, labels, prepared)
+        mask = prepared.get("apply")
         if mask is not None:  # keep the input where the sample's coin said no
             out = torch.where(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
             if out_labels is not None and out_labels is not labels:
                 out_labels = torch.where(mask.reshape(-1, *([1] * (labels.dim() - 1))), out_labels, labels)
-        return out, out_labels, params
+        return out, out_labels
 
     def extra_repr(self) -> str:
         parts = []
@@ -368,10 +355,63 @@ class Compose(Transform):
         return shape
 
     def _run_native(self, x, labels, params, gen):
-        if params is not None and sorted(params) != sorted(str(i) for i in range(len(self.transforms))):
+        if params is None:
+            params = self.draw_params(x.shape, gen)
+        elif sorted(params) != sorted(str(i) for i in range(len(self.transforms))):
             raise ValueError(f"params have keys {sorted(params)}, this Compose has {len(self.transforms)} transforms")
-        drawn = {}
+        x, labels = self.execute(x, labels, self.prepare(params, x.shape, x.device))
+        return x, labels, params
+
+    def prepare(self, params, shape, device):
+        """Each transform's :meth:`Transform.prepare`, for the shape the batch has when it reaches it."""
+        shape = torch.Size(shape)
+        prepared = []
         for i, t in enumerate(self.transforms):
-            x, labels, drawn[str(i)] = t._run(x, labels, None if params is None else params[str(i)], gen,
-                                              keep_domain=True)
-        return x, labels, drawn
+            shape = t._domain_shape(shape)
+            prepared.append(t.prepare(params[str(i)], shape, device))
+            shape = t._out_shape(shape)
+        return prepared
+
+    def execute(self, x, labels, prepared):
+        """The transforms in order, each on the representation it needs (converting only there)."""
+        for t, p in zip(self.transforms, prepared):
+            x = _in_domain(x, t.domain)
+            x, labels = t.execute(x, labels, p)
+        return x, labels
+
+
+def _in_domain(x: Tensor, domain: str) -> Tensor:
+    """``x`` in the representation ``domain`` names (``"any"``: as it is)."""
+    if domain == "pixel":
+        return to_pixels(x)
+    if domain == "coefficient":
+        return to_coefficients(x)
+    return x
+
+
+def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., Any]:
+    """``transform`` (a :class:`Compose`, typically the whole device step's list) with its device half
+    compiled by ``torch.compile``: the returned ``step(x, labels=None, *, generator=None,
+    params=None)`` draws on the host (eagerly: seeded CPU generators), :meth:`~Transform.prepare` s
+    the parameters, and runs the compiled :meth:`~Transform.execute`, which sees the same shapes every
+    batch of a size, so it compiles once per batch size and never again. Returns ``(x, labels)``
+    (``x`` alone without labels), the same values as ``transform(x, labels, generator=...)``.
+
+    ``compile_kwargs`` go to ``torch.compile`` (default: inductor; on CUDA pass
+    ``mode="reduce-overhead"`` for CUDA graphs)."""
+    executed = torch.compile(transform.execute, **compile_kwargs)
+
+    def step(x: Tensor, labels: Tensor | None = None, *, generator: torch.Generator | None = None,
+             params: Params | None = None) -> Any:
+        _check_input(transform, x)
+        gen = generator if generator is not None else transform.generator
+        given = _representation(x)
+        x = _in_domain(x, transform.domain)
+        if params is None:
+            params = transform.draw_params(x.shape, gen)
+        out, out_labels = executed(x, labels, transform.prepare(params, x.shape, x.device))
+        if not transform.converter and _representation(out) != given:
+            out = to_pixels(out) if given == "pixel" else to_coefficients(out)
+        return out if labels is None else (out, out_labels)
+
+    return step

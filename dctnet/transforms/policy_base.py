@@ -126,6 +126,8 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tenso
     ``img (n, C, H, W)`` in [0, 1] → same, clipped to [0, 1] as PIL's 8 bits are."""
     n, c, h, w = img.shape
     x = img.float() if img.dtype in (torch.float16, torch.bfloat16) else img
+    # sampling points in float64 (PIL's double maths: a float32 point would be ~1e-5 px off at 224 px),
+    # weights and taps in the image's dtype
     d = data.to(device=x.device, dtype=torch.float64)
     ys = (torch.arange(h, device=x.device, dtype=torch.float64) + 0.5)[None, :, None]
     xs = (torch.arange(w, device=x.device, dtype=torch.float64) + 0.5)[None, None, :]
@@ -135,22 +137,28 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tenso
     inside = (xin >= 0) & (xin < w) & (yin >= 0) & (yin < h)
     fx, fy = xin - 0.5, yin - 0.5
     x0, y0 = torch.floor(fx), torch.floor(fy)
-    tx, ty = fx - x0, fy - y0
+    tx, ty = (fx - x0).to(x.dtype), (fy - y0).to(x.dtype)
+    x0, y0 = x0.long(), y0.long()
 
-    def weights(t: Tensor) -> list[Tensor]:  # PIL's cubic with a = −1, taps at −1, 0, 1, 2
+    def weights(t: Tensor) -> list[Tensor]:  # PIL's cubic with a = −1, taps at −1, 0, 1, 2; (n, H, W, 1)
         t2, t3 = t * t, t * t * t
-        return [-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3]
+        return [v.unsqueeze(-1) for v in (-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3)]
 
     wx, wy = weights(tx), weights(ty)
-    flat = x.reshape(n, c, h * w)
-    out = torch.zeros(n, c, h, w, dtype=torch.float64, device=x.device)
-    for j in range(4):                                   # 16 taps: a loop over the kernel, not over samples
-        row = (y0 + (j - 1)).clamp(0, h - 1).long() * w
+    # channels last with a batch offset: one index_select fetches a tap's channels for the whole batch
+    src = x.permute(0, 2, 3, 1).reshape(n * h * w, c)
+    base = (torch.arange(n, device=x.device) * (h * w)).view(n, 1, 1)
+    cols = [(x0 + (k - 1)).clamp_(0, w - 1) for k in range(4)]
+    out = None
+    for j in range(4):                      # 16 taps, separably weighted: a loop over the kernel, not over samples
+        row = base + (y0 + (j - 1)).clamp_(0, h - 1) * w
+        acc = None
         for k in range(4):
-            idx = row + (x0 + (k - 1)).clamp(0, w - 1).long()
-            tap = flat.gather(2, idx.reshape(n, 1, h * w).expand(n, c, h * w)).reshape(n, c, h, w)
-            out += (wy[j] * wx[k])[:, None] * tap
-    out = out.clamp(0.0, 1.0).to(x.dtype)
+            term = src.index_select(0, (row + cols[k]).reshape(-1)).view(n, h, w, c).mul_(wx[k])
+            acc = term if acc is None else acc.add_(term)
+        acc.mul_(wy[j])
+        out = acc if out is None else out.add_(acc)
+    out = out.clamp_(0.0, 1.0).permute(0, 3, 1, 2)
     if fill is None:
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
     else:
@@ -319,6 +327,36 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
     return plans
 
 
+def plan_masked(op: Tensor, arg: Tensor, n_kernels: int, device: torch.device | str,
+                neutral: Sequence[float] | None = None) -> list[dict[str, Tensor]]:
+    """Host: per-sample op lists for :func:`run_masked` — ``op (B, S)`` (the kernel each sample runs
+    in slot ``s``, −1 for none) and ``arg (B, S)`` as per slot ``mask (K, B)`` and ``arg (K, B)``
+    on ``device``, a sample that did not draw kernel ``k`` getting ``neutral[k]`` (default 1.0: a
+    factor that changes nothing; its result is discarded anyway)."""
+    if op.device.type != "cpu":
+        raise ValueError("per-sample op lists are planned on the host: op must be a CPU tensor")
+    neutral_t = torch.tensor([1.0] * n_kernels if neutral is None else list(neutral), dtype=torch.float64)
+    ks = torch.arange(n_kernels)[:, None]
+    plans = []
+    for s in range(op.shape[1]):
+        mask = op[None, :, s] == ks                                                    # (K, B)
+        a = torch.where(mask, arg[None, :, s].to(torch.float64), neutral_t[:, None])
+        plans.append({"mask": mask.to(device, non_blocking=True), "arg": a.to(device, non_blocking=True)})
+    return plans
+
+
+def run_masked(x: Tensor, plans: Sequence[dict[str, Tensor]],
+               kernels: Sequence[Callable[[Tensor, Tensor], Tensor] | None]) -> Tensor:
+    """Device: slot after slot, every kernel on the whole batch, its result kept where the sample drew
+    it (:func:`plan_masked`): each sample sees its ops in its own order, with fixed shapes."""
+    view = (-1,) + (1,) * (x.dim() - 1)
+    for plan in plans:
+        for k, kernel in enumerate(kernels):
+            if kernel is not None:
+                x = torch.where(plan["mask"][k].reshape(view), kernel(x, plan["arg"][k]).to(x.dtype), x)
+    return x
+
+
 def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Tensor:
     """``clamp(f·x + (1 − f)·D, 0, 1)`` per sample, ``D = w₀·grey + w₁·mean grey + w₂·smoothed``
     (torchvision's ``_blend`` against each op's degenerate image: ``D = 0`` is brightness). The
@@ -376,7 +414,7 @@ def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context") -> Tensor:
 class Policy(Transform):
     """Base of the policies: subclasses draw ``{"op": (B, S), "arg": (B, S)}`` over :attr:`ops` (names
     of :data:`KERNELS`); this class runs them slot by slot, one batched kernel per (slot, op)
-    (:func:`~dctnet.transforms.base.apply_slots`)."""
+    (:func:`plan_slots`, :func:`run_planned_slots`)."""
 
     domain = "pixel"
     ops: tuple[str, ...] = ()
@@ -397,13 +435,14 @@ class Policy(Transform):
         self.register_buffer("fill_rgb", None if fill is None else torch.tensor(fill, dtype=torch.float32),
                              persistent=False)
 
-    def _run_native(self, x, labels, params, gen):
-        if params is None:
-            params = self.draw_params(x.shape, gen)
+    def prepare(self, params, shape, device):
+        """The slots planned on the host (:func:`plan_slots`) and copied to ``device``."""
+        plans = plan_slots(self.ops, params["op"], params["arg"], tuple(shape[-2:]))
+        return [{k: v.to(device, non_blocking=True) for k, v in plan.items()} for plan in plans]
+
+    def execute(self, x, labels, prepared):
         fill = None if self.fill_rgb is None else self.fill_rgb.to(x.device, non_blocking=True)
-        ctx = _Context(self.interpolation, fill)
-        plans = plan_slots(self.ops, params["op"], params["arg"], tuple(x.shape[-2:]))
-        return run_planned_slots(x, plans, self.ops, ctx), labels, params
+        return run_planned_slots(x, prepared, self.ops, _Context(self.interpolation, fill)), labels
 
     def op_names(self, params: dict[str, Tensor]) -> list[list[str]]:
         """The ops each sample ran, in order (for notebooks and tests)."""
