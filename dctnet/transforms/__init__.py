@@ -17,7 +17,7 @@
 """
 
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.transforms.base import Compose, Transform, step_generator
+from dctnet.transforms.base import Compose, Transform, compile_step, step_generator
 from dctnet.transforms.augment import (
     ColorJitter,
     FrequencyDropout,
@@ -47,7 +47,7 @@ from dctnet.batch import (  # the batch contract, re-exported where users meet i
 from dctnet.transforms.device_crop import crops_to_coefficients, crops_to_rgb, native_chroma
 
 __all__ = [
-    "MIXERS", "TRANSFORMS", "build_transform", "describe_transforms", "step_generator",
+    "MIXERS", "TRANSFORMS", "build_transform", "compile_step", "describe_transforms", "step_generator",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",
     "FrequencyDropout", "JpegBatch", "MixUp", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomChromaRotation",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",

@@ -126,8 +126,10 @@ class ColorJitter(Transform):
     def prepare(self, params, shape, device):
         dev = {k: v.to(device, non_blocking=True) for k, v in params.items() if k == "apply"}
         if len(shape) == 4:  # the three blends of a position run as one blend pass, hue masked (policy_base)
-            plans = PB.plan_slots(self._names(), params["op"], params["arg"], tuple(shape[-2:]))
-            dev["slots"] = [{k: v.to(device, non_blocking=True) for k, v in plan.items()} for plan in plans]
+            names = self._names()
+            cap = PB.capacities(names, lambda n, g: self.draw(torch.Size((n, *shape[1:])), g)["op"], shape[0],
+                                self.__dict__.setdefault("_capacity_cache", {}))
+            dev["slots"] = PB.to_device(PB.plan_slots(names, params["op"], params["arg"], tuple(shape[-2:]), cap), device)
         else:
             dev["slots"] = PB.plan_masked(params["op"], params["arg"], 3, device)
         return dev

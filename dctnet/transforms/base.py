@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import operator
 import secrets
 from collections.abc import Callable, Sequence
@@ -74,9 +75,8 @@ from torch import Tensor, nn
 
 from dctnet.transforms import dct_kernels as TF
 
-__all__ = ["Compose", "Params", "Transform", "coefficient_shape", "compile_step", "image_size",
-           "pixel_shape",
-           "step_generator", "to_coefficients", "to_pixels"]
+__all__ = ["Compose", "OVERFLOW", "Params", "Transform", "coefficient_shape", "compile_step", "group_capacity",
+           "image_size", "pixel_shape", "step_generator", "to_coefficients", "to_device", "to_pixels"]
 
 
 #: drawn parameters: name → host tensor with first dimension B (a ``Compose``: ``"i"`` → its i-th
@@ -148,6 +148,38 @@ def pixel_shape(shape: torch.Size) -> torch.Size:
 
 def coefficient_shape(shape: torch.Size) -> torch.Size:
     return torch.Size((shape[0], shape[1], shape[2] // 8, shape[3] // 8, 64)) if len(shape) == 4 else shape
+
+
+#: the chance that more samples of a batch draw one kind of op (or erase) than the group of rows
+#: sized for it holds; then the group runs a second chunk: exact all the same, but the step's shapes
+#: change for that batch
+OVERFLOW = 1e-6
+
+
+def group_capacity(batch: int, p: float, tail: float = OVERFLOW) -> int:
+    """The smallest ``c`` with ``P(Binomial(batch, p) > c) ≤ tail``, at least 1: how many samples a
+    group of ops is given room for when each sample draws it with probability ``p``."""
+    if p <= 0.0:
+        return 1
+    if p >= 1.0:
+        return batch
+    log_p, log_q = math.log(p), math.log1p(-p)
+    cdf = 0.0
+    for c in range(batch + 1):
+        cdf += math.exp(math.lgamma(batch + 1) - math.lgamma(c + 1) - math.lgamma(batch - c + 1)
+                        + c * log_p + (batch - c) * log_q)
+        if 1.0 - cdf <= tail:
+            return max(1, c)
+    return batch
+
+
+def to_device(tree, device: torch.device | str):
+    """A plan (nested lists and dicts of host tensors) copied to ``device`` with ``non_blocking=True``."""
+    if isinstance(tree, Tensor):
+        return tree.to(device, non_blocking=True)
+    if isinstance(tree, dict):
+        return {k: to_device(v, device) for k, v in tree.items()}
+    return [to_device(v, device) for v in tree]
 
 
 class Transform(nn.Module):

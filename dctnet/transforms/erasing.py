@@ -63,7 +63,7 @@ from torch import Tensor
 
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.base import Transform
+from dctnet.transforms.base import Transform, group_capacity, to_device
 from dctnet.transforms.model_input import Normalize
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
@@ -301,22 +301,39 @@ class RandomErasing(Transform):
         return params
 
     # ------------------------------------------------------------------ apply
-    def _run_native(self, x, labels, params, gen):
-        """Only the samples that erase something are computed (their rows found on the host
-        parameters: no device sync): with ``p = 0.25`` three samples in four cost nothing, which
-        matters for the per-pixel noise of ``"pixel"`` / ``"random"``."""
-        if params is None:
-            params = self.draw_params(x.shape, gen)
+    def prepare(self, params, shape, device):
+        """The samples that erase something, planned on the host (no device read) into groups of a
+        fixed size: ``group_capacity(B, p)`` rows (padded with scratch rows ``B, B + 1, …`` that erase
+        nothing), a second group only in the rare batch where more samples erase. The device then
+        computes boxes and noise for those rows alone: with ``p = 0.25`` about a quarter of the
+        batch, at the same shapes every batch."""
+        batch = int(shape[0])
         erases = params["active"].any(1)
         if "apply" in params:
             erases = erases & params["apply"]
-        rows_host = erases.nonzero().squeeze(1)
-        if len(rows_host) == 0:
-            return x, labels, params
-        rows = rows_host.to(x.device, non_blocking=True)
-        sub = {k: v.index_select(0, rows_host).to(x.device, non_blocking=True) for k, v in params.items() if k != "apply"}
-        out, _ = self.apply_transform(x.index_select(0, rows), labels, sub)
-        return x.index_copy(0, rows, out), labels, params
+        rows = erases.nonzero().squeeze(1)
+        cap = group_capacity(batch, 1.0 if self.p is None else self.p)
+        chunks = []
+        for start in range(0, max(len(rows), 1), cap):
+            r = rows[start:start + cap]
+            pad = cap - len(r)
+            chunk = {"rows": torch.cat([r, torch.arange(batch, batch + pad)])}
+            for k, v in params.items():
+                if k != "apply":
+                    chunk[k] = torch.cat([v[r], v.new_zeros((pad, *v.shape[1:]))])
+            chunks.append(chunk)
+        return to_device(chunks, device)
+
+    def execute(self, x, labels, prepared):
+        if self.p == 0.0:
+            return x, labels
+        scratch = max(len(ch["rows"]) for ch in prepared)
+        buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])])  # rows B.. take the padding's results
+        for ch in prepared:
+            rows = ch["rows"]
+            out, _ = self.apply_transform(buf.index_select(0, rows), None, ch)
+            buf.index_copy_(0, rows, out.to(buf.dtype))
+        return buf[:x.shape[0]], labels
 
     def apply_transform(self, x, labels, params):
         boxes, active, fill = params["boxes"], params["active"], params["fill"]

@@ -36,6 +36,7 @@ in pixels until an op needs coefficients.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ from torch import Tensor
 
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
-from dctnet.transforms.base import Transform
+from dctnet.transforms.base import Transform, group_capacity, to_device
 
 __all__ = ["KERNELS", "Kernel", "Policy"]
 
@@ -140,24 +141,22 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tenso
     tx, ty = (fx - x0).to(x.dtype), (fy - y0).to(x.dtype)
     x0, y0 = x0.long(), y0.long()
 
-    def weights(t: Tensor) -> list[Tensor]:  # PIL's cubic with a = −1, taps at −1, 0, 1, 2; (n, H, W, 1)
+    def weights(t: Tensor) -> Tensor:  # PIL's cubic with a = −1 at taps −1, 0, 1, 2: (4, n, H, W, 1)
         t2, t3 = t * t, t * t * t
-        return [v.unsqueeze(-1) for v in (-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3)]
+        return torch.stack((-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3)).unsqueeze(-1)
 
     wx, wy = weights(tx), weights(ty)
-    # channels last with a batch offset: one index_select fetches a tap's channels for the whole batch
+    # channels last with a batch offset: one index_select fetches a row's four taps, all channels, for
+    # the whole batch (4 gathers a warp, not 16)
     src = x.permute(0, 2, 3, 1).reshape(n * h * w, c)
-    base = (torch.arange(n, device=x.device) * (h * w)).view(n, 1, 1)
-    cols = [(x0 + (k - 1)).clamp_(0, w - 1) for k in range(4)]
+    taps = torch.arange(-1, 3, device=x.device).view(4, 1, 1, 1)
+    cols = (x0.unsqueeze(0) + taps).clamp_(0, w - 1)                                  # (4, n, H, W)
+    rows = (y0.unsqueeze(0) + taps).clamp_(0, h - 1) * w + (torch.arange(n, device=x.device) * (h * w)).view(1, n, 1, 1)
     out = None
-    for j in range(4):                      # 16 taps, separably weighted: a loop over the kernel, not over samples
-        row = base + (y0 + (j - 1)).clamp_(0, h - 1) * w
-        acc = None
-        for k in range(4):
-            term = src.index_select(0, (row + cols[k]).reshape(-1)).view(n, h, w, c).mul_(wx[k])
-            acc = term if acc is None else acc.add_(term)
-        acc.mul_(wy[j])
-        out = acc if out is None else out.add_(acc)
+    for j in range(4):                      # the kernel's rows: a loop over taps, not over samples
+        row = src.index_select(0, (rows[j] + cols).reshape(-1)).view(4, n, h, w, c)
+        term = (row * wx).sum(0).mul_(wy[j])
+        out = term if out is None else out.add_(term)
     out = out.clamp_(0.0, 1.0).permute(0, 3, 1, 2)
     if fill is None:
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
@@ -279,50 +278,93 @@ def _pil_warp_data(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[in
     return data
 
 
-def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, int]) -> list[dict[str, Tensor]]:
-    """Host: the per-sample parameters of every slot as fixed-shape tensors, one dict a slot, from
-    the drawn ``op (B, S)`` (indices into ``names``, −1 none) and ``arg (B, S)``. Keys (present
-    whenever ``names`` has an op of that kind, whatever this batch drew, so every batch of a size
-    runs the same kernels on the same shapes):
+def slot_groups(names: Sequence[str]) -> list[str]:
+    """The groups a slot runs, in order: ``"warp"`` (every geometric op: one warp), ``"blend"`` (every
+    blend), then ``"map:NAME"`` per per-pixel op of ``names``."""
+    kinds = [op_kind(n) for n in names]
+    groups = ["warp"] if "warp" in kinds else []
+    groups += ["blend"] if "blend" in kinds else []
+    return groups + [f"map:{n}" for n, k in zip(names, kinds) if k == "map"]
 
-    - ``warp_mask (B,)``, and ``warp (B, 2, 3)`` (torchvision's inverse) or ``pil_warp (B, 6)``
-      (PIL's data): the identity where the sample drew no warp;
-    - ``blend_mask (B,)``, ``blend_factor (B,)`` (1 where none), ``blend_weights (B, 3)``: the
-      one-hot weights of the grey image, mean grey and smoothed image in the degenerate ``D``
-      (all 0: black);
-    - ``map_mask:NAME (B,)``, ``map_arg:NAME (B,)`` per per-pixel op in ``names``."""
+
+def group_probabilities(names: Sequence[str], op: Tensor) -> dict[str, float]:
+    """Per group, the largest fraction of samples that drew it in any slot, from many draws ``op (N, S)``
+    (an upper estimate: + 4 standard errors): what :func:`group_capacity` sizes the groups by."""
+    kinds = [op_kind(n) for n in names]
+    n = max(1, op.shape[0])
+    out = {}
+    for g in slot_groups(names):
+        ks = [k for k, (nm, kind) in enumerate(zip(names, kinds))
+              if (g == "warp" and kind == "warp") or (g == "blend" and kind == "blend") or g == f"map:{nm}"]
+        freq = torch.isin(op, torch.tensor(ks)).double().mean(0).max().item() if op.numel() else 0.0
+        out[g] = min(1.0, freq + 4.0 * math.sqrt(max(freq * (1 - freq), 1.0 / n) / n))
+    return out
+
+
+def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, int],
+               capacity: dict[str, int] | None = None) -> list[dict[str, list[dict[str, Tensor]]]]:
+    """Host: every slot of drawn ``op (B, S)`` (indices into ``names``, −1 none) and ``arg (B, S)`` as
+    fixed-size groups of samples: per slot, per group of :func:`slot_groups`, chunks of
+    ``capacity[group]`` rows (default ``B``) — ``rows (C,)`` int64, the batch rows that drew an op of
+    the group, padded with the scratch rows ``B, B + 1, …`` (distinct, so writes never collide) — and
+    their parameters:
+
+    - ``warp``: ``warp (C, 2, 3)`` (torchvision's inverse matrices) or ``pil_warp (C, 6)`` (PIL's
+      data), the identity on padding;
+    - ``blend``: ``factor (C,)`` and ``weights (C, 3)``, the one-hot weights of the grey image, mean
+      grey and smoothed image in the degenerate image (all 0: black);
+    - ``map:NAME``: ``arg (C,)`` (the op's neutral argument on padding).
+
+    Every group has one chunk, whatever this batch drew (an empty one is all padding), unless more
+    samples drew it than its capacity (then more chunks): every batch of a size runs the same kernels
+    on the same shapes, and the work is the groups' capacities, not every op on every sample."""
     if op.device.type != "cpu" or arg.device.type != "cpu":
         raise ValueError("policies plan their slots on the host: op and arg must be CPU tensors")
     kinds = [op_kind(n) for n in names]
+    batch = op.shape[0]
     arg = arg.to(torch.float64)
+    groups = slot_groups(names)
+    tv = any(n in TV_WARPS for n in names)
     plans = []
     for s in range(op.shape[1]):
         o, a = op[:, s], arg[:, s]
         kind_of = torch.tensor([{"none": 0, "warp": 1, "blend": 2, "map": 3}[k] for k in kinds] + [0])[o]  # −1 → none
-        plan: dict[str, Tensor] = {}
-        if any(n in TV_WARPS for n in names):
-            plan["warp_mask"] = kind_of == 1
-            plan["warp"] = _tv_warp_inverse(names, o, a, size)
-        elif any(n in PIL_WARPS for n in names):
-            plan["warp_mask"] = kind_of == 1
-            plan["pil_warp"] = _pil_warp_data(names, o, a, size)
-        blends = [n for n in names if n in BLEND_DEGENERATE]
-        if blends:
-            mask = kind_of == 2
-            plan["blend_mask"] = mask
-            plan["blend_factor"] = torch.where(mask, a, torch.ones_like(a))
-            weights = torch.zeros(len(o), 3, dtype=torch.float64)
-            for k, n in enumerate(names):
-                degenerate = BLEND_DEGENERATE.get(n, "zero")
-                if degenerate != "zero":
-                    column = ("gray", "mean", "smooth").index(degenerate)
-                    weights[:, column] = torch.where(o == k, 1.0, weights[:, column])
-            plan["blend_weights"] = weights
-        for k, n in enumerate(names):
-            if kinds[k] == "map":
-                mask = o == k
-                plan[f"map_mask:{n}"] = mask
-                plan[f"map_arg:{n}"] = torch.where(mask, a, MAP_NEUTRAL[n])
+        plan: dict[str, list[dict[str, Tensor]]] = {}
+        for g in groups:
+            if g == "warp":
+                member = kind_of == 1
+            elif g == "blend":
+                member = kind_of == 2
+            else:
+                member = o == names.index(g[4:])
+            rows = member.nonzero().squeeze(1)  # host tensors: no device read
+            cap = min(batch, (capacity or {}).get(g, batch))
+            chunks = []
+            for start in range(0, max(len(rows), 1), cap):
+                r = rows[start:start + cap]
+                pad = torch.arange(batch, batch + cap - len(r))
+                idx = torch.cat([r, pad])
+                oo = torch.cat([o[r], torch.full((len(pad),), -1, dtype=o.dtype)])
+                aa = torch.cat([a[r], torch.zeros(len(pad), dtype=a.dtype)])
+                chunk = {"rows": idx}
+                if g == "warp":
+                    if tv:
+                        chunk["warp"] = _tv_warp_inverse(names, oo, aa, size)
+                    else:
+                        chunk["pil_warp"] = _pil_warp_data(names, oo, aa, size)
+                elif g == "blend":
+                    chunk["factor"] = torch.where(oo >= 0, aa, 1.0)
+                    weights = torch.zeros(len(oo), 3, dtype=torch.float64)
+                    for k, n in enumerate(names):
+                        degenerate = BLEND_DEGENERATE.get(n, "zero")
+                        if degenerate != "zero":
+                            column = ("gray", "mean", "smooth").index(degenerate)
+                            weights[:, column] = torch.where(oo == k, 1.0, weights[:, column])
+                    chunk["weights"] = weights
+                else:
+                    chunk["arg"] = torch.where(oo >= 0, aa, MAP_NEUTRAL[g[4:]])
+                chunks.append(chunk)
+            plan[g] = chunks
         plans.append(plan)
     return plans
 
@@ -376,32 +418,47 @@ def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Ten
     return P._blend(x, degenerate, f)
 
 
-def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    return torch.where(mask.to(a.device, non_blocking=True).reshape(-1, 1, 1, 1), a, b)
+def capacities(names: Sequence[str], draw: Callable[[int, torch.Generator], Tensor], batch: int,
+               cache: dict) -> dict[str, int]:
+    """Each group's capacity for a batch of ``batch`` (:func:`group_capacity`), its probability
+    estimated once from 20,000 draws of ``draw(n, generator) -> op (n, S)`` with a fixed seed (the
+    policy's own generators are not touched), kept in ``cache``."""
+    if "p" not in cache:
+        cache["p"] = group_probabilities(names, draw(20_000, torch.Generator().manual_seed(0)))
+    if batch not in cache:
+        cache[batch] = {g: group_capacity(batch, p) for g, p in cache["p"].items()}
+    return cache[batch]
 
 
-def run_planned_slots(x: Tensor, plans: Sequence[dict[str, Tensor]], names: Sequence[str], ctx: "_Context") -> Tensor:
-    """Device: every slot of :func:`plan_slots` on the whole batch — one warp, one blend, each
-    per-pixel op of ``names`` masked — with no host sync and the same kernels on the same shapes
-    for every batch of a size. In a slot a sample runs one op and every other kind leaves it as it
-    is (masks select), so the order of the kinds within a slot does not matter."""
+def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor]]]], names: Sequence[str],
+                      ctx: "_Context") -> Tensor:
+    """Device: every slot of :func:`plan_slots` — per group, its rows gathered (``index_select``), the
+    group's kernel, written back (``index_copy_``) — with no host sync and the same kernels on the same
+    shapes for every batch of a size. In a slot a sample belongs to one group at most, so the
+    groups' order within a slot does not matter; slots run in order."""
     img = P._work(x)
+    batch = img.shape[0]
+    scratch = max((len(ch["rows"]) for plan in plans for chunks in plan.values() for ch in chunks), default=0)
+    if scratch == 0:
+        return x
     smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
+    buf = torch.cat([img, img.new_zeros(scratch, *img.shape[1:])])  # rows B.. take the padding's results
     for plan in plans:
-        if "warp" in plan:
-            warped = G.affine(img, plan["warp"], interpolation=ctx.interpolation, fill=ctx.fill)
-            img = _where(plan["warp_mask"], warped, img)
-        elif "pil_warp" in plan:
-            img = _where(plan["warp_mask"], _pil_warp(img, plan["pil_warp"], ctx), img)
-        if "blend_mask" in plan:
-            blended = _blend_slot(img, plan["blend_factor"], plan["blend_weights"], smooth)
-            img = _where(plan["blend_mask"], blended, img)
-        for n in names:
-            key = f"map_mask:{n}"
-            if key in plan:
-                arg = plan[f"map_arg:{n}"].to(img.device, non_blocking=True)
-                img = _where(plan[key], KERNELS[n](img, arg, ctx), img)
-    return img.to(x.dtype)
+        for g, chunks in plan.items():
+            for ch in chunks:
+                rows = ch["rows"]
+                sub = buf.index_select(0, rows)
+                if g == "warp":
+                    if "warp" in ch:
+                        out = G.affine(sub, ch["warp"], interpolation=ctx.interpolation, fill=ctx.fill)
+                    else:
+                        out = _pil_warp(sub, ch["pil_warp"], ctx)
+                elif g == "blend":
+                    out = _blend_slot(sub, ch["factor"], ch["weights"], smooth)
+                else:
+                    out = KERNELS[g[4:]](sub, ch["arg"], ctx)
+                buf.index_copy_(0, rows, out.to(buf.dtype))
+    return buf[:batch].to(x.dtype)
 
 
 def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context") -> Tensor:
@@ -436,9 +493,11 @@ class Policy(Transform):
                              persistent=False)
 
     def prepare(self, params, shape, device):
-        """The slots planned on the host (:func:`plan_slots`) and copied to ``device``."""
-        plans = plan_slots(self.ops, params["op"], params["arg"], tuple(shape[-2:]))
-        return [{k: v.to(device, non_blocking=True) for k, v in plan.items()} for plan in plans]
+        """The slots planned on the host in groups sized for this batch (:func:`plan_slots`), copied to
+        ``device``."""
+        cap = capacities(self.ops, lambda n, g: self.draw(torch.Size((n, *shape[1:])), g)["op"], shape[0],
+                         self.__dict__.setdefault("_capacity_cache", {}))
+        return to_device(plan_slots(self.ops, params["op"], params["arg"], tuple(shape[-2:]), cap), device)
 
     def execute(self, x, labels, prepared):
         fill = None if self.fill_rgb is None else self.fill_rgb.to(x.device, non_blocking=True)

@@ -1,0 +1,125 @@
+"""The device step after the decode runs the same kernels on the same shapes for every batch of a
+size (what CUDA graphs and torch.compile need), its launch count does not grow with the batch, and
+its compiled form equals the eager one without recompiling.
+
+Oracle for "the same kernels": the aten ops the step dispatches, recorded with a
+``TorchDispatchMode`` (each op with its output shapes); a per-sample subset (``index_select`` of the
+samples that drew an op) changes those shapes from batch to batch and fails the comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dctnet import transforms as T
+from dctnet.train.recipe import load_recipe
+from dctnet.transforms.normalization import input_mean_std
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted([ROOT / "recipes" / "quickstart.yaml", *(ROOT / "recipes" / "imagenette").glob("*.yaml")])
+DEVICE_RECIPES = [p for p in RECIPES if load_recipe(p).model.input != "rgb" and load_recipe(p).augment]
+
+
+class OpRecorder(TorchDispatchMode):
+    """Every aten op dispatched inside, with the shapes of its tensor outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flat = out if isinstance(out, (tuple, list)) else (out,)
+        self.ops.append((str(func), tuple(tuple(t.shape) for t in flat if isinstance(t, torch.Tensor))))
+        return out
+
+
+def recipe_step(path: Path, seed: int = 0) -> T.Compose:
+    """A recipe's device augmentation and model input, as its pipeline builds them: the augment list
+    on the pixel crops, then ToRGB with the model's normalisation (device-rgb) or ToCoefficients (dct)."""
+    r = load_recipe(path)
+    mean, std = input_mean_std(r.model.arch)
+    ops = T.build_transform(r.augment, num_classes=10, seed=seed, mean=mean, std=std,
+                            label_smoothing=r.optim.label_smoothing, interpolation=r.data.interpolation)
+    last = T.ToRGB(mean, std) if r.model.input == "device-rgb" else T.ToCoefficients()
+    return T.Compose([*ops.transforms, last], seed=seed)
+
+
+def crops(batch: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Photo-like pixel crops ``(batch, 3, size, size)`` in [0, 1] and labels: what the decode hands over."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.rand(batch, 3, 6, 6, generator=g)
+    x = torch.nn.functional.interpolate(base, size=(size, size), mode="bicubic", align_corners=False).clamp(0, 1)
+    return x, torch.randint(0, 10, (batch,), generator=g)
+
+
+def executed_ops(step: T.Compose, x: torch.Tensor, labels: torch.Tensor, generator: torch.Generator):
+    """The ops of the step's device half (drawing and planning are host work, done first)."""
+    prepared = step.prepare(step.draw_params(x.shape, generator), x.shape, x.device)
+    with OpRecorder() as rec:
+        step.execute(x, labels, prepared)
+    return rec.ops
+
+
+def test_recorder_sees_a_subset():
+    """The oracle can fail: a per-sample subset's shapes follow the draws."""
+    x = torch.rand(8, 3, 4, 4)
+    seqs = []
+    for k in (2, 5):
+        with OpRecorder() as rec:
+            rows = torch.arange(k)
+            x.index_copy(0, rows, x.index_select(0, rows) * 2)
+        seqs.append(rec.ops)
+    assert seqs[0] != seqs[1]
+
+
+@pytest.mark.parametrize("path", DEVICE_RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_runs_the_same_ops_on_the_same_shapes_every_batch(path):
+    step = recipe_step(path)
+    seqs = []
+    for b in range(4):  # batch 0 warms the constant caches (colour matrices, DCT bases: built once per device)
+        x, labels = crops(8, 32, seed=b)
+        seqs.append(executed_ops(step, x, labels, T.step_generator(0, 0, b)))
+    assert len(seqs[1]) > 0
+    assert seqs[1] == seqs[2] == seqs[3], path.stem
+
+
+def test_deit_step_launches_at_most_400_kernels_whatever_the_batch():
+    """vit_s16_dct_gpu's device step after the decode (DeiT's list, ToCoefficients): the same op
+    count at batch 32 and 64, and at most 400."""
+    path = ROOT / "recipes" / "imagenette" / "vit_s16_dct_gpu.yaml"
+    step = recipe_step(path)
+    counts = {}
+    executed_ops(step, *crops(8, 32, seed=0), T.step_generator(0, 0, 0))  # warm the constant caches
+    for n in (32, 64):
+        x, labels = crops(n, 32, seed=n)
+        counts[n] = len(executed_ops(step, x, labels, T.step_generator(0, 0, n)))
+    assert counts[32] == counts[64] <= 400, counts
+
+
+def test_compiled_step_equals_eager_and_compiles_once():
+    """compile_step on the CPU (inductor): DeiT's list into plan A's normalised RGB equals the eager
+    step (≤ 1e-5) over 5 batches of one size, and dynamo compiles it once (no recompile)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    step = T.Compose([T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"),
+                      T.RandomErasing(p=0.25, mode="pixel"),
+                      T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10),
+                      T.ToRGB()], seed=0)
+    compiled = T.compile_step(step)
+    counters.clear()
+    for b in range(5):
+        x, labels = crops(4, 16, seed=b)
+        want_x, want_y = step(x, labels, generator=T.step_generator(0, 0, b))
+        got_x, got_y = compiled(x, labels, generator=T.step_generator(0, 0, b))
+        torch.testing.assert_close(got_x, want_x, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got_y, want_y, atol=1e-6, rtol=0)
+        if b == 0:
+            frames = counters["stats"]["unique_graphs"]
+    assert frames >= 1
+    assert counters["stats"]["unique_graphs"] == frames, dict(counters["stats"])  # nothing compiled after batch 0
+    assert not counters["recompiles"], dict(counters["recompiles"])
