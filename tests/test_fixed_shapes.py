@@ -123,3 +123,17 @@ def test_compiled_step_equals_eager_and_compiles_once():
     assert frames >= 1
     assert counters["stats"]["unique_graphs"] == frames, dict(counters["stats"])  # nothing compiled after batch 0
     assert not counters["recompiles"], dict(counters["recompiles"])
+
+
+@pytest.mark.parametrize("path", [ROOT / "recipes" / "imagenette" / "vit_s16_dct_gpu.yaml",
+                                  ROOT / "recipes" / "imagenette" / "resnet18_exact_cpu.yaml"], ids=lambda p: p.stem)
+def test_fixed_and_exact_groups_compute_the_same(path):
+    """Padding the groups to a fixed size changes the shapes, not the values: the same draws with
+    set_fixed_shapes(False) (exact groups) give the same output bit for bit."""
+    step = recipe_step(path)
+    x, labels = crops(16, 32, seed=7)
+    params = step.draw_params(x.shape, T.step_generator(0, 0, 7))
+    fixed = step(x, labels, params=params)
+    exact = step.set_fixed_shapes(False)(x, labels, params=params)
+    step.set_fixed_shapes(True)
+    torch.testing.assert_close(exact, fixed, atol=0, rtol=0)

@@ -128,7 +128,7 @@ class ColorJitter(Transform):
         if len(shape) == 4:  # the three blends of a position run as one blend pass, hue masked (policy_base)
             names = self._names()
             cap = PB.capacities(names, lambda n, g: self.draw(torch.Size((n, *shape[1:])), g)["op"], shape[0],
-                                self.__dict__.setdefault("_capacity_cache", {}))
+                                self.__dict__.setdefault("_capacity_cache", {})) if self.fixed_shapes else None
             dev["slots"] = PB.to_device(PB.plan_slots(names, params["op"], params["arg"], tuple(shape[-2:]), cap), device)
         else:
             dev["slots"] = PB.plan_masked(params["op"], params["arg"], 3, device)

@@ -197,6 +197,11 @@ class Transform(nn.Module):
     domain: str = "coefficient"
     #: converters (ToRGB, ToCoefficients) define their output representation
     converter: bool = False
+    #: every batch of a size runs the same kernels on the same shapes (:meth:`prepare` pads the groups
+    #: of samples that drew an op to a fixed size): what CUDA graphs and ``torch.compile`` need. Off
+    #: (:meth:`set_fixed_shapes`), groups hold exactly the samples that drew the op — less work for
+    #: eager runs, where shapes that follow the draws cost nothing (the CPU)
+    fixed_shapes: bool = True
 
     def __init__(self, seed: int | None = None, *, p: float | None = None) -> None:
         super().__init__()
@@ -266,6 +271,14 @@ class Transform(nn.Module):
         if return_params:
             result += (params,)
         return result[0] if len(result) == 1 else result
+
+    def set_fixed_shapes(self, fixed: bool = True) -> "Transform":
+        """Fixed shapes (:attr:`fixed_shapes`) on or off for this transform and every transform in it;
+        the values computed are the same either way. Returns ``self``."""
+        for m in self.modules():
+            if isinstance(m, Transform):
+                m.fixed_shapes = bool(fixed)
+        return self
 
     def generator_for(self, epoch: int, step: int, rank: int = 0) -> torch.Generator:
         """:func:`step_generator` of this transform's ``seed`` and ``(epoch, step, rank)``."""

@@ -312,9 +312,12 @@ class RandomErasing(Transform):
         if "apply" in params:
             erases = erases & params["apply"]
         rows = erases.nonzero().squeeze(1)
-        cap = group_capacity(batch, 1.0 if self.p is None else self.p)
+        if self.fixed_shapes:
+            cap, total = group_capacity(batch, 1.0 if self.p is None else self.p), max(len(rows), 1)
+        else:  # exact: the erasing rows only, nothing when none erases
+            cap, total = max(len(rows), 1), len(rows)
         chunks = []
-        for start in range(0, max(len(rows), 1), cap):
+        for start in range(0, total, cap):
             r = rows[start:start + cap]
             pad = cap - len(r)
             chunk = {"rows": torch.cat([r, torch.arange(batch, batch + pad)])}
@@ -325,7 +328,7 @@ class RandomErasing(Transform):
         return to_device(chunks, device)
 
     def execute(self, x, labels, prepared):
-        if self.p == 0.0:
+        if self.p == 0.0 or not prepared:
             return x, labels
         scratch = max(len(ch["rows"]) for ch in prepared)
         buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])])  # rows B.. take the padding's results

@@ -138,26 +138,21 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tenso
     inside = (xin >= 0) & (xin < w) & (yin >= 0) & (yin < h)
     fx, fy = xin - 0.5, yin - 0.5
     x0, y0 = torch.floor(fx), torch.floor(fy)
-    tx, ty = (fx - x0).to(x.dtype), (fy - y0).to(x.dtype)
-    x0, y0 = x0.long(), y0.long()
-
-    def weights(t: Tensor) -> Tensor:  # PIL's cubic with a = −1 at taps −1, 0, 1, 2: (4, n, H, W, 1)
-        t2, t3 = t * t, t * t * t
-        return torch.stack((-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3)).unsqueeze(-1)
-
-    wx, wy = weights(tx), weights(ty)
-    # channels last with a batch offset: one index_select fetches a row's four taps, all channels, for
-    # the whole batch (4 gathers a warp, not 16)
-    src = x.permute(0, 2, 3, 1).reshape(n * h * w, c)
-    taps = torch.arange(-1, 3, device=x.device).view(4, 1, 1, 1)
-    cols = (x0.unsqueeze(0) + taps).clamp_(0, w - 1)                                  # (4, n, H, W)
-    rows = (y0.unsqueeze(0) + taps).clamp_(0, h - 1) * w + (torch.arange(n, device=x.device) * (h * w)).view(1, n, 1, 1)
+    # PIL's cubic with a = −1 at the taps −1, 0, 1, 2 of both axes at once: (2, n, 1, 4, HW)
+    t = torch.stack([fx - x0, fy - y0]).to(x.dtype).view(2, n, 1, 1, h * w)
+    t2, t3 = t * t, t * t * t
+    wts = torch.cat([-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3], 3)
+    wx, wy = wts[0], wts[1]
+    taps = torch.arange(-1, 3, device=x.device).view(1, 4, 1)
+    cols = (x0.long().view(n, 1, h * w) + taps).clamp_(0, w - 1)                       # (n, 4, HW)
+    rows = (y0.long().view(n, 1, h * w) + taps).clamp_(0, h - 1) * w
+    src = x.reshape(n, c, h * w)
     out = None
-    for j in range(4):                      # the kernel's rows: a loop over taps, not over samples
-        row = src.index_select(0, (rows[j] + cols).reshape(-1)).view(4, n, h, w, c)
-        term = (row * wx).sum(0).mul_(wy[j])
+    for j in range(4):  # the kernel's rows (a loop over taps, not samples): one gather of a row's 4 taps
+        idx = (rows[:, j:j + 1] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
+        term = src.gather(2, idx).view(n, c, 4, h * w).mul_(wx).sum(2).mul_(wy[:, :, j])
         out = term if out is None else out.add_(term)
-    out = out.clamp_(0.0, 1.0).permute(0, 3, 1, 2)
+    out = out.clamp_(0.0, 1.0).view(n, c, h, w)
     if fill is None:
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
     else:
@@ -305,9 +300,10 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
                capacity: dict[str, int] | None = None) -> list[dict[str, list[dict[str, Tensor]]]]:
     """Host: every slot of drawn ``op (B, S)`` (indices into ``names``, −1 none) and ``arg (B, S)`` as
     fixed-size groups of samples: per slot, per group of :func:`slot_groups`, chunks of
-    ``capacity[group]`` rows (default ``B``) — ``rows (C,)`` int64, the batch rows that drew an op of
-    the group, padded with the scratch rows ``B, B + 1, …`` (distinct, so writes never collide) — and
-    their parameters:
+    ``capacity[group]`` rows — ``rows (C,)`` int64, the batch rows that drew an op of the group,
+    padded with the scratch rows ``B, B + 1, …`` (distinct, so writes never collide) — and their
+    parameters (``capacity=None``: exact groups, the rows that drew the group and no padding, no
+    chunk for a group nobody drew — the least work, at shapes that follow the draws):
 
     - ``warp``: ``warp (C, 2, 3)`` (torchvision's inverse matrices) or ``pil_warp (C, 6)`` (PIL's
       data), the identity on padding;
@@ -338,9 +334,13 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
             else:
                 member = o == names.index(g[4:])
             rows = member.nonzero().squeeze(1)  # host tensors: no device read
-            cap = min(batch, (capacity or {}).get(g, batch))
+            if capacity is None:  # exact groups: only the rows that drew the group, none when none did
+                cap, total = max(len(rows), 1), len(rows)
+            else:
+                cap = min(batch, capacity.get(g, batch))
+                total = max(len(rows), 1)
             chunks = []
-            for start in range(0, max(len(rows), 1), cap):
+            for start in range(0, total, cap):
                 r = rows[start:start + cap]
                 pad = torch.arange(batch, batch + cap - len(r))
                 idx = torch.cat([r, pad])
@@ -438,9 +438,9 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
     groups' order within a slot does not matter; slots run in order."""
     img = P._work(x)
     batch = img.shape[0]
-    scratch = max((len(ch["rows"]) for plan in plans for chunks in plan.values() for ch in chunks), default=0)
-    if scratch == 0:
+    if not any(chunks for plan in plans for chunks in plan.values()):
         return x
+    scratch = max(len(ch["rows"]) for plan in plans for chunks in plan.values() for ch in chunks)
     smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
     buf = torch.cat([img, img.new_zeros(scratch, *img.shape[1:])])  # rows B.. take the padding's results
     for plan in plans:
@@ -496,7 +496,7 @@ class Policy(Transform):
         """The slots planned on the host in groups sized for this batch (:func:`plan_slots`), copied to
         ``device``."""
         cap = capacities(self.ops, lambda n, g: self.draw(torch.Size((n, *shape[1:])), g)["op"], shape[0],
-                         self.__dict__.setdefault("_capacity_cache", {}))
+                         self.__dict__.setdefault("_capacity_cache", {})) if self.fixed_shapes else None
         return to_device(plan_slots(self.ops, params["op"], params["arg"], tuple(shape[-2:]), cap), device)
 
     def execute(self, x, labels, prepared):
