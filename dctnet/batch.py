@@ -13,22 +13,53 @@ Two forms leave the host before they are a :class:`JpegBatch` (``CacheDataset(de
 compressed records). :func:`as_jpeg_batch` expands either on the batch's device, bit-identical to
 the host gather. This module depends on torch only: the data layer builds these batches and the
 transforms consume them (``dctnet.transforms.crops_to_rgb``), and neither imports the other for it.
+
+No expansion reads a device tensor's values back (a host sync): what the host must know — output
+shapes, each group's size — comes from tensor shapes and from the host batch. Each group's extent
+(its samples' largest valid size, :attr:`JpegBatch.extents`) is read off ``valid`` where the batch is
+built, on the host, and travels with the batch as plain ints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-__all__ = ["JpegBatch", "PackedJpegBatch", "PlaneGroup", "SAMPLING_420", "Sampling", "SparseJpegBatch",
-           "as_jpeg_batch", "expand_packed", "expand_sparse", "expand_torch"]
+__all__ = ["Extents", "JpegBatch", "PackedJpegBatch", "PlaneGroup", "SAMPLING_420", "Sampling", "SparseJpegBatch",
+           "as_jpeg_batch", "expand_packed", "expand_sparse", "expand_torch", "group_extents"]
 
 SAMPLING_420 = ((2, 2), (1, 1), (1, 1))
 
 Sampling = tuple[tuple[int, int], ...]
+
+#: per layout group, the largest valid ``(height, width)`` in pixels among its samples (``None`` for a
+#: group without samples)
+Extents = tuple[tuple[int, int] | None, ...]
+
+
+def group_extents(valid: Tensor, rows: Sequence[Tensor]) -> Extents | None:
+    """Each group's extent — the largest ``valid`` ``(height, width)`` among the samples at ``rows``
+    — read off ``valid (B, 2)`` where that is free, on the host. ``None`` when ``valid`` or a group's
+    rows are on a device: reading them there would stall the host until the device caught up."""
+    if valid.device.type != "cpu" or any(r.device.type != "cpu" for r in rows):
+        return None
+    out: list[tuple[int, int] | None] = []
+    for r in rows:
+        if r.numel() == 0:
+            out.append(None)
+            continue
+        h, w = valid.index_select(0, r.long()).amax(0).tolist()
+        out.append((int(h), int(w)))
+    return tuple(out)
+
+
+def _checked_extents(extents: Extents | None, groups: int) -> Extents | None:
+    if extents is not None and len(extents) != groups:
+        raise ValueError(f"extents has {len(extents)} entries for {groups} layout groups")
+    return extents
 
 
 class _TensorFields:
@@ -101,6 +132,12 @@ class JpegBatch(_TensorFields):
             output-size crop at (top, left) of that is kept — timm's and torchvision's
             ``Resize`` + ``CenterCrop``. A negative top/left or a crop past the end is padding.
             The window still holds every pixel the kept crop reads.
+        extents: per group, the largest ``valid`` (height, width) among its samples (:data:`Extents`),
+            host ints: the size the device step decodes each group to without reading ``valid``
+            back. Computed from ``valid`` whenever the batch is built or replaced on the host (a
+            value given there is ignored); on a device, kept as given (:meth:`to` carries the host's
+            over). ``None`` (a batch built on a device without them): the device step decodes each
+            group's whole MCU grid instead — the same crops up to float rounding.
     """
 
     groups: tuple[PlaneGroup, ...]
@@ -110,8 +147,13 @@ class JpegBatch(_TensorFields):
     index: Tensor
     skipped: tuple = field(default=())
     resize: Tensor | None = None
+    extents: Extents | None = None
 
     _TENSORS = ("valid", "boxes", "labels", "index", "resize")
+
+    def __post_init__(self) -> None:
+        host = group_extents(self.valid, [g.rows for g in self.groups])
+        self.extents = host if host is not None else _checked_extents(self.extents, len(self.groups))
 
     def tensors(self) -> list[Tensor]:
         return [t for g in self.groups for t in g.tensors()] + super().tensors()
@@ -144,8 +186,13 @@ class _GroupedRows(_TensorFields):
     group_rows: tuple = ()
     skipped: tuple = field(default=())
     resize: Tensor | None = None
+    extents: Extents | None = None
 
     _META = ("valid", "boxes", "labels", "index", "resize")
+
+    def __post_init__(self) -> None:  # as JpegBatch's: from the host's valid, carried to the device
+        host = group_extents(self.valid, self.group_rows)
+        self.extents = host if host is not None else _checked_extents(self.extents, len(self.group_rows))
 
     def tensors(self) -> list[Tensor]:
         return super().tensors() + list(self.group_rows)
@@ -170,7 +217,7 @@ class SparseJpegBatch(_GroupedRows):
             ``int64 (B, 4)`` first block of each plane.
         windows: ``int64 (B, 4, 4)`` each plane's window in blocks: rows ``[0]..[1]``, columns
             ``[2]..[3]``, per component.
-        valid, boxes, labels, index, skipped, resize: as :class:`JpegBatch`.
+        valid, boxes, labels, index, skipped, resize, extents: as :class:`JpegBatch`.
         layouts: per group ``(color_space, sampling, (R, C))``: layout and grid in MCUs.
         group_rows: per group ``int64 (n,)`` batch positions.
     """
@@ -210,7 +257,7 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
     b = len(batch)
     counts = (batch.blocks[:, :, 0] * batch.blocks[:, :, 1])                      # (B, 4)
     owner = torch.repeat_interleave(torch.arange(b * 4, device=batch.masks.device), counts.reshape(-1), output_size=nb)
-    dense = expand_torch(batch.masks, batch.values, batch.escapes, batch.tables.reshape(b * 4, 64)[owner])
+    dense = expand_torch(batch.masks, batch.values, batch.escapes, batch.tables.reshape(b * 4, 64)[owner], check=False)
     groups = []
     for (color_space, sampling, (gr, gc)), rows in zip(batch.layouts, batch.group_rows):
         win, blocks, offsets = batch.windows[rows], batch.blocks[rows], batch.offsets[rows]
@@ -219,7 +266,7 @@ def expand_sparse(batch: SparseJpegBatch) -> JpegBatch:
                                       gc * h) for c, (h, v) in enumerate(sampling))
         groups.append(PlaneGroup(color_space, tuple(sampling), planes, rows))
     return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
-                     index=batch.index, skipped=batch.skipped, resize=batch.resize)
+                     index=batch.index, skipped=batch.skipped, resize=batch.resize, extents=batch.extents)
 
 
 @dataclass(kw_only=True)
@@ -235,7 +282,7 @@ class PackedJpegBatch(_GroupedRows):
         offsets: ``int64 (B, 4)`` first block of each component's window in ``blocks``.
         sizes: ``int64 (B, 4, 2)`` each component's window (rows, columns) in blocks (zero for
             absent components).
-        valid, boxes, labels, index, skipped, resize: as :class:`JpegBatch`.
+        valid, boxes, labels, index, skipped, resize, extents: as :class:`JpegBatch`.
         layouts, group_rows: as :class:`SparseJpegBatch`.
     """
 
@@ -264,7 +311,7 @@ def expand_packed(batch: PackedJpegBatch) -> JpegBatch:
             planes.append(_window_blocks(batch.blocks, offsets[:, c], rh, rw, zero, rh, zero, rw, out_h, out_w))
         groups.append(PlaneGroup(color_space, tuple(sampling), tuple(planes), rows))
     return JpegBatch(groups=tuple(groups), valid=batch.valid, boxes=batch.boxes, labels=batch.labels,
-                     index=batch.index, skipped=batch.skipped, resize=batch.resize)
+                     index=batch.index, skipped=batch.skipped, resize=batch.resize, extents=batch.extents)
 
 
 def as_jpeg_batch(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch) -> JpegBatch:
@@ -279,27 +326,50 @@ def as_jpeg_batch(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch) -> JpegB
     raise TypeError(f"expected a JpegBatch, PackedJpegBatch or SparseJpegBatch, got {type(batch).__name__}")
 
 
-def expand_torch(masks: Tensor, values: Tensor, escapes: Tensor, block_tables: Tensor) -> Tensor:
+def expand_torch(masks: Tensor, values: Tensor, escapes: Tensor, block_tables: Tensor, *, check: bool = True) -> Tensor:
     """Batched expansion in torch (any device): concatenated records of many images at once.
 
     Args:
         masks: ``int64 (NB,)`` — the uint64 masks reinterpreted (bit 63 is the sign bit).
         values: ``int8 (NV,)``, escapes: ``int16 (NE,)`` — concatenated in the same record order.
         block_tables: ``(NB, 64)`` table of each block.
+        check: count the coefficients the masks mark and the escapes the values mark against the
+            streams before anything is gathered, and raise ``ValueError`` on a mismatch. The counts
+            are read back: a host sync on an accelerator. ``False`` (the device step's
+            :func:`expand_sparse`): the same test is queued on the device
+            (``torch._assert_async``), which stops the process on a mismatch (a ``RuntimeError`` on
+            the CPU, a device-side assert on CUDA) instead of waiting for the answer; a corrupt record
+            never makes the gathers read out of bounds either way (their positions are clamped).
 
     Returns ``int16 (NB, 64)``, identical to :func:`dctnet.data.sparse.expand` (the host's, in C).
 
     Raises:
-        ValueError: the masks' set bits do not match the number of values, or the escapes do not
-            match the number of escaped values (a corrupt record; checked before any scatter)."""
+        ValueError: (``check``) the masks' set bits do not match the number of values, or the
+            escapes do not match the number of escaped values (a corrupt record)."""
+    nb, nv, ne = masks.shape[0], values.numel(), escapes.numel()
     k = torch.arange(64, device=masks.device)
-    bits = ((masks[:, None] >> k) & 1).bool()
-    # boolean-mask scatters below synchronise with the host anyway: checking their sizes is free
-    if int(bits.sum()) != values.numel() or int((values == -128).sum()) != escapes.numel():
-        raise ValueError(f"corrupt sparse records: {int(bits.sum())} coefficients marked, {values.numel()} values, "
-                         f"{int((values == -128).sum())} escapes marked, {escapes.numel()} escapes")
+    bits = ((masks[:, None] >> k) & 1).bool().reshape(-1)                   # (NB·64,) in record order
+    escaped = values == -128
+    marked, n_escaped = bits.sum(), escaped.sum()
+    if check:
+        if int(marked) != nv or int(n_escaped) != ne:
+            raise ValueError(f"corrupt sparse records: {int(marked)} coefficients marked, {nv} values, "
+                             f"{int(n_escaped)} escapes marked, {ne} escapes")
+    else:
+        torch._assert_async((marked == nv) & (n_escaped == ne), "corrupt sparse records: the masks or escapes do not "
+                            "match the values")
+    if nv == 0:  # nothing marked (shapes are host-known): every coefficient is zero
+        return torch.zeros(nb, 64, dtype=torch.int16, device=masks.device)
+    # gathers instead of boolean-mask scatters (a mask's positions need a nonzero, read back by the
+    # host): the i-th marked coefficient takes values[i], the j-th escaped value escapes[j], their
+    # positions running counts of the marks (int32 where the counts fit: half the memory of int64)
+    count = torch.int32 if bits.numel() < 2**31 else torch.int64
     v = values.to(torch.int32)
-    v[values == -128] = escapes.to(torch.int32)
-    out = torch.zeros(masks.shape[0], 64, dtype=torch.int32, device=masks.device)
-    out[bits] = v * block_tables.to(torch.int32)[bits]
-    return out.to(torch.int16)
+    if ne:
+        slot = (torch.cumsum(escaped, 0, dtype=count) - 1).clamp_(0, ne - 1)
+        v = torch.where(escaped, escapes.to(torch.int32).index_select(0, slot), v)
+    pos = torch.cumsum(bits, 0, dtype=count).sub_(1).clamp_(0, nv - 1)
+    out = v.index_select(0, pos)
+    del pos  # in place from here: the batch's (NB·64,) int32 temporaries are the memory peak
+    out.mul_(block_tables.to(torch.int32).reshape(-1)).masked_fill_(~bits, 0)
+    return out.to(torch.int16).reshape(nb, 64)

@@ -56,7 +56,7 @@ def islow_matrix(*, dtype: torch.dtype = torch.float64, device: torch.device | s
     unit coefficient at frequency ``k``, scaled by 2¹³ (≈ 2¹³·√8·c_k cos((2y+1)kπ/16))."""
     def make() -> Tensor:
         cols = [_islow_1d([int(i == k) for i in range(8)]) for k in range(8)]
-        return torch.tensor(cols, dtype=torch.float64).T.to(dtype=dtype, device=device)
+        return torch.tensor(cols, dtype=torch.float64).T.to(dtype=dtype, device=device, non_blocking=True)
 
     return _cached(("islow", dtype, str(device)), make)
 
@@ -90,8 +90,10 @@ def _triangle_int(x: Tensor, valid: Tensor, bias: tuple[int, int], shift: int) -
     b, rows, n = x.shape
     near, far = _neighbours(n, 2, valid)
     gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
-    rounding = _cached(("triangle_bias", tuple(bias), n, x.dtype, str(x.device)),
-                       lambda: torch.tensor(bias, dtype=x.dtype).repeat(n).to(x.device))
+    # the (even, odd) biases, copied once per device, repeated there: a constant per width n would
+    # be a new host → device copy whenever a batch brings a new grid width
+    rounding = _cached(("triangle_bias", tuple(bias), x.dtype, str(x.device)),
+                       lambda: torch.tensor(bias, dtype=x.dtype).to(x.device, non_blocking=True)).repeat(n)
     return (3 * gather(near) + gather(far) + rounding) >> shift
 
 

@@ -66,7 +66,10 @@ _cache: dict[tuple[Any, ...], Tensor] = {}
 def _cached(key: tuple[Any, ...], make: Any) -> Tensor:
     # Small constant matrices, built once per (kind, dtype, device). device=None means the default
     # device, which a `with torch.device(...)` block changes: it is part of the key. Meta tensors
-    # (shape-only model building) are never kept.
+    # (shape-only model building) are never kept. Makers build on the host and copy with
+    # non_blocking=True: a blocking host → device copy waits for the device's queue to drain (a host
+    # sync), and the first use is inside a device step. The source is pageable memory, which CUDA
+    # stages before the call returns, so it may be freed at once.
     default = str(torch.get_default_device())
     key = tuple(default if k == "None" else k for k in key)
     t = _cache.get(key)
@@ -79,7 +82,8 @@ def _cached(key: tuple[Any, ...], make: Any) -> Tensor:
 
 def zigzag_indices(device: torch.device | str | None = None) -> Tensor:
     """``int64 (64,)``: natural index of each zigzag position (for frequency selection)."""
-    return _cached(("zigzag", str(device)), lambda: torch.tensor(ZIGZAG, dtype=torch.long, device=device))
+    return _cached(("zigzag", str(device)),
+                   lambda: torch.tensor(ZIGZAG, dtype=torch.long).to(device=device, non_blocking=True))
 
 
 def dct_matrix(n: int = 8, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
@@ -90,7 +94,7 @@ def dct_matrix(n: int = 8, *, dtype: torch.dtype = torch.float32, device: torch.
         u = x[:, None]
         c = torch.cos((2 * x[None, :] + 1) * u * math.pi / (2 * n)) * math.sqrt(2.0 / n)
         c[0] /= math.sqrt(2.0)
-        return c.to(dtype=dtype, device=device)
+        return c.to(dtype=dtype, device=device, non_blocking=True)
 
     return _cached(("dct", n, dtype, str(device)), make)
 
@@ -104,7 +108,7 @@ def dct_basis(*, dtype: torch.dtype = torch.float32, device: torch.device | str 
 
     def make() -> Tensor:
         c = dct_matrix(8, dtype=torch.float64)
-        return torch.einsum("vy,ux->vuyx", c, c).reshape(64, 64).to(dtype=dtype, device=device)
+        return torch.einsum("vy,ux->vuyx", c, c).reshape(64, 64).to(dtype=dtype, device=device, non_blocking=True)
 
     return _cached(("basis", dtype, str(device)), make)
 
@@ -146,7 +150,7 @@ def upsample_nearest_matrices(fh: int, fv: int, *, dtype: torch.dtype = torch.fl
         pix = block_idct(eye)                                                   # (64, 8, 8)
         up = pix.repeat_interleave(fv, dim=-2).repeat_interleave(fh, dim=-1)    # (64, 8fv, 8fh)
         out = block_dct(up)                                                     # (64, fv, fh, 64)
-        return out.permute(1, 2, 0, 3).contiguous().to(dtype=dtype, device=device)
+        return out.permute(1, 2, 0, 3).contiguous().to(dtype=dtype, device=device, non_blocking=True)
 
     return _cached(("upnn", fh, fv, dtype, str(device)), make)
 
@@ -177,7 +181,7 @@ def box_downsample_matrix(fh: int, fv: int, *, dtype: torch.dtype = torch.float3
         eye = torch.eye(n, dtype=torch.float64).reshape(n, fv, fh, 64)           # n one-coefficient regions
         pix = block_idct(eye)                                                     # (n, 8fv, 8fh)
         down = pix.reshape(n, 8, fv, 8, fh).mean(dim=(2, 4))                      # (n, 8, 8)
-        return block_dct(down).reshape(n, 64).to(dtype=dtype, device=device)
+        return block_dct(down).reshape(n, 64).to(dtype=dtype, device=device, non_blocking=True)
 
     return _cached(("boxdown", fh, fv, dtype, str(device)), make)
 
@@ -204,7 +208,8 @@ def _as_sizes(size: Size, batch: int, device: torch.device) -> Tensor:
         s = size.to(device=device, dtype=torch.long)
         return s.expand(batch, 2) if s.dim() == 1 else s
     h, w = (int(v) for v in size)
-    return torch.tensor([[h, w]], dtype=torch.long, device=device).expand(batch, 2)
+    # built on the host, copied without blocking (torch.tensor(..., device=cuda) waits for the stream)
+    return torch.tensor([[h, w]], dtype=torch.long).to(device, non_blocking=True).expand(batch, 2)
 
 
 def _neighbours(n: int, factor: int, valid: Tensor) -> tuple[Tensor, Tensor]:
@@ -275,10 +280,12 @@ _RGB_TO_YCC = ((0.299, 0.587, 0.114), (-0.168735892, -0.331264108, 0.5), (0.5, -
 
 
 def _constant(name: str, values: Any, like: Tensor) -> Tensor:
-    """A small constant tensor on ``like``'s dtype and device, built once: a ``torch.tensor(...,
-    device=cuda)`` per call would be a blocking host-to-device copy (a sync) inside the device step."""
+    """A small constant tensor on ``like``'s dtype and device, built once (and copied without
+    blocking): a ``torch.tensor(..., device=cuda)`` per call would be a blocking host-to-device copy
+    (a sync) inside the device step."""
     return _cached((name, like.dtype, str(like.device)),
-                   lambda: torch.tensor(values, dtype=torch.float64).to(dtype=like.dtype, device=like.device))
+                   lambda: torch.tensor(values, dtype=torch.float64).to(dtype=like.dtype, device=like.device,
+                                                                         non_blocking=True))
 
 
 def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:

@@ -17,12 +17,13 @@ from dctnet.exact import _components_to_rgb_exact, block_idct_islow, upsample_pi
 from dctnet.functional import (_RGB_TO_YCC, Size, _as_sizes, _component_extent, _components_to_rgb, _constant,
                                block_dct, block_idct, rgb_to_ycbcr, upsample_pixels)
 
-__all__ = ["coefficients_to_rgb", "from_rgb", "to_rgb"]
+__all__ = ["coefficients_to_rgb", "from_rgb", "grid_size", "to_rgb"]
 
 
 def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: Size, *,
            color_space: str = "YCbCr", upsampling: str = "fancy", clamp: bool = True,
-           dtype: torch.dtype = torch.float32, exact: bool = False) -> Tensor:
+           dtype: torch.dtype = torch.float32, exact: bool = False,
+           out_size: tuple[int, int] | None = None) -> Tensor:
     """Rebuild RGB images from coefficient planes (block IDCT, chroma upsampling, colour).
 
     Args:
@@ -46,22 +47,33 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
             they were trained on (e.g. comparing with a Pillow pipeline). Needs integer
             coefficients; always clamps; non-integer sampling ratios (which libjpeg cannot
             decode) raise ``ValueError``.
+        out_size: the output's ``(H, W)``, at most the planes' MCU grid in pixels
+            (:func:`grid_size`). ``None`` (default): the true size — with a per-sample ``size``
+            tensor the largest in the batch, which is *read from the tensor*: a host sync when it is
+            on an accelerator. The device step (:func:`dctnet.transforms.crops_to_rgb`) passes
+            host ints instead — each group's extent from the host batch, or its grid — and reads
+            nothing.
 
     Returns:
-        ``(B, 3, H, W)`` float RGB in [0, 1], ``H, W`` the largest true size in the batch;
-        pixels beyond a smaller sample's own size are padding (whatever its blocks decode to).
+        ``(B, 3, H, W)`` float RGB in [0, 1], ``H, W`` = ``out_size``, else the largest true size
+        in the batch; pixels beyond a sample's own size are padding (whatever its blocks decode to).
     """
     if len(planes) != len(sampling):
         raise ValueError(f"{len(planes)} planes but {len(sampling)} sampling factors")
     device = planes[0].device
     batch = planes[0].shape[0]
     sizes = _as_sizes(size, batch, device)
-    if isinstance(size, Tensor):
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    if out_size is not None:
+        out_h, out_w = (int(v) for v in out_size)
+        grid_h, grid_w = grid_size(planes, sampling)
+        if not (0 <= out_h <= grid_h and 0 <= out_w <= grid_w):
+            raise ValueError(f"out_size {tuple(out_size)} must lie within the planes' grid {grid_h}x{grid_w} (pixels)")
+    elif isinstance(size, Tensor):  # per-sample sizes: their maximum, read back (a host sync on a device)
         out_h, out_w = int(sizes[:, 0].max()), int(sizes[:, 1].max())
     else:
         out_h, out_w = int(size[0]), int(size[1])
-    hmax = max(h for h, _ in sampling)
-    vmax = max(v for _, v in sampling)
     with torch.autocast(device_type=device.type, enabled=False):
         if exact:
             return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
@@ -80,6 +92,16 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
         if clamp:
             rgb = rgb.clamp(0.0, 255.0)
         return rgb / 255.0
+
+
+def grid_size(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """``(H, W)`` in pixels of the MCU grid the planes ``(B, R·v_c, C·h_c, 64)`` cover: ``8·R·vmax``
+    × ``8·C·hmax``, read off the shapes (no tensor values: host-known on any device). Every
+    component's upsampled samples cover exactly this grid."""
+    (h0, v0), plane = sampling[0], planes[0]
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    return 8 * (plane.shape[-3] // v0) * vmax, 8 * (plane.shape[-2] // h0) * hmax
 
 
 def _to_rgb_exact(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], sizes: Tensor, out_h: int, out_w: int,

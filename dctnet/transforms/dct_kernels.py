@@ -127,7 +127,7 @@ def ijg_tables(quality: Tensor) -> Tensor:
     (luma table for Y, chroma table for Cb and Cr), natural order, entries clamped to 1..255."""
     q = quality.to(torch.float64).clamp(1, 100)
     scale = torch.where(q < 50, 5000.0 / q, 200.0 - 2.0 * q)[:, None, None]
-    std = torch.from_numpy(IJG_STD_TABLES).to(quality.device, torch.float64)
+    std = torch.from_numpy(IJG_STD_TABLES).to(quality.device, torch.float64, non_blocking=True)  # a blocking copy waits
     t = torch.floor((std[None] * scale + 50.0) / 100.0).clamp(1, 255)
     return t[:, [0, 1, 1]]
 
@@ -153,7 +153,7 @@ def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
 
 def select_frequencies(x: Tensor, index: Tensor) -> Tensor:
     """Keep the coefficients listed in ``index (K,)`` (natural order): ``(..., 64) -> (..., K)``."""
-    return x.index_select(-1, index.to(x.device))
+    return x.index_select(-1, index.to(x.device, non_blocking=True))  # a host index: copied without waiting
 
 
 def coefficient_image_to_rgb(x: Tensor, *, clamp: bool = True) -> Tensor:

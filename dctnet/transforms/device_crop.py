@@ -24,15 +24,28 @@ from dctnet.transforms import dct_kernels as TF
 __all__ = ["crops_to_coefficients", "crops_to_rgb", "native_chroma"]
 
 
-def _merge(batch: JpegBatch, per_group: Callable[[PlaneGroup, Tensor, Tensor, Tensor | None], Tensor],
+def _extent(batch: JpegBatch, i: int) -> tuple[int, int]:
+    """``(H, W)`` in pixels to decode group ``i`` to, host ints: the largest valid size of its
+    samples (:attr:`JpegBatch.extents`, read on the host where the batch was built), else its whole
+    MCU grid (read off the plane shapes). Never ``valid.max()`` on the device: that is a host sync
+    a group, the GPU's queue drained before the next kernel could be launched."""
+    g = batch.groups[i]
+    extent = batch.extents[i] if batch.extents is not None else None
+    return extent if extent is not None else IM.grid_size(g.planes, g.sampling)
+
+
+def _merge(batch: JpegBatch,
+           per_group: Callable[[PlaneGroup, tuple[int, int], Tensor, Tensor, Tensor | None], Tensor],
            shape: tuple[int, ...]) -> Tensor:
-    """Run ``per_group(group, valid, boxes, resize)`` on each layout group and merge the outputs
-    ``(n, *shape)`` into one ``(B, *shape)`` tensor in batch order (no copy for one group)."""
+    """Run ``per_group(group, extent, valid, boxes, resize)`` on each layout group (``extent``:
+    :func:`_extent`) and merge the outputs ``(n, *shape)`` into one ``(B, *shape)`` tensor in
+    batch order (no copy for one group)."""
     if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
         g = batch.groups[0]
-        return per_group(g, batch.valid, batch.boxes, batch.resize)
-    outs = [per_group(g, batch.valid[g.rows], batch.boxes[g.rows], None if batch.resize is None else batch.resize[g.rows])
-            for g in batch.groups]
+        return per_group(g, _extent(batch, 0), batch.valid, batch.boxes, batch.resize)
+    outs = [per_group(g, _extent(batch, i), batch.valid[g.rows], batch.boxes[g.rows],
+                      None if batch.resize is None else batch.resize[g.rows])
+            for i, g in enumerate(batch.groups)]
     if not outs:
         return torch.zeros((0, *shape), device=batch.valid.device)
     out = outs[0].new_empty((len(batch), *shape))
@@ -64,9 +77,13 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
 
-    def decode(g: PlaneGroup, valid: Tensor, boxes: Tensor, resize: Tensor | None) -> Tensor:
+    def decode(g: PlaneGroup, extent: tuple[int, int], valid: Tensor, boxes: Tensor, resize: Tensor | None) -> Tensor:
+        # decoded to a host-known size (the group's extent, else its grid), never to valid.max() read
+        # back from the device. Pixels past a sample's own valid size are padding no resize tap reads:
+        # taps are clipped to the box, which lies in the valid window (training crops), and the eval
+        # window (``resize``) holds every tap of the kept crop (dctnet.resize.resize_matrices)
         rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
-                       exact=exact)
+                       exact=exact, out_size=extent)
         return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
 
     return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
