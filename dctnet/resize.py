@@ -5,6 +5,7 @@ batch (:func:`resized_crop`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -74,17 +75,33 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
     support = stretch * RESIZE_SUPPORT[interpolation]
     lo = torch.clamp(torch.trunc(centre - support + 0.5), min=0.0)
     hi = torch.minimum(torch.trunc(centre + support + 0.5), lengths[:, None])
-    j = torch.arange(in_size, device=device, dtype=torch.float64)[None, None, :] - starts.to(torch.float64)[:, None, None]
-    if interpolation == "bilinear":  # the expression the bilinear matrices have always used (bit-identical)
+    # Only a band of K taps per output can be non-zero. For a crop K is known on the host from the
+    # shapes: the taps [lo, hi) number at most 2·support + 1, and support ≤ R·max(in/out, 1), as the
+    # box lies in the axis. Weights are computed on the band (B, out, K) and scattered into the
+    # matrix: K ≈ 6 bicubic taps instead of in_size columns per output. (A resized segment can be
+    # smaller than the output — a padded centre crop — and its scale is not bounded by the shapes:
+    # all in_size columns then.)
+    if resized is None:
+        max_scale = max(in_size / out_size, 1.0)
+        taps = min(in_size, int(math.ceil(2.0 * RESIZE_SUPPORT[interpolation] * max_scale)) + 2)
+    else:
+        taps = in_size
+    j = lo[..., None] + torch.arange(taps, device=device, dtype=torch.float64)    # (B, out, K) segment coordinates
+    if interpolation == "bilinear":  # the expression the bilinear matrices have always used
         w = torch.clamp(1.0 - torch.abs((j - centre[..., None] + 0.5) / support[..., None]), min=0.0)
     else:
         w = _resize_filter((j - centre[..., None] + 0.5) / stretch[..., None], interpolation)
-    keep = (j >= lo[..., None]) & (j < hi[..., None])
+    column = j + starts.to(torch.float64)[:, None, None]                        # (B, out, K) in the tensor
+    keep = (j < hi[..., None]) & (column >= 0) & (column < in_size)
     if resized is not None:  # outputs past the resized segment: padding, no taps
         keep = keep & ((i >= 0) & (i < size[:, None]))[..., None]
     w = w * keep
     w = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
-    return w.to(dtype)
+    # dropped taps have weight 0 and a clamped column: scatter_add (not scatter) so that a clamped
+    # duplicate adds 0 rather than overwriting a kept weight
+    index = column.clamp(0, in_size - 1).long()
+    out = torch.zeros(w.shape[0], out_size, in_size, dtype=dtype, device=device)
+    return out.scatter_add_(2, index, w.to(dtype))
 
 
 def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
