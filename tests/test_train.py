@@ -132,9 +132,9 @@ def test_device_inputs_match_their_references(shapes, tmp_path):
     std = torch.tensor(T.IMAGENET_STD).reshape(1, 3, 1, 1)
     torch.testing.assert_close(x_rgb, (crops - mean) / std)
     assert torch.equal(y, labels.long())
-    r.model.input = "dct"
-    pipe.recipe = r
-    x_dct, _, _ = pipe.device_step(raw, None, None)
+    # the device step is built from the recipe: another input kind is another pipeline (same batch)
+    pipe_dct = build_pipeline(load_recipe(tiny(shapes, tmp_path, augment=[], model__input="dct")), torch.device("cpu"))
+    x_dct, _, _ = pipe_dct.device_step(raw, None, None)
     # numpy-free oracle: YCbCr by JFIF's matrix, level shift, 8x8 DCT-II as an explicit sum
     rgb = crops.double() * 255
     ycc = torch.stack([0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2],
@@ -146,8 +146,9 @@ def test_device_inputs_match_their_references(shapes, tmp_path):
     coef = torch.einsum("ui,vj,bchwij->bchwuv", basis, basis, blocks).reshape(-1, 3, 4, 4, 64)
     torch.testing.assert_close(x_dct.double(), coef, atol=1e-3, rtol=1e-4)
     # data.decode: exact switches the device decode to libjpeg's integer one (Pillow's pixels)
-    r.model.input, r.data.decode = "device-rgb", "exact"
-    x_exact, _, _ = pipe.device_step(raw, None, None)
+    pipe_exact = build_pipeline(load_recipe(tiny(shapes, tmp_path, augment=[], model__input="device-rgb",
+                                                 data__decode="exact")), torch.device("cpu"))
+    x_exact, _, _ = pipe_exact.device_step(raw, None, None)
     torch.testing.assert_close(x_exact, (T.crops_to_rgb(raw, (32, 32), exact=True) - mean) / std)
     assert not torch.equal(x_exact, x_rgb)
 

@@ -35,7 +35,6 @@ from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
 from dctnet.train.inputs import data_root, eval_config, limited_indices
 from dctnet.train.recipe import Recipe, input_stats
-from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import input_mean_std
 
 __all__ = ["Pipeline", "build_pipeline", "normalize_input"]
@@ -64,20 +63,37 @@ class Pipeline:
         self.excluded: list[tuple[str, str, str]] = []
         self.warned: list[tuple[str, str, str]] = []
         mean, std = input_mean_std(r.model.arch)
-        #: coefficient image or pixels → the unchanged model's normalised RGB (device-rgb), by the one rule
-        self.to_rgb = T.ToRGB(mean, std).to(self.device)
         #: the model's eval transform (timm's resolve_data_config rule; recipe fields override)
         self.eval_config = eval_config(r)
         self.eval_fill = D.ResizeCenterCrop.from_config(self.eval_config).fill(self.eval_config["mean"])
-        #: the recipe's augmentation on the device (None: no augment list): the recipe's list in its
-        #: order on the pixel crops, then what the model takes — ToRGB (device-rgb) or ToCoefficients
-        #: (dct), so the batch changes representation only where an op needs it
+        #: the device step, one object for training, eval and the statistics: decode and crop, the
+        #: recipe's augment list in its order on the pixel crops, then what the model takes — ToRGB with
+        #: the model's normalisation (device-rgb), or ToCoefficients, native chroma and the per-(c,u,v)
+        #: standardisation (dct) — so the batch changes representation only where an op needs it
+        self.step: T.DeviceStep | None = None
+        #: the training pixel stages (augment list + model input) as a Compose (None: no augment list)
         self.augment: T.Compose | None = None
-        if r.augment and r.model.input != "rgb":
-            ops = T.build_transform(r.augment, num_classes=self.num_classes, seed=r.train.seed, mean=mean, std=std,
-                                    label_smoothing=r.optim.label_smoothing, interpolation=r.data.interpolation)
-            last = self.to_rgb if r.model.input == "device-rgb" else T.ToCoefficients()
-            self.augment = T.Compose([*ops.transforms, last], seed=r.train.seed).to(self.device)
+        if r.model.input != "rgb":
+            ops = None
+            if r.augment:
+                ops = T.build_transform(r.augment, num_classes=self.num_classes, seed=r.train.seed, mean=mean,
+                                        std=std, label_smoothing=r.optim.label_smoothing,
+                                        interpolation=r.data.interpolation)
+            self.step = T.DeviceStep(
+                (r.data.image_size, r.data.image_size), input="rgb" if r.model.input == "device-rgb" else "coefficients",
+                augment=ops, mean=mean, std=std, chroma=r.model.chroma, exact=r.data.decode == "exact",
+                interpolation=r.data.interpolation, eval_interpolation=self.eval_config["interpolation"],
+                eval_fill=self.eval_fill, seed=r.train.seed).to(self.device)
+            # eager runs on the CPU group exactly the samples that drew each op (shapes cost nothing
+            # there); on an accelerator, or compiled, every batch of a size keeps one set of shapes
+            self.step.train_transform.set_fixed_shapes(self.device.type != "cpu" or r.train.compile)
+            if r.augment:
+                self.augment = self.step.train_transform
+            if r.train.compile:
+                self.step.compile(mode="reduce-overhead" if self.device.type == "cuda" else "default")
+        #: pixels → the unchanged model's normalised RGB (device-rgb), by the one rule
+        self.to_rgb = self.step.to_input if self.step is not None and r.model.input == "device-rgb" else \
+            T.ToRGB(mean, std).to(self.device)
         #: the torchvision/timm baseline's batch-level mixing (input rgb)
         self.rgb_mixing = baseline_mixing(r, self.num_classes) if r.model.input == "rgb" else []
         #: labels come out of the augmentation already smoothed (timm's Mixup folds optim.label_smoothing
@@ -116,7 +132,7 @@ class Pipeline:
                 loader.set_epoch(epoch)
             elif hasattr(getattr(loader, "sampler", None), "set_epoch"):
                 loader.sampler.set_epoch(epoch)
-        self.step = 0
+        self.step_index = 0
 
     def data_wait_seconds(self) -> float:
         """Seconds spent blocked on the next host batch so far. The device step (crop, resize,
@@ -133,7 +149,7 @@ class Pipeline:
         loss targets (soft under mixup/cutmix) and the class indices (for accuracy)."""
         loader = TimedLoader(self.train_loader if train else self.val_loader, self)
         split = "train" if train else "val"
-        self.step = 0
+        self.step_index = 0
         if self.recipe.model.input == "rgb":
             for x, y, (_, _, skipped) in loader:  # (worker, CPU seconds, skipped samples)
                 self._note_skipped(split, skipped)
@@ -146,8 +162,8 @@ class Pipeline:
 
     def _generator(self) -> torch.Generator:
         """This step's augmentation draws: a function of (seed, epoch, step, rank) only."""
-        gen = T.step_generator(self.recipe.train.seed, self.epoch, self.step, self.rank)
-        self.step += 1
+        gen = T.step_generator(self.recipe.train.seed, self.epoch, self.step_index, self.rank)
+        self.step_index += 1
         return gen
 
     def _mix_rgb(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -177,34 +193,17 @@ class Pipeline:
         self._note_skipped("val", batch.skipped)
         return self.device_step(batch, None, None)
 
-    def device_step(self, batch, augment: T.Transform | None, generator: torch.Generator | None):
-        """``JpegBatch`` → ``(inputs, targets, labels)``, one representation change a stage: decode and
-        resize the crops to pixels, run the augmentation there (pixel ops clamped as torchvision does;
-        labels become soft targets under mixing), then what the model takes — normalised RGB for
-        ``device-rgb`` (no DCT round trip), or one forward DCT, the coefficient-only ops and the
-        per-(c,u,v) standardisation for ``dct``."""
-        r = self.recipe
-        size, exact = (r.data.image_size, r.data.image_size), r.data.decode == "exact"
-        labels = batch.labels
-        # eval batches carry the resize of the model's eval crop (batch.resize); training crops do not
-        evaluating = getattr(batch, "resize", None) is not None
-        interpolation = self.eval_config["interpolation"] if evaluating else r.data.interpolation
-        fill = self.eval_fill if evaluating else 0.0
-        if augment is None:
-            if r.model.input == "device-rgb":
-                rgb = T.crops_to_rgb(batch, size, exact=exact, interpolation=interpolation, fill=fill)
-                return self.rgb_normalize(rgb), labels, labels
-            x, target = T.crops_to_coefficients(batch, size, exact=exact, interpolation=interpolation, fill=fill), labels
-        else:
-            x = T.crops_to_rgb(batch, size, exact=exact, interpolation=interpolation)
-            x, target = augment(x, labels, generator=generator)
-            if r.model.input == "device-rgb":
-                return x, target, labels
-        if r.model.chroma == "native":  # after the augmentation: every transform acts on the full chroma grid
-            x = T.native_chroma(x)
-        if self.normalize is not None:
-            x = normalize_input(x, self.normalize.mean, self.normalize.std)
-        return x, target, labels
+    def device_step(self, batch, augment: T.Compose | None, generator: torch.Generator | None):
+        """``JpegBatch`` → ``(inputs, targets, labels)`` through :attr:`step` (:class:`dctnet.transforms.DeviceStep`),
+        with ``augment`` (the pixel stages through the model input, as :attr:`augment`) in place of
+        the training ones, or ``None``: no augmentation (eval, and recipes without an augment list
+        outside training), with the eval crop's interpolation and fill where the batch is an eval
+        batch. The standardisation is :attr:`normalize` as it is now (``None`` while the statistics
+        pass computes it)."""
+        self.step.normalize = self.normalize
+        if augment is None and getattr(batch, "resize", None) is None and self.augment is None:
+            augment = self.step.train_transform  # a training batch without an augment list: the model input alone
+        return self.step.run(batch, augment, generator)
 
     def rgb_normalize(self, rgb: Tensor) -> Tensor:
         """``(rgb − mean) / std`` with the model's normalisation (:meth:`ToRGB.for_model`'s)."""
@@ -330,10 +329,5 @@ def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
     return D.compute_stats(fed, max_batches=r.model.stats_batches)
 
 
-def normalize_input(x: Tensor | tuple[Tensor, Tensor], mean: Tensor, std: Tensor) -> Tensor | tuple[Tensor, Tensor]:
-    """Per-(c,u,v) standardisation of a coefficient image, or of native ``(y, c)`` (channel 0's
-    statistics for y, channels 1–2's for c)."""
-    if isinstance(x, tuple):
-        y, c = x
-        return TF.normalize(y.unsqueeze(1), mean[:1], std[:1]).squeeze(1), TF.normalize(c, mean[1:], std[1:])
-    return TF.normalize(x, mean, std)
+#: per-(c,u,v) standardisation (the device step's, :func:`dctnet.transforms.step.normalize_input`)
+normalize_input = T.normalize_input

@@ -45,6 +45,7 @@ from dctnet.batch import (  # the batch contract, re-exported where users meet i
     expand_sparse,
 )
 from dctnet.transforms.device_crop import crops_to_coefficients, crops_to_rgb, native_chroma
+from dctnet.transforms.step import DeviceStep, normalize_input
 
 __all__ = [
     "MIXERS", "TRANSFORMS", "build_transform", "compile_step", "describe_transforms", "step_generator",
@@ -53,5 +54,5 @@ __all__ = [
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",
     "RandomVerticalFlip", "SelectFrequencies", "ThreeAugment", "TimmAugment", "ToCoefficients", "ToRGB", "Transform",
     "TrivialAugmentWide", "PackedJpegBatch", "SparseJpegBatch", "as_jpeg_batch", "crops_to_coefficients",
-    "crops_to_rgb", "expand_packed", "expand_sparse", "native_chroma",
+    "crops_to_rgb", "expand_packed", "expand_sparse", "native_chroma", "DeviceStep", "normalize_input",
 ]
