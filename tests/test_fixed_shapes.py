@@ -119,29 +119,48 @@ def test_deit_step_launches_at_most_400_kernels():
     assert max(_deit_launches().values()) <= 400
 
 
-def test_compiled_step_equals_eager_and_compiles_once():
-    """compile_step on the CPU (inductor): DeiT's list into plan A's normalised RGB equals the eager
-    step (≤ 1e-5) over 5 batches of one size, and dynamo compiles it once (no recompile)."""
+def test_compiled_device_step_equals_eager_and_compiles_once(synthetic_files):
+    """DeviceStep.compile on the CPU (inductor): decoded crops of mixed-layout JPEGs through DeiT's list
+    into plan A's normalised RGB equal the eager step (≤ 1e-5) over 5 batches of one size — new crops,
+    layouts and window sizes every batch — and dynamo compiles once (no graph after the first batch,
+    no recompile). compile_step (a Compose alone) equals its eager Compose too."""
     from torch._dynamo.utils import counters
 
+    from dctnet import data as D
+
+    def deit():
+        return [T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=0.25, mode="pixel"),
+                T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10)]
+
+    files = [f for f in synthetic_files if "syn_00" in f or "syn_01" in f][:12]
+    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), seed=0)
+    loader = D.ThreadLoader(ds, 6, threads=1, drop_last=True)
+    eager = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0)
+    compiled = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0).compile()
     torch._dynamo.reset()
-    step = T.Compose([T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"),
-                      T.RandomErasing(p=0.25, mode="pixel"),
-                      T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10),
-                      T.ToRGB()], seed=0)
-    compiled = T.compile_step(step)
     counters.clear()
-    for b in range(5):
-        x, labels = crops(4, 16, seed=b)
-        want_x, want_y = step(x, labels, generator=T.step_generator(0, 0, b))
-        got_x, got_y = compiled(x, labels, generator=T.step_generator(0, 0, b))
-        torch.testing.assert_close(got_x, want_x, atol=1e-5, rtol=0)
-        torch.testing.assert_close(got_y, want_y, atol=1e-6, rtol=0)
-        if b == 0:
-            frames = counters["stats"]["unique_graphs"]
-    assert frames >= 1
-    assert counters["stats"]["unique_graphs"] == frames, dict(counters["stats"])  # nothing compiled after batch 0
+    graphs = None
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for b, batch in enumerate(loader):
+            gen = (0, epoch, b)
+            want_x, want_y, _ = eager(batch, T.step_generator(*gen))
+            got_x, got_y, _ = compiled(batch, T.step_generator(*gen))
+            torch.testing.assert_close(got_x, want_x, atol=1e-5, rtol=0)
+            torch.testing.assert_close(got_y, want_y, atol=1e-6, rtol=0)
+            graphs = counters["stats"]["unique_graphs"] if graphs is None else graphs
+    assert graphs >= 1 and epoch == 2
+    assert counters["stats"]["unique_graphs"] == graphs, dict(counters["stats"])  # nothing compiled after batch 0
     assert not counters["recompiles"], dict(counters["recompiles"])
+
+    step = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4), T.ToRGB()], seed=0)
+    fn = T.compile_step(step)
+    for b in range(3):
+        x, labels = crops(4, 16, seed=b)
+        want = step(x, labels, generator=T.step_generator(0, 0, b))
+        got = fn(x, labels, generator=T.step_generator(0, 0, b))
+        torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(got[1], want[1], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("path", [ROOT / "recipes" / "imagenette" / "vit_s16_dct_gpu.yaml",
