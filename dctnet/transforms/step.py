@@ -30,7 +30,7 @@ from dctnet.transforms.base import Compose, Transform, to_coefficients
 from dctnet.transforms.device_crop import crops_to_rgb, native_chroma
 from dctnet.transforms.model_input import Normalize, ToCoefficients, ToRGB
 from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
+from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
 
 __all__ = ["DeviceStep", "normalize_input"]
 
@@ -93,6 +93,14 @@ class DeviceStep(nn.Module):
         self.augmented = bool(ops)
         self.normalize = normalize
         self._compiled: Any = None
+
+    @classmethod
+    def for_model(cls, model: Any, size: tuple[int, int], **kwargs: Any) -> "DeviceStep":
+        """A step with the normalisation ``model`` expects (an ``nn.Module`` or an architecture name):
+        its timm ``pretrained_cfg`` mean/std, else ImageNet's
+        (:func:`dctnet.transforms.normalization.input_mean_std`) — ``input="rgb"`` unless given."""
+        mean, std = input_mean_std(model)
+        return cls(size, **{"input": "rgb", "mean": mean, "std": std, **kwargs})
 
     # ------------------------------------------------------------------ running
     def forward(self, batch: Any, generator: torch.Generator | None = None, *,
