@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dctnet.functional import _cached, _neighbours, _resample_last
+from dctnet.functional import _cached, _resample_last
 
 __all__ = ["block_idct_islow", "islow_matrix", "upsample_pixels_exact"]
 
@@ -88,13 +88,14 @@ def _triangle_int(x: Tensor, valid: Tensor, bias: tuple[int, int], shift: int) -
     neighbours beyond the component's ``valid[b]`` samples replaced by the edge sample (libjpeg's
     edge cases and context rows reduce to exactly this)."""
     b, rows, n = x.shape
-    near, far = _neighbours(n, 2, valid)
-    gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
-    # the (even, odd) biases, copied once per device, repeated there: a constant per width n would
-    # be a new host → device copy whenever a batch brings a new grid width
-    rounding = _cached(("triangle_bias", tuple(bias), x.dtype, str(x.device)),
-                       lambda: torch.tensor(bias, dtype=x.dtype).to(x.device, non_blocking=True)).repeat(n)
-    return (3 * gather(near) + gather(far) + rounding) >> shift
+    # shifted copies, as functional._resample_last: the left neighbour of s[0] is itself, the right
+    # neighbour of each sample's last valid one is itself (libjpeg's edge), past it is padding
+    prev = torch.cat([x[..., :1], x[..., :-1]], -1)
+    nxt = torch.cat([x[..., 1:], x[..., -1:]], -1)
+    last = (valid - 1).clamp(min=0)[:, None, None]
+    nxt = torch.where(torch.arange(n, device=x.device) == last, x, nxt)
+    even, odd = 3 * x + prev + bias[0], 3 * x + nxt + bias[1]
+    return (torch.stack([even, odd], -1) >> shift).reshape(b, rows, 2 * n)
 
 
 def upsample_pixels_exact(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy") -> Tensor:

@@ -212,17 +212,6 @@ def _as_sizes(size: Size, batch: int, device: torch.device) -> Tensor:
     return torch.tensor([[h, w]], dtype=torch.long).to(device, non_blocking=True).expand(batch, 2)
 
 
-def _neighbours(n: int, factor: int, valid: Tensor) -> tuple[Tensor, Tensor]:
-    """Source indices ``(B, n·factor)`` of upsampling an axis of ``n`` samples by ``factor``: the
-    nearest sample and (factor 2) the next nearest — left for even outputs, right for odd — both
-    clamped to the ``valid[b]`` real samples (libjpeg replicates the edge sample)."""
-    pos = torch.arange(n * factor, device=valid.device)
-    last = (valid - 1).clamp(min=0)[:, None]                                   # (B, 1)
-    near = torch.minimum((pos // factor)[None, :], last)
-    far = torch.minimum((pos // 2 + torch.where(pos % 2 == 0, -1, 1)).clamp(min=0)[None, :], last)
-    return near, far
-
-
 def _component_extent(sizes: Tensor, h: int, v: int, hmax: int, vmax: int) -> Tensor:
     """``int64 (B, 2)``: a component's true (downsampled) height and width — libjpeg's
     ``downsampled_height/width`` = ⌈size·v/vmax⌉, ⌈size·h/hmax⌉."""
@@ -235,15 +224,22 @@ def _resample_last(x: Tensor, factor: int, valid: Tensor, fancy: Tensor | None) 
     Samples at index ``>= valid[b]`` are treated as absent (replicated from the last valid one),
     as libjpeg does at the component's true edge. ``fancy`` (bool per sample, factor 2 only)
     selects libjpeg's triangle filter: output ``2i`` = ¾·s[i] + ¼·s[i−1], ``2i+1`` = ¾·s[i] + ¼·s[i+1];
-    where it is False, or ``None``, samples are replicated."""
+    where it is False, or ``None``, samples are replicated.
+
+    Shifted copies rather than gathers: every output inside a sample's valid extent reads the
+    samples a gather clamped to ``valid`` would (the one output that reads past the edge, the odd
+    one of the last valid sample, is fixed with a mask), and outputs past it are padding."""
     b, rows, n = x.shape
-    near, far = _neighbours(n, factor, valid)
-    gather = lambda idx: torch.gather(x, 2, idx[:, None, :].expand(b, rows, idx.shape[1]))  # noqa: E731
     if fancy is None or factor != 2:
-        return gather(near)
-    w_near = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None, None]          # (B, 1, 1)
-    g_far = gather(far)
-    return g_far + w_near * (gather(near) - g_far)
+        return x.unsqueeze(-1).expand(b, rows, n, factor).reshape(b, rows, n * factor)
+    prev = torch.cat([x[..., :1], x[..., :-1]], -1)                               # s[i − 1], s[0] at the left edge
+    nxt = torch.cat([x[..., 1:], x[..., -1:]], -1)                                # s[i + 1]
+    last = (valid - 1).clamp(min=0)[:, None, None]                                # (B, 1, 1)
+    nxt = torch.where(torch.arange(n, device=x.device) == last, x, nxt)           # libjpeg's right edge
+    w_near = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None, None]            # (B, 1, 1)
+    even = prev + w_near * (x - prev)
+    odd = nxt + w_near * (x - nxt)
+    return torch.stack([even, odd], -1).reshape(b, rows, 2 * n)
 
 
 def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy") -> Tensor:
@@ -289,16 +285,21 @@ def _constant(name: str, values: Any, like: Tensor) -> Tensor:
 
 
 def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
-    """JFIF YCbCr → RGB on samples (0..255 scale), channels along ``dim``; no clamping."""
-    m = _constant("ycc_to_rgb", _YCC_TO_RGB, ycc)
-    x = ycc.movedim(dim, -1)
-    return ((x - _constant("ycc_offset", (0.0, 128.0, 128.0), ycc)) @ m.T).movedim(-1, dim)
+    """JFIF YCbCr → RGB on samples (0..255 scale), channels along ``dim``; no clamping.
+
+    Per-plane multiply-adds (a 3×3 matmul over a channels-last copy would move every sample twice
+    for three products each)."""
+    y, cb, cr = ycc.unbind(dim)
+    cb, cr = cb - 128.0, cr - 128.0
+    (_, _, rv), (_, gu, gv), (_, bu, _) = _YCC_TO_RGB
+    return torch.stack([y + rv * cr, y + gu * cb + gv * cr, y + bu * cb], dim)
 
 
 def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:
     """RGB → JFIF YCbCr on samples (0..255 scale), channels along ``dim``."""
-    x = rgb.movedim(dim, -1) @ _constant("rgb_to_ycc", _RGB_TO_YCC, rgb).T
-    return (x + _constant("ycc_offset", (0.0, 128.0, 128.0), rgb)).movedim(-1, dim)
+    r, g, b = rgb.unbind(dim)
+    rows = [r * m0 + g * m1 + b * m2 for m0, m1, m2 in _RGB_TO_YCC]
+    return torch.stack([rows[0], rows[1] + 128.0, rows[2] + 128.0], dim)
 
 
 def _components_to_rgb(comps: Tensor, color_space: str) -> Tensor:
