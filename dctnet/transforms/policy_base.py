@@ -4,11 +4,15 @@ r"""Augmentation policies drawn per sample and applied batched: torchvision's ``
 
 torchvision draws one op list per call — for a batch, one list for every sample; timm draws per
 image in a CPU worker with PIL. Here every sample draws its own ops, magnitudes, signs and
-per-op coins on the host (one seeded ``torch.Generator``, vectorised over the batch), and each op
-then runs **once per slot** as a batched kernel of :mod:`dctnet.transforms.pixel` over the samples
-that drew it (``index_select`` → kernel → ``index_copy``), slot after slot, so every sample sees its
-ops in its own draw order. Which samples drew which op is read off the host parameters: no device
-sync, and at most ``slots × ops`` kernel launches whatever the batch size.
+per-op coins on the host (one seeded ``torch.Generator``, vectorised over the batch). Each slot then
+runs in groups (:func:`plan_slots` on the host, :func:`run_planned_slots` on the device): one warp
+for every geometric op, one blend for brightness/colour/contrast/sharpness, one group per per-pixel
+op, each a batched kernel of :mod:`dctnet.transforms.pixel` / :mod:`~dctnet.transforms.geometry` over
+the rows that drew it (``index_select`` → kernel → ``index_copy_``), slot after slot, so every sample
+sees its ops in its own draw order. A group has a fixed number of rows (:func:`group_capacity`,
+padding into scratch rows past the batch), so every batch of a size runs the same kernels on the same
+shapes; which rows is read off the host parameters: no device sync. ``set_fixed_shapes(False)``:
+exact groups instead (no padding).
 
 Parameters of a batch (``draw_params``): ``op (B, S)`` int64 — the index of the op each sample runs
 in slot ``s`` in :attr:`Policy.ops`, or −1 where the slot does nothing (timm's per-op coin, an
