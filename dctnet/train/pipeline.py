@@ -83,7 +83,7 @@ class Pipeline:
                 (r.data.image_size, r.data.image_size), input="rgb" if r.model.input == "device-rgb" else "coefficients",
                 augment=ops, mean=mean, std=std, chroma=r.model.chroma, exact=r.data.decode == "exact",
                 interpolation=r.data.interpolation, eval_interpolation=self.eval_config["interpolation"],
-                eval_fill=self.eval_fill, seed=r.train.seed).to(self.device)
+                eval_fill=self.eval_fill, pixels=r.data.pixels, seed=r.train.seed).to(self.device)
             # eager runs on the CPU group exactly the samples that drew each op (shapes cost nothing
             # there); on an accelerator, or compiled, every batch of a size keeps one set of shapes
             self.step.train_transform.set_fixed_shapes(self.device.type != "cpu" or r.train.compile)

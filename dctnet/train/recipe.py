@@ -59,6 +59,9 @@ class DataConfig:
     crop_mode: Literal["center", "squash", "border"] | None = None
     eval_interpolation: Literal["bilinear", "bicubic"] | None = None
     decode: Literal["float", "exact"] = "float"  # device decode: float maths, or libjpeg's integer decode (= Pillow's pixels)
+    # the pixel stages' values: float, or 8bit — rounded to 1/255 levels after the crop and after each op
+    # the RGB arm runs on 8-bit PIL images (policies, ColorJitter, grayscale), as Pillow hands them over
+    pixels: Literal["float", "8bit"] = "float"
     limit_train: int = 0              # use only the first N training samples (0: all), for smoke tests
     limit_val: int = 0
     synthetic_classes: int = 6        # source: synthetic — classes, images per class, JPEG side range

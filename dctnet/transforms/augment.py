@@ -14,7 +14,7 @@ from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import pixel as P
 from dctnet.transforms import policy_base as PB
-from dctnet.transforms.base import Transform, image_size
+from dctnet.transforms.base import Transform, image_size, round_to_levels
 
 __all__ = ["ColorJitter", "FrequencyDropout", "RandomChromaRotation", "RandomGrayscale", "RandomHorizontalFlip",
            "RandomRequantize", "RandomTranspose", "RandomVerticalFlip"]
@@ -69,6 +69,8 @@ class ColorJitter(Transform):
     On a coefficient image without hue the three linear ops run as their exact DCT kernels
     (without the clamps between them); hue is an HSV operation and needs pixels. The linear (Cb, Cr)
     rotation that is exact on coefficients is :class:`RandomChromaRotation`."""
+
+    eight_bit_op = True
 
     def __init__(self, brightness: float | tuple[float, float] = 0.0, contrast: float | tuple[float, float] = 0.0,
                  saturation: float | tuple[float, float] = 0.0, hue: float | tuple[float, float] = 0.0,
@@ -138,7 +140,8 @@ class ColorJitter(Transform):
         if self.p == 0.0:
             return x, labels
         if x.dim() == 4:
-            out = PB.run_planned_slots(x, prepared["slots"], self._names(), PB._Context("nearest", None))
+            out = PB.run_planned_slots(x, prepared["slots"], self._names(),
+                                       PB._Context("nearest", None, self.pixel_levels))
         else:
             present = [getattr(self, name) is not None for name in _JITTER_OPS]
             kernels = [k if keep else None for k, keep in
@@ -181,11 +184,15 @@ class RandomGrayscale(RandomHorizontalFlip):
     on pixels; zero chroma on coefficients (JFIF's Y weights 0.299/0.587/0.114 against torchvision's
     0.2989/0.587/0.114: ≤ 0.03 grey levels apart)."""
 
+    eight_bit_op = True
+
     def __init__(self, p: float = 0.1, seed: int | None = None) -> None:
         super().__init__(p, seed)
 
     def apply_transform(self, x, labels, params):
-        return (P.rgb_to_grayscale(x) if x.dim() == 4 else TF.grayscale(x)), labels
+        if x.dim() == 4:
+            return round_to_levels(P.rgb_to_grayscale(x), self.pixel_levels), labels
+        return TF.grayscale(x), labels
 
 
 class RandomRequantize(Transform):

@@ -76,7 +76,8 @@ from torch import Tensor, nn
 from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "OVERFLOW", "Params", "Transform", "coefficient_shape", "compile_step", "group_capacity",
-           "image_size", "pixel_shape", "step_generator", "to_coefficients", "to_device", "to_pixels"]
+           "image_size", "pixel_shape", "round_to_levels", "step_generator", "to_coefficients", "to_device",
+           "to_pixels"]
 
 
 #: drawn parameters: name → host tensor with first dimension B (a ``Compose``: ``"i"`` → its i-th
@@ -202,6 +203,13 @@ class Transform(nn.Module):
     #: (:meth:`set_fixed_shapes`), groups hold exactly the samples that drew the op — less work for
     #: eager runs, where shapes that follow the draws cost nothing (the CPU)
     fixed_shapes: bool = True
+    #: ``None``: float pixels. 256: the ops that the RGB arm runs on 8-bit PIL images round their
+    #: pixel results to ``k/255`` (:meth:`set_pixel_levels`; only the transforms that declare
+    #: :attr:`eight_bit_op` do)
+    pixel_levels: int | None = None
+    #: an op PIL runs on 8-bit images in a torchvision/timm pipeline (policies, ColorJitter, grayscale):
+    #: with ``pixel_levels`` set, its pixel results are rounded to those levels after each op
+    eight_bit_op: bool = False
 
     def __init__(self, seed: int | None = None, *, p: float | None = None) -> None:
         super().__init__()
@@ -278,6 +286,17 @@ class Transform(nn.Module):
         for m in self.modules():
             if isinstance(m, Transform):
                 m.fixed_shapes = bool(fixed)
+        return self
+
+    def set_pixel_levels(self, levels: int | None) -> "Transform":
+        """Round the pixel results of every 8-bit op in this transform (:attr:`eight_bit_op`) to
+        ``levels`` levels (256: ``k/255``, what an 8-bit PIL image holds), or ``None``: float.
+        Returns ``self``."""
+        if levels is not None and (isinstance(levels, bool) or not isinstance(levels, int) or levels < 2):
+            raise ValueError(f"pixel levels must be an integer >= 2 or None, got {levels!r}")
+        for m in self.modules():
+            if isinstance(m, Transform):
+                m.pixel_levels = levels if m.eight_bit_op else None
         return self
 
     def generator_for(self, epoch: int, step: int, rank: int = 0) -> torch.Generator:
@@ -423,6 +442,15 @@ class Compose(Transform):
             x = _in_domain(x, t.domain)
             x, labels = t.execute(x, labels, p)
         return x, labels
+
+
+def round_to_levels(x: Tensor, levels: int | None) -> Tensor:
+    """Pixels in [0, 1] rounded to ``k/(levels − 1)`` (256 levels: an 8-bit image's values); ``None``:
+    as they are."""
+    if levels is None:
+        return x
+    scale = float(levels - 1)
+    return torch.round(x * scale).mul_(1.0 / scale)
 
 
 def _in_domain(x: Tensor, domain: str) -> Tensor:

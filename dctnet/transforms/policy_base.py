@@ -49,7 +49,7 @@ from torch import Tensor
 
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
-from dctnet.transforms.base import Transform, group_capacity, to_device
+from dctnet.transforms.base import Transform, group_capacity, round_to_levels, to_device
 
 __all__ = ["KERNELS", "Kernel", "Policy"]
 
@@ -65,6 +65,8 @@ class _Context:
 
     interpolation: str
     fill: Tensor | None
+    #: round each op's result to these levels (256: 8-bit pixels), or None
+    levels: int | None = None
 
 
 def _zeros(n: int, like: Tensor) -> Tensor:
@@ -461,7 +463,7 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
                     out = _blend_slot(sub, ch["factor"], ch["weights"], smooth)
                 else:
                     out = KERNELS[g[4:]](sub, ch["arg"], ctx)
-                buf.index_copy_(0, rows, out.to(buf.dtype))
+                buf.index_copy_(0, rows, round_to_levels(out, ctx.levels).to(buf.dtype))
     return buf[:batch].to(x.dtype)
 
 
@@ -478,6 +480,7 @@ class Policy(Transform):
     (:func:`plan_slots`, :func:`run_planned_slots`)."""
 
     domain = "pixel"
+    eight_bit_op = True
     ops: tuple[str, ...] = ()
 
     def __init__(self, seed: int | None, interpolation: str, fill: float | Sequence[float] | None) -> None:
@@ -505,7 +508,7 @@ class Policy(Transform):
 
     def execute(self, x, labels, prepared):
         fill = None if self.fill_rgb is None else self.fill_rgb.to(x.device, non_blocking=True)
-        return run_planned_slots(x, prepared, self.ops, _Context(self.interpolation, fill)), labels
+        return run_planned_slots(x, prepared, self.ops, _Context(self.interpolation, fill, self.pixel_levels)), labels
 
     def op_names(self, params: dict[str, Tensor]) -> list[list[str]]:
         """The ops each sample ran, in order (for notebooks and tests)."""

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dctnet.transforms.base import Compose, Transform, to_coefficients
+from dctnet.transforms.base import Compose, Transform, round_to_levels, to_coefficients
 from dctnet.transforms.device_crop import crops_to_rgb, native_chroma
 from dctnet.transforms.model_input import Normalize, ToCoefficients, ToRGB
 from dctnet.transforms import dct_kernels as TF
@@ -61,6 +61,9 @@ class DeviceStep(nn.Module):
         exact: decode in libjpeg's integer arithmetic (Pillow's very pixels).
         interpolation / eval_interpolation: the training crops' and eval crops' resampling.
         eval_fill: RGB in [0, 1] padding an eval crop larger than the resized image.
+        pixels: ``"float"``, or ``"8bit"``: the crops and the results of every op an RGB pipeline runs on
+            8-bit PIL images (policies, ColorJitter, grayscale) rounded to ``k/255``, as Pillow hands
+            them over (erasing and mixing act on float tensors there too and are not rounded).
         seed: seeds the augmentation's generator when no generator is passed.
 
     ``inputs``: the model's input; ``targets``: the loss targets (soft ``(B, K)`` under mixing, else the
@@ -71,7 +74,7 @@ class DeviceStep(nn.Module):
                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  normalize: Normalize | None = None, chroma: str = "upsampled", exact: bool = False,
                  interpolation: str = "bilinear", eval_interpolation: str | None = None,
-                 eval_fill: float | tuple[float, float, float] = 0.0, seed: int = 0) -> None:
+                 eval_fill: float | tuple[float, float, float] = 0.0, pixels: str = "float", seed: int = 0) -> None:
         super().__init__()
         if input not in ("rgb", "coefficients"):
             raise ValueError(f"DeviceStep: input must be 'rgb' or 'coefficients', got {input!r}")
@@ -79,7 +82,11 @@ class DeviceStep(nn.Module):
             raise ValueError(f"DeviceStep: chroma must be 'upsampled' or 'native', got {chroma!r}")
         if chroma == "native" and input != "coefficients":
             raise ValueError("DeviceStep: chroma='native' is for input='coefficients'")
+        if pixels not in ("float", "8bit"):
+            raise ValueError(f"DeviceStep: pixels must be 'float' or '8bit', got {pixels!r}")
         self.size = (int(size[0]), int(size[1]))
+        #: 256 with ``pixels="8bit"``: crops and the 8-bit ops' results rounded to k/255 (None: float)
+        self.pixel_levels = 256 if pixels == "8bit" else None
         self.input, self.chroma, self.exact = input, chroma, bool(exact)
         self.interpolation = interpolation
         self.eval_interpolation = eval_interpolation or interpolation
@@ -89,7 +96,7 @@ class DeviceStep(nn.Module):
         self.to_input = ToRGB(mean, std) if input == "rgb" else ToCoefficients()
         ops = [] if augment is None else list(augment.transforms if isinstance(augment, Compose) else augment)
         #: the training stages 2–3 on the pixel crops: the augmentation, then the model input
-        self.train_transform = Compose([*ops, self.to_input], seed=self.seed)
+        self.train_transform = Compose([*ops, self.to_input], seed=self.seed).set_pixel_levels(self.pixel_levels)
         self.augmented = bool(ops)
         self.normalize = normalize
         self._compiled: Any = None
@@ -119,11 +126,12 @@ class DeviceStep(nn.Module):
         if transform is None:
             evaluating = getattr(batch, "resize", None) is not None
             interpolation = self.eval_interpolation if evaluating else self.interpolation
-            rgb = crops_to_rgb(batch, self.size, exact=self.exact, interpolation=interpolation,
-                               fill=self.eval_fill if evaluating else 0.0)
+            rgb = round_to_levels(crops_to_rgb(batch, self.size, exact=self.exact, interpolation=interpolation,
+                                               fill=self.eval_fill if evaluating else 0.0), self.pixel_levels)
             x = self.to_input(rgb) if self.input == "rgb" else to_coefficients(rgb)
             return self._finish(x), labels, labels
-        rgb = crops_to_rgb(batch, self.size, exact=self.exact, interpolation=self.interpolation)
+        rgb = round_to_levels(crops_to_rgb(batch, self.size, exact=self.exact, interpolation=self.interpolation),
+                              self.pixel_levels)
         gen = generator if generator is not None else transform.generator
         params = transform.draw_params(rgb.shape, gen)
         prepared = transform.prepare(params, rgb.shape, rgb.device)
@@ -162,4 +170,5 @@ class DeviceStep(nn.Module):
     def extra_repr(self) -> str:
         return (f"size={self.size}, input={self.input!r}, chroma={self.chroma!r}, exact={self.exact}, "
                 f"interpolation={self.interpolation!r}, eval_interpolation={self.eval_interpolation!r}, "
+                f"pixels={'8bit' if self.pixel_levels else 'float'}, "
                 f"compiled={self._compiled is not None}")
