@@ -115,7 +115,8 @@ class Pipeline:
                      f"per-sample transform: {tf!r}", f"batch mixing: {[_described(m) for m in self.rgb_mixing]}"]
         else:
             lines = [f"input: {r.model.input} (dctnet: host reads coefficient windows; device step below)",
-                     f"crop: {self.crop_description()}", f"device augmentation: {self.augment!r}"]
+                     f"crop: {self.crop_description()}", f"device step: DeviceStep({self.step.extra_repr()})",
+                     f"device augmentation: {self.augment!r}"]
         return "\n".join(lines) + "\n"
 
     def crop_description(self) -> str:
