@@ -181,27 +181,34 @@ def op_rows(tab: Table, x: torch.Tensor, labels: torch.Tensor, size: int) -> Non
     print("transforms (drawn per sample on the host, applied batched):")
     for name, t in (("ColorJitter(0.4, 0.4, 0.4, 0.1)", T.ColorJitter(0.4, 0.4, 0.4, 0.1, seed=0)),
                     ("RandomErasing(p=1, mode='pixel')", T.RandomErasing(p=1.0, mode="pixel", seed=0))):
-        t = t.to(device)
+        t = t.to(device).set_fixed_shapes(device.type != "cpu")
         tab.time("transform", name, lambda t=t: t(x))
     mix = T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=1000, seed=0).to(device)
     tab.time("transform", "Mixup(0.8, 1.0)", lambda: mix(x, labels))
 
-    print("policies as drawn (per-sample ops; host draws included):")
+    print("policies as drawn (per-sample ops; host draws included; fixed-size groups on an accelerator, exact "
+          "groups on the CPU, as dctnet train runs them):")
     for name, t in (("RandAugment(2, 9)", T.RandAugment(2, 9, seed=0)),
                     ("TrivialAugmentWide()", T.TrivialAugmentWide(seed=0)),
                     ("AutoAugment(imagenet)", T.AutoAugment(seed=0)),
                     (f"TimmAugment('{DEIT_POLICY}')", T.TimmAugment(DEIT_POLICY, seed=0)),
                     ("ThreeAugment()", T.ThreeAugment(seed=0))):
-        t = t.to(device)
+        t = t.to(device).set_fixed_shapes(device.type != "cpu")
         tab.time("policy", name, lambda t=t: t(x))
 
 
 def deit_list(device: torch.device) -> T.Compose:
     """DeiT's training augmentation (timm's train.py defaults for DeiT) → normalised RGB."""
-    return T.Compose([T.RandomHorizontalFlip(), T.TimmAugment(DEIT_POLICY), T.RandomErasing(p=0.25, mode="pixel"),
-                      T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
-                              num_classes=1000),
-                      T.ToRGB()], seed=0).to(device)
+    compose = T.Compose([T.RandomHorizontalFlip(), T.TimmAugment(DEIT_POLICY), T.RandomErasing(p=0.25, mode="pixel"),
+                         T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
+                                 num_classes=1000),
+                         T.ToRGB()], seed=0).to(device)
+    # as dctnet train runs it: fixed-size groups on an accelerator, exact groups on the CPU
+    return compose.set_fixed_shapes(device.type != "cpu")
+
+
+def crops_to_rgb_bicubic(batch: T.JpegBatch, size: int) -> torch.Tensor:
+    return T.crops_to_rgb(batch, (size, size), interpolation="bicubic")
 
 
 # ---------------------------------------------------------------------- the CPU references
@@ -270,6 +277,38 @@ def reference_rows(files: list[str], size: int, repeats: int, deit_device_s: flo
             print(f"  {name:60s} {us:9.1f} us/sample {us / host_us:8.2f}x dctnet host", flush=True)
             results.append({"section": "reference", "name": name, "us_per_sample": us,
                             "ratio_to_dctnet_host": us / host_us, "samples": len(files)})
+        # the issue's comparison, one core each, the same files, the same run: timm's DeiT transform
+        # (PIL decode included) + timm's Mixup on the batch, against dctnet's whole device step on the
+        # CPU (bicubic crop + DeiT's list + ToRGB; exact groups, as dctnet train runs it on a CPU)
+        import timm.data
+
+        timm_tf_us = results[1]["us_per_sample"]
+        mix = timm.data.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
+                              num_classes=1000)
+        xb = torch.randn(len(files) - len(files) % 2, 3, size, size)
+        yb = torch.randint(0, 1000, (xb.shape[0],))
+        mix_us = one_core_us(lambda: (mix(xb.clone(), yb), xb.shape[0])[1], repeats)
+        loader.set_epoch(next(epoch))
+        batch = next(iter(loader))
+        deit = deit_list(torch.device("cpu"))  # exact groups, as on every CPU
+        gens = iter(range(1 << 30))
+
+        def dctnet_step() -> int:
+            deit(crops_to_rgb_bicubic(batch, size), batch.labels, generator=T.step_generator(0, 0, next(gens)))
+            return len(batch)
+
+        dctnet_step()
+        step_us = one_core_us(dctnet_step, repeats)
+        timm_total = timm_tf_us + mix_us
+        for name, us in (("timm Mixup(0.8, 1.0, ls 0.1) on the batch", mix_us),
+                         ("timm DeiT transform + Mixup (PIL decode included)", timm_total),
+                         ("dctnet DeiT device step on the CPU (crop + list + ToRGB)", step_us)):
+            print(f"  {name:60s} {us:9.1f} us/sample {us / host_us:8.2f}x dctnet host", flush=True)
+            results.append({"section": "reference", "name": name, "us_per_sample": us,
+                            "ratio_to_dctnet_host": us / host_us, "samples": len(files)})
+        print(f"  dctnet's device step costs {step_us / timm_total:.2f}x timm's transform + Mixup per sample on one core "
+              f"(host read {host_us:.0f} us/sample apart; dctnet total {(step_us + host_us) / timm_total:.2f}x)")
+        results[-1]["ratio_to_timm_transform_and_mixup"] = step_us / timm_total
         if deit_device_s is not None:
             # not a one-core CPU figure: the device's wall time for the batch, per sample (timm runs the
             # same policy per sample on a core; the sum of both dctnet figures is dctnet's per-sample cost)
