@@ -106,7 +106,8 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
 
 def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
                  resize: Tensor | None = None, fill: float | Sequence[float] = 0.0) -> Tensor:
-    """Crop ``boxes (B, 4)`` = (top, left, height, width) out of ``images (B, C, H, W)`` and
+    """Crop ``boxes (B, 4)`` = (top, left, height, width) — each inside the image tensor, as a training
+    crop's box lies in its window — out of ``images (B, C, H, W)`` and
     resize each to ``size`` = (h, w) with antialiased ``interpolation`` (``"bilinear"`` or
     ``"bicubic"``) weights — torchvision's ``resized_crop(..., antialias=True)`` on float tensors
     for every sample at once, as two batched matmuls (:func:`resize_matrices`). Returns

@@ -175,3 +175,12 @@ def test_fixed_and_exact_groups_compute_the_same(path):
     exact = step.set_fixed_shapes(False)(x, labels, params=params)
     step.set_fixed_shapes(True)
     torch.testing.assert_close(exact, fixed, atol=0, rtol=0)
+
+
+def test_an_empty_batch_passes_through():
+    """A batch whose samples were all skipped (on_error: skip) still runs, fixed shapes or exact groups."""
+    step = recipe_step(ROOT / "recipes" / "imagenette" / "vit_s16_dct_gpu.yaml")
+    x, labels = crops(0, 32, seed=0)
+    for fixed in (True, False):
+        out, target = step.set_fixed_shapes(fixed)(x, labels, generator=T.step_generator(0, 0, 0))
+        assert out.shape == (0, 3, 4, 4, 64) and target.shape[0] == 0

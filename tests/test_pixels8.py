@@ -31,7 +31,7 @@ def test_eight_bit_ops_round_each_result(make):
     for s in range(slots):
         one = {"op": params["op"][:, s:s + 1], "arg": params["arg"][:, s:s + 1]}
         one.update({k: v for k, v in params.items() if k not in ("op", "arg")})
-        want = np.round(aug(x, params=one).numpy() * np.float32(255)) * np.float32(1 / 255)  # float32 as the images
+        want = np.round(aug(x, params=one).numpy() * np.float32(255)) / np.float32(255)  # k/255 in float32, as the images
         got = aug.set_pixel_levels(256)(x, params=one)
         aug.set_pixel_levels(None)
         np.testing.assert_allclose(got.numpy(), want, atol=1e-6, rtol=0)
@@ -62,3 +62,14 @@ def test_recipe_pixels_field(tmp_path):
     bad.write_text("data: {pixels: 10bit}\n")
     with pytest.raises(RecipeError, match="data.pixels"):
         load_recipe(bad)
+
+
+def test_sharpness_leaves_tiny_images_as_they_are():
+    """torchvision's adjust_sharpness returns images 2 pixels or less across unchanged."""
+    import torchvision.transforms.v2.functional as TVF
+
+    x = torch.rand(3, 3, 2, 8, generator=torch.Generator().manual_seed(0))
+    aug = T.RandAugment(1, 9, seed=0)
+    params = {"op": torch.full((3, 1), aug.ops.index("Sharpness")), "arg": torch.full((3, 1), 1.8, dtype=torch.float64)}
+    want = torch.stack([TVF.adjust_sharpness(x[i], 1.8) for i in range(3)])
+    torch.testing.assert_close(aug(x, params=params), want, atol=1e-6, rtol=0)

@@ -163,8 +163,8 @@ def test_policies_draw_per_sample_and_replay(crops):
 
 
 def test_policy_kernel_launches_do_not_grow_with_the_batch():
-    """One batched kernel per (slot, op) present: the operator count is the same for 256 samples as
-    for 1024 (every op is drawn in both), where a per-sample loop would quadruple it."""
+    """One batched kernel per (slot, group of ops) present: the operator count is the same for 256
+    samples as for 1024 (every op is drawn in both), where a per-sample loop would quadruple it."""
     from torch.profiler import ProfilerActivity, profile
 
     def count(n: int, aug) -> int:

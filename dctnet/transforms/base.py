@@ -163,7 +163,7 @@ def group_capacity(batch: int, p: float, tail: float = OVERFLOW) -> int:
     if p <= 0.0:
         return 1
     if p >= 1.0:
-        return batch
+        return max(1, batch)
     log_p, log_q = math.log(p), math.log1p(-p)
     cdf = 0.0
     for c in range(batch + 1):
@@ -450,7 +450,7 @@ def round_to_levels(x: Tensor, levels: int | None) -> Tensor:
     if levels is None:
         return x
     scale = float(levels - 1)
-    return torch.round(x * scale).mul_(1.0 / scale)
+    return torch.round(x * scale).div_(scale)  # k / 255, as to_tensor divides (k · (1/255) is 1 ulp off for half of k)
 
 
 def _in_domain(x: Tensor, domain: str) -> Tensor:

@@ -223,8 +223,8 @@ BLEND_DEGENERATE = {"Brightness": "zero", "Color": "gray", "Contrast": "mean", "
 #: the geometric ops: one affine warp per slot; torchvision's (centred matrices) and PIL's (timm)
 TV_WARPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 PIL_WARPS = ("PilShearX", "PilShearY", "PilTranslateX", "PilTranslateY", "PilRotate")
-#: the per-pixel ops run masked over the whole batch, with the argument a sample that did not draw
-#: the op is given (any value the kernel computes finitely with; its result is discarded)
+#: the per-pixel ops, each a group of its own; the argument a padding row is given (any value the
+#: kernel computes finitely with; its result goes to a scratch row)
 MAP_NEUTRAL = {"Posterize": 8.0, "PilPosterize": 8.0, "Solarize": 1.0, "SolarizeAdd": 0.0, "AutoContrast": 0.0,
                "Equalize": 0.0, "Invert": 0.0, "Grayscale": 0.0, "GaussianBlur": 1.0, "Hue": 0.0}
 
@@ -327,6 +327,8 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
     arg = arg.to(torch.float64)
     groups = slot_groups(names)
     tv = any(n in TV_WARPS for n in names)
+    if tv and any(n in PIL_WARPS for n in names):  # one warp a slot: one convention of matrices
+        raise ValueError(f"a policy warps with torchvision's matrices or PIL's, not both: {tuple(names)}")
     plans = []
     for s in range(op.shape[1]):
         o, a = op[:, s], arg[:, s]
@@ -343,7 +345,7 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
             if capacity is None:  # exact groups: only the rows that drew the group, none when none did
                 cap, total = max(len(rows), 1), len(rows)
             else:
-                cap = min(batch, capacity.get(g, batch))
+                cap = max(1, min(batch, capacity.get(g, batch)))  # an empty batch still runs one padding group
                 total = max(len(rows), 1)
             chunks = []
             for start in range(0, total, cap):
@@ -415,11 +417,12 @@ def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Ten
     gray = P._gray(x)
     degenerate = wts[:, 0, None, None, None] * gray + wts[:, 1, None, None, None] * gray.mean(dim=(-3, -2, -1), keepdim=True)
     h, w = x.shape[-2:]
-    if smooth and h > 2 and w > 2:
-        centre = x[..., 1:-1, 1:-1]
-        ring = P._sum(x[..., i:h - 2 + i, j:w - 2 + j] for i in range(3) for j in range(3) if (i, j) != (1, 1))
-        blurred = x.clone()
-        blurred[..., 1:-1, 1:-1] = ring * (1.0 / 13.0) + centre * (5.0 / 13.0)
+    if smooth:
+        blurred = x.clone()  # images of 2 pixels or less across have no interior: torchvision leaves them as they are
+        if h > 2 and w > 2:
+            centre = x[..., 1:-1, 1:-1]
+            ring = P._sum(x[..., i:h - 2 + i, j:w - 2 + j] for i in range(3) for j in range(3) if (i, j) != (1, 1))
+            blurred[..., 1:-1, 1:-1] = ring * (1.0 / 13.0) + centre * (5.0 / 13.0)
         degenerate = degenerate + wts[:, 2, None, None, None] * blurred
     return P._blend(x, degenerate, f)
 
@@ -476,7 +479,7 @@ def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context") -> Tensor:
 
 class Policy(Transform):
     """Base of the policies: subclasses draw ``{"op": (B, S), "arg": (B, S)}`` over :attr:`ops` (names
-    of :data:`KERNELS`); this class runs them slot by slot, one batched kernel per (slot, op)
+    of :data:`KERNELS`); this class runs them slot by slot, one batched kernel per (slot, group, chunk)
     (:func:`plan_slots`, :func:`run_planned_slots`)."""
 
     domain = "pixel"

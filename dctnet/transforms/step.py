@@ -112,8 +112,11 @@ class DeviceStep(nn.Module):
     # ------------------------------------------------------------------ running
     def forward(self, batch: Any, generator: torch.Generator | None = None, *,
                 train: bool | None = None) -> tuple[Any, Tensor, Tensor]:
-        """The step of ``batch`` (a :class:`~dctnet.batch.JpegBatch`, packed or sparse); ``train``
-        defaults to whether the batch holds training crops (no ``batch.resize``)."""
+        """The step of ``batch`` (a :class:`~dctnet.batch.JpegBatch`, packed or sparse). ``train``: augment
+        it (True) or not (False); ``None`` tells from the batch — an eval batch of
+        :class:`~dctnet.data.ResizeCenterCrop` (the model's eval transform) carries ``batch.resize``,
+        anything else counts as training. Pass ``train=False`` for eval crops of another policy
+        (``CenterCrop``, ``FullImage``), which carry no ``resize``."""
         if train is None:
             train = getattr(batch, "resize", None) is None
         return self.run(batch, self.train_transform if train else None, generator)
