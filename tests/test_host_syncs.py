@@ -449,7 +449,7 @@ def recipe_pipeline(path: Path, root: str, tmp_path: Path):
 
 def device_modules(pipe) -> list[nn.Module]:
     """What would live on the device besides the batch: the transforms' and normalisation's buffers."""
-    return [m for m in (pipe.augment, pipe.to_rgb, pipe.normalize) if m is not None]
+    return [m for m in (pipe.step, pipe.normalize) if m is not None]  # the device step: augment list and model input
 
 
 def moved(tracer: DeviceTracer, batch: Any) -> Any:

@@ -91,9 +91,6 @@ class Pipeline:
                 self.augment = self.step.train_transform
             if r.train.compile:
                 self.step.compile(mode="reduce-overhead" if self.device.type == "cuda" else "default")
-        #: pixels → the unchanged model's normalised RGB (device-rgb), by the one rule
-        self.to_rgb = self.step.to_input if self.step is not None and r.model.input == "device-rgb" else \
-            T.ToRGB(mean, std).to(self.device)
         #: the torchvision/timm baseline's batch-level mixing (input rgb)
         self.rgb_mixing = baseline_mixing(r, self.num_classes) if r.model.input == "rgb" else []
         #: labels come out of the augmentation already smoothed (timm's Mixup folds optim.label_smoothing
@@ -205,10 +202,6 @@ class Pipeline:
         if augment is None and getattr(batch, "resize", None) is None and self.augment is None:
             augment = self.step.train_transform  # a training batch without an augment list: the model input alone
         return self.step.run(batch, augment, generator)
-
-    def rgb_normalize(self, rgb: Tensor) -> Tensor:
-        """``(rgb − mean) / std`` with the model's normalisation (:meth:`ToRGB.for_model`'s)."""
-        return (rgb - self.to_rgb.mean.to(rgb)) / self.to_rgb.std.to(rgb)
 
 
 def _described(obj) -> str:

@@ -76,8 +76,8 @@ from torch import Tensor, nn
 from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "OVERFLOW", "Params", "Transform", "coefficient_shape", "compile_step", "group_capacity",
-           "image_size", "pixel_shape", "round_to_levels", "step_generator", "to_coefficients", "to_device",
-           "to_pixels"]
+           "group_chunks", "image_size", "pixel_shape", "round_to_levels", "run_groups", "step_generator", "to_coefficients",
+           "to_device", "to_pixels"]
 
 
 #: drawn parameters: name → host tensor with first dimension B (a ``Compose``: ``"i"`` → its i-th
@@ -172,6 +172,38 @@ def group_capacity(batch: int, p: float, tail: float = OVERFLOW) -> int:
         if 1.0 - cdf <= tail:
             return max(1, c)
     return batch
+
+
+def group_chunks(rows: Tensor, batch: int, capacity: int | None) -> list[tuple[Tensor, Tensor]]:
+    """Host: the ``rows`` (int64, on the host) of a batch of ``batch`` that drew one kind of op, as
+    groups of ``capacity`` rows: per group ``(members, index)``, ``index`` = the members padded with
+    the scratch rows ``batch, batch + 1, …`` (distinct, so writes never collide). One group when the
+    rows fit, even none (all padding); more in the rare batch where they do not. ``capacity=None``:
+    exact groups — the rows alone, and no group when there are none."""
+    if capacity is None:
+        cap, total = max(len(rows), 1), len(rows)
+    else:
+        cap, total = max(1, min(batch, capacity)), max(len(rows), 1)
+    chunks = []
+    for start in range(0, total, cap):
+        members = rows[start:start + cap]
+        chunks.append((members, torch.cat([members, torch.arange(batch, batch + cap - len(members))])))
+    return chunks
+
+
+def run_groups(x: Tensor, groups: Sequence[tuple[Any, dict[str, Tensor]]],
+               kernel: Callable[[Tensor, Any, dict[str, Tensor]], Tensor]) -> Tensor:
+    """Device: for each ``(key, group)`` in order, ``kernel(rows of x, key, group)`` on the rows
+    ``group["rows"]`` (:func:`group_chunks`' index), written back; padding rows land in scratch rows
+    past the batch. The shapes are the groups', whatever the values."""
+    if not groups:
+        return x
+    scratch = max(len(g["rows"]) for _, g in groups)
+    buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])])
+    for key, g in groups:
+        rows = g["rows"]
+        buf.index_copy_(0, rows, kernel(buf.index_select(0, rows), key, g).to(buf.dtype))
+    return buf[:x.shape[0]]
 
 
 def to_device(tree, device: torch.device | str):
@@ -309,13 +341,9 @@ class Transform(nn.Module):
         """Convert ``x`` to :attr:`domain` if needed, run, and (unless ``keep_domain``, as inside a
         Compose) convert back."""
         given = _representation(x)
-        if self.domain == "pixel" and given == "coefficient":
-            x = to_pixels(x)
-        elif self.domain == "coefficient" and given == "pixel":
-            x = to_coefficients(x)
-        out, labels, params = self._run_native(x, labels, params, gen)
-        if not keep_domain and not self.converter and _representation(out) != given:
-            out = to_pixels(out) if given == "pixel" else to_coefficients(out)
+        out, labels, params = self._run_native(_in_domain(x, self.domain), labels, params, gen)
+        if not keep_domain and not self.converter:
+            out = _in_domain(out, given)
         return out, labels, params
 
     def _run_native(self, x: Tensor, labels: Tensor | None, params: Params | None,
@@ -483,8 +511,8 @@ def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., A
         if params is None:
             params = transform.draw_params(x.shape, gen)
         out, out_labels = executed(x, labels, transform.prepare(params, x.shape, x.device))
-        if not transform.converter and _representation(out) != given:
-            out = to_pixels(out) if given == "pixel" else to_coefficients(out)
+        if not transform.converter:
+            out = _in_domain(out, given)
         return out if labels is None else (out, out_labels)
 
     return step

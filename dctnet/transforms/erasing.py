@@ -63,7 +63,7 @@ from torch import Tensor
 
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.base import Transform, group_capacity, to_device
+from dctnet.transforms.base import Transform, group_capacity, group_chunks, run_groups, to_device
 from dctnet.transforms.model_input import Normalize
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
@@ -312,15 +312,11 @@ class RandomErasing(Transform):
         if "apply" in params:
             erases = erases & params["apply"]
         rows = erases.nonzero().squeeze(1)
-        if self.fixed_shapes:
-            cap, total = group_capacity(batch, 1.0 if self.p is None else self.p), max(len(rows), 1)
-        else:  # exact: the erasing rows only, nothing when none erases
-            cap, total = max(len(rows), 1), len(rows)
+        cap = group_capacity(batch, 1.0 if self.p is None else self.p) if self.fixed_shapes else None
         chunks = []
-        for start in range(0, total, cap):
-            r = rows[start:start + cap]
-            pad = cap - len(r)
-            chunk = {"rows": torch.cat([r, torch.arange(batch, batch + pad)])}
+        for r, idx in group_chunks(rows, batch, cap):
+            pad = len(idx) - len(r)
+            chunk = {"rows": idx}
             for k, v in params.items():
                 if k != "apply":
                     chunk[k] = torch.cat([v[r], v.new_zeros((pad, *v.shape[1:]))])
@@ -328,15 +324,10 @@ class RandomErasing(Transform):
         return to_device(chunks, device)
 
     def execute(self, x, labels, prepared):
-        if self.p == 0.0 or not prepared:
+        if self.p == 0.0:
             return x, labels
-        scratch = max(len(ch["rows"]) for ch in prepared)
-        buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])])  # rows B.. take the padding's results
-        for ch in prepared:
-            rows = ch["rows"]
-            out, _ = self.apply_transform(buf.index_select(0, rows), None, ch)
-            buf.index_copy_(0, rows, out.to(buf.dtype))
-        return buf[:x.shape[0]], labels
+        groups = [(None, ch) for ch in prepared]
+        return run_groups(x, groups, lambda sub, _, ch: self.apply_transform(sub, None, ch)[0]), labels
 
     def apply_transform(self, x, labels, params):
         boxes, active, fill = params["boxes"], params["active"], params["fill"]

@@ -49,7 +49,7 @@ from torch import Tensor
 
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
-from dctnet.transforms.base import Transform, group_capacity, round_to_levels, to_device
+from dctnet.transforms.base import Transform, group_capacity, group_chunks, round_to_levels, run_groups, to_device
 
 __all__ = ["KERNELS", "Kernel", "Policy"]
 
@@ -342,18 +342,11 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
             else:
                 member = o == names.index(g[4:])
             rows = member.nonzero().squeeze(1)  # host tensors: no device read
-            if capacity is None:  # exact groups: only the rows that drew the group, none when none did
-                cap, total = max(len(rows), 1), len(rows)
-            else:
-                cap = max(1, min(batch, capacity.get(g, batch)))  # an empty batch still runs one padding group
-                total = max(len(rows), 1)
             chunks = []
-            for start in range(0, total, cap):
-                r = rows[start:start + cap]
-                pad = torch.arange(batch, batch + cap - len(r))
-                idx = torch.cat([r, pad])
-                oo = torch.cat([o[r], torch.full((len(pad),), -1, dtype=o.dtype)])
-                aa = torch.cat([a[r], torch.zeros(len(pad), dtype=a.dtype)])
+            for r, idx in group_chunks(rows, batch, None if capacity is None else capacity.get(g, batch)):
+                pad = len(idx) - len(r)
+                oo = torch.cat([o[r], torch.full((pad,), -1, dtype=o.dtype)])
+                aa = torch.cat([a[r], torch.zeros(pad, dtype=a.dtype)])
                 chunk = {"rows": idx}
                 if g == "warp":
                     if tv:
@@ -445,29 +438,22 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
     group's kernel, written back (``index_copy_``) — with no host sync and the same kernels on the same
     shapes for every batch of a size. In a slot a sample belongs to one group at most, so the
     groups' order within a slot does not matter; slots run in order."""
-    img = P._work(x)
-    batch = img.shape[0]
-    if not any(chunks for plan in plans for chunks in plan.values()):
-        return x
-    scratch = max(len(ch["rows"]) for plan in plans for chunks in plan.values() for ch in chunks)
     smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
-    buf = torch.cat([img, img.new_zeros(scratch, *img.shape[1:])])  # rows B.. take the padding's results
-    for plan in plans:
-        for g, chunks in plan.items():
-            for ch in chunks:
-                rows = ch["rows"]
-                sub = buf.index_select(0, rows)
-                if g == "warp":
-                    if "warp" in ch:
-                        out = G.affine(sub, ch["warp"], interpolation=ctx.interpolation, fill=ctx.fill)
-                    else:
-                        out = _pil_warp(sub, ch["pil_warp"], ctx)
-                elif g == "blend":
-                    out = _blend_slot(sub, ch["factor"], ch["weights"], smooth)
-                else:
-                    out = KERNELS[g[4:]](sub, ch["arg"], ctx)
-                buf.index_copy_(0, rows, round_to_levels(out, ctx.levels).to(buf.dtype))
-    return buf[:batch].to(x.dtype)
+
+    def kernel(sub: Tensor, g: str, ch: dict[str, Tensor]) -> Tensor:
+        if g == "warp":
+            if "warp" in ch:
+                out = G.affine(sub, ch["warp"], interpolation=ctx.interpolation, fill=ctx.fill)
+            else:
+                out = _pil_warp(sub, ch["pil_warp"], ctx)
+        elif g == "blend":
+            out = _blend_slot(sub, ch["factor"], ch["weights"], smooth)
+        else:
+            out = KERNELS[g[4:]](sub, ch["arg"], ctx)
+        return round_to_levels(out, ctx.levels)
+
+    groups = [(g, ch) for plan in plans for g, chunks in plan.items() for ch in chunks]  # slots in order
+    return run_groups(P._work(x), groups, kernel).to(x.dtype)
 
 
 def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context") -> Tensor:
