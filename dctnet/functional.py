@@ -298,8 +298,8 @@ def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
 def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:
     """RGB → JFIF YCbCr on samples (0..255 scale), channels along ``dim``."""
     r, g, b = rgb.unbind(dim)
-    rows = [r * m0 + g * m1 + b * m2 for m0, m1, m2 in _RGB_TO_YCC]
-    return torch.stack([rows[0], rows[1] + 128.0, rows[2] + 128.0], dim)
+    rows = [r.mul(m0).add_(g, alpha=m1).add_(b, alpha=m2) for m0, m1, m2 in _RGB_TO_YCC]
+    return torch.stack([rows[0], rows[1].add_(128.0), rows[2].add_(128.0)], dim)
 
 
 def _components_to_rgb(comps: Tensor, color_space: str) -> Tensor:

@@ -833,3 +833,20 @@ def test_bad_arguments_raise_clear_value_errors():
         RandomErasing(value=(0.1, 0.2))(images(2))
     with pytest.raises(ValueError, match="channels"):
         RandomErasing()(torch.rand(2, 1, 16, 16))
+
+
+def test_noise_hash_is_lowbias32_in_plain_integers():
+    """The device hash against Wellons' lowbias32 written with Python's unbounded integers (the int64
+    multiply wraps past 2⁶³; the low 32 bits must still be exact), on inputs that make it wrap."""
+
+    def lowbias32(v: int) -> int:
+        v ^= v >> 16
+        v = (v * 0x7FEB352D) & 0xFFFFFFFF
+        v ^= v >> 15
+        v = (v * 0x846CA68B) & 0xFFFFFFFF
+        return v ^ (v >> 16)
+
+    values = [0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xDEADBEEF, 0xFFFFFFFE, 0xFFFFFFFF,
+              *torch.randint(0, 2**32, (200,), generator=torch.Generator().manual_seed(0)).tolist()]
+    got = E._mix32(torch.tensor(values, dtype=torch.long)).tolist()
+    assert got == [lowbias32(v) for v in values]

@@ -79,9 +79,10 @@ _M32 = 0xFFFFFFFF
 
 
 def _mul32(x: Tensor, m: int) -> Tensor:
-    """``x·m mod 2³²`` for ``x`` in [0, 2³²) held in int64, without overflowing int64."""
-    lo, hi = m & 0xFFFF, m >> 16
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+    """``x·m mod 2³²`` for ``x`` in [0, 2³²) held in int64. The int64 product may pass 2⁶³: torch's
+    integer multiply wraps (two's complement, on the CPU and on CUDA), which keeps the low 32 bits
+    exact — one multiply and one mask, where splitting ``m`` into 16-bit halves took six launches."""
+    return (x * m) & _M32
 
 
 def _mix32(x: Tensor) -> Tensor:
@@ -93,27 +94,39 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
+def split_keys(keys: Tensor) -> Tensor:
+    """int64 keys ``(N,)`` → their 32-bit halves ``(N, 2)`` (low, high), what :func:`normal_noise` hashes
+    (split on the host, where the keys are drawn: three fewer device launches)."""
+    return torch.stack([keys & _M32, (keys >> 32) & _M32], 1)
+
+
 def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> Tensor:
     """Standard normal noise ``(N, *shape)`` on ``keys``' device, a pure function of the int64
-    ``keys (N,)`` (one independent stream per key). Elements ``2c`` and ``2c + 1`` (row-major) of
-    key ``k`` are the Box–Muller pair ``r·cos θ``, ``r·sin θ`` of two 24-bit uniforms: ``h1 =
-    mix(mix(c ^ k_lo) ^ k_hi)`` and ``h2 = mix(h1 ^ 0x9E3779B9)``, ``mix`` Wellons' ``lowbias32`` and
-    ``k_lo``, ``k_hi`` the 32-bit halves of ``k``. Elementwise torch only (int64 arithmetic that
-    never overflows): no host sync, the same integers on every device."""
+    ``keys (N,)`` (one independent stream per key; or their halves ``(N, 2)``, :func:`split_keys`).
+    Elements ``2c`` and ``2c + 1`` (row-major) of key ``k`` are the Box–Muller pair ``r·cos θ``,
+    ``r·sin θ`` (``cos θ`` as ``sin(θ + π/2)``) of two 24-bit uniforms: ``h1 = mix(mix(c ^ k_lo) ^ k_hi)``
+    and ``h2 = mix(h1 ^ 0x9E3779B9)``, ``mix`` Wellons' ``lowbias32`` and ``k_lo``, ``k_hi`` the
+    32-bit halves of ``k``. Elementwise torch only (int64 arithmetic): no host sync, the same integers
+    on every device."""
     n = math.prod(shape)
     pairs = (n + 1) // 2
     if pairs >= 2**32:
         raise ValueError(f"normal_noise: {n} elements per key is too many (2^33 at most)")
+    halves = keys if keys.dim() == 2 else split_keys(keys)
     ctr = torch.arange(pairs, device=keys.device, dtype=torch.long)
-    k_lo = (keys & _M32)[:, None]
-    k_hi = ((keys >> 32) & _M32)[:, None]
-    h1 = _mix32(_mix32(ctr ^ k_lo) ^ k_hi)
+    h1 = _mix32(_mix32(ctr ^ halves[:, :1]) ^ halves[:, 1:])
     h2 = _mix32(h1 ^ 0x9E3779B9)
     u1 = ((h1 >> 8).to(torch.float32) + 0.5) * (1.0 / 2**24)  # in (0, 1): log finite
-    theta = ((h2 >> 8).to(torch.float32) * (2.0 * math.pi / 2**24))
     r = torch.sqrt(-2.0 * torch.log(u1))
-    z = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], -1).reshape(keys.shape[0], 2 * pairs)
-    return z[:, :n].to(dtype).reshape(keys.shape[0], *shape)
+    # (θ + π/2, θ) in one op: the pair's angles, θ = 2π·h2/2²⁴
+    angles = torch.add(_angle_offsets(keys.device), (h2 >> 8).to(torch.float32)[..., None], alpha=2.0 * math.pi / 2**24)
+    z = torch.sin(angles).mul_(r[..., None]).reshape(halves.shape[0], 2 * pairs)
+    return z[:, :n].to(dtype).reshape(halves.shape[0], *shape)
+
+
+def _angle_offsets(device: torch.device) -> Tensor:
+    return F._cached(("noise_offsets", str(device)),
+                     lambda: torch.tensor([math.pi / 2, 0.0], dtype=torch.float32).to(device, non_blocking=True))
 
 
 def _ycc_dc(rgb: Tensor) -> Tensor:
@@ -320,6 +333,8 @@ class RandomErasing(Transform):
             for k, v in params.items():
                 if k != "apply":
                     chunk[k] = torch.cat([v[r], v.new_zeros((pad, *v.shape[1:]))])
+            if "noise_key" in chunk:
+                chunk["noise_key"] = split_keys(chunk["noise_key"])
             chunks.append(chunk)
         return to_device(chunks, device)
 

@@ -41,7 +41,8 @@ from torch import Tensor
 
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "adjust_sharpness", "autocontrast",
-    "equalize", "gaussian_blur", "invert", "posterize", "rgb_to_grayscale", "solarize", "solarize_add",
+    "equalize", "gaussian_blur", "invert", "posterize", "rgb_to_grayscale", "smooth_interior", "solarize",
+    "solarize_add",
 ]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -161,22 +162,26 @@ def adjust_contrast(img: Tensor, factor: Tensor) -> Tensor:
     return _blend(x, mean, _param(factor, x)).to(img.dtype)
 
 
+def smooth_interior(x: Tensor) -> Tensor:
+    """The interior ``(n, C, H − 2, W − 2)`` of ``x (n, C, H, W)`` smoothed by torchvision's (and PIL's)
+    sharpness kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``: the 3×3 mean (one ``avg_pool2d``, no
+    ``conv2d``: immune to autocast and to cuDNN's TF32, which would round the input to 10 mantissa
+    bits) ``·9/13`` plus the centre ``·4/13``."""
+    return torch.nn.functional.avg_pool2d(x, 3, stride=1).mul_(9.0 / 13.0).add_(x[..., 1:-1, 1:-1], alpha=4.0 / 13.0)
+
+
 def adjust_sharpness(img: Tensor, factor: Tensor) -> Tensor:
     """torchvision's (and PIL's) ``adjust_sharpness``: blend with the image smoothed by the 3×3
-    kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``, ``f·x + (1 − f)·smooth`` on the interior, the
-    one-pixel border unchanged; clamped (``factor (n,)`` ≥ 0; images with ``H`` or ``W`` ≤ 2 are
-    returned as they are, as torchvision does).
-
-    The 3×3 filter is eight shifted adds rather than a ``conv2d``: batch-size independent, and
-    immune to autocast and to cuDNN's TF32 (which would round the input to 10 mantissa bits)."""
+    kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13`` (:func:`smooth_interior`),
+    ``f·x + (1 − f)·smooth`` on the interior, the one-pixel border unchanged; clamped
+    (``factor (n,)`` ≥ 0; images with ``H`` or ``W`` ≤ 2 are returned as they are, as torchvision does)."""
     h, w = img.shape[-2:]
     if img.numel() == 0 or h <= 2 or w <= 2:
         return img
     x = _work(img)
     f = _param(factor, x)
     centre = x[..., 1:-1, 1:-1]
-    ring = _sum(x[..., i:h - 2 + i, j:w - 2 + j] for i in range(3) for j in range(3) if (i, j) != (1, 1))
-    smooth = ring * (1.0 / 13.0) + centre * (5.0 / 13.0)
+    smooth = smooth_interior(x)
     out = x.clone()
     # x + (1 − f)(smooth − x): torchvision's in-place form of the blend
     out[..., 1:-1, 1:-1] = centre + (1.0 - f) * (smooth - centre)
@@ -190,8 +195,8 @@ def autocontrast(img: Tensor) -> Tensor:
     lo = x.amin(dim=(-2, -1), keepdim=True)
     hi = x.amax(dim=(-2, -1), keepdim=True)
     flat = hi == lo
-    lo = torch.where(flat, torch.zeros_like(lo), lo)
-    scale = torch.where(flat, torch.ones_like(hi), hi - lo)
+    lo = torch.where(flat, 0.0, lo)
+    scale = torch.where(flat, 1.0, hi - lo)
     return ((x - lo) / scale).clamp_(0.0, 1.0).to(img.dtype)
 
 
@@ -212,18 +217,18 @@ def equalize(img: Tensor) -> Tensor:
     n, c, h, w = x.shape
     # float → uint8 as torchvision's to_dtype(scale=True): multiply by 255.999 and truncate
     # (the clamp only guards values outside [0, 1]).
-    q = x.mul(256.0 - 1e-3).clamp_(0.0, 255.0).to(torch.uint8)
-    flat = q.flatten(start_dim=-2).long()  # (n, c, HW)
-    hist = torch.zeros(n, c, 256, dtype=torch.int32, device=x.device)
-    hist.scatter_add_(-1, flat, torch.ones(1, dtype=torch.int32, device=x.device).expand_as(flat))
+    # (the clamp only guards values outside [0, 1]; truncating a value in [0, 255] to int64 is the
+    # uint8 cast)
+    flat = x.mul(256.0 - 1e-3).clamp_(0.0, 255.0).long().flatten(start_dim=-2)  # (n, c, HW)
+    hist = torch.zeros(n, c, 256, dtype=torch.int64, device=x.device)
+    hist.scatter_add_(-1, flat, torch.ones((), dtype=torch.int64, device=x.device).expand_as(flat))
     cum = hist.cumsum(dim=-1)
     # the last non-empty bin is the first bin where the cumulative histogram reaches its maximum
     last = cum.argmax(dim=-1, keepdim=True)
     step = torch.div(h * w - hist.gather(-1, last), 255, rounding_mode="floor")
     lut = torch.div(cum[..., :-1] + step // 2, step.clamp(min=1), rounding_mode="floor").clamp_(0, 255)
-    lut = torch.cat([torch.zeros_like(lut[..., :1]), lut], dim=-1).to(torch.uint8)
-    eq = lut.gather(-1, flat).view(n, c, h, w)
-    out = torch.where(step.ne(0).unsqueeze(-1), eq, q)
+    lut = torch.nn.functional.pad(lut, (1, 0))                         # lut[0] = 0
+    out = torch.where(step.ne(0), lut.gather(-1, flat), flat).view(n, c, h, w)
     return out.to(x.dtype).mul_(1.0 / 255.0).to(img.dtype)
 
 

@@ -6,9 +6,11 @@ torchvision draws one op list per call — for a batch, one list for every sampl
 image in a CPU worker with PIL. Here every sample draws its own ops, magnitudes, signs and
 per-op coins on the host (one seeded ``torch.Generator``, vectorised over the batch). Each slot then
 runs in groups (:func:`plan_slots` on the host, :func:`run_planned_slots` on the device): one warp
-for every geometric op, one blend for brightness/colour/contrast/sharpness, one group per per-pixel
-op, each a batched kernel of :mod:`dctnet.transforms.pixel` / :mod:`~dctnet.transforms.geometry` over
-the rows that drew it (``index_select`` → kernel → ``index_copy_``), slot after slot, so every sample
+for every geometric op, one blend for brightness/colour/contrast/sharpness, one chain for the
+value-by-value ops (solarize, invert, solarize-add, posterize: each row's other ops neutral), one
+group per other per-pixel op, each a batched kernel of :mod:`dctnet.transforms.pixel` /
+:mod:`~dctnet.transforms.geometry` over the rows that drew it (``index_select`` → kernel →
+``index_copy_``), slot after slot, so every sample
 sees its ops in its own draw order. A group has a fixed number of rows (:func:`group_capacity`,
 padding into scratch rows past the batch), so every batch of a size runs the same kernels on the same
 shapes; which rows is read off the host parameters: no device sync. ``set_fixed_shapes(False)``:
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dctnet.functional import _cached
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 from dctnet.transforms.base import Transform, group_capacity, group_chunks, round_to_levels, run_groups, to_device
@@ -124,46 +127,76 @@ def _pil_affine(which: str) -> Kernel:
     return kernel
 
 
+#: PIL's cubic (a = −1) as polynomials in the fraction t, one column per tap −1, 0, 1, 2: rows A, B, C, D of
+#: ``((A·t + B)·t + C)·t + D`` (``−t + 2t² − t³``, ``1 − 2t² + t³``, ``t + t² − t³``, ``−t² + t³``)
+_CUBIC_A1 = torch.tensor([[-1.0, 1.0, -1.0, 1.0], [2.0, -2.0, 1.0, -1.0], [-1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+_TAPS = torch.arange(-1, 3)
+
+
+def _pixel_centres(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(3, HW)`` float64 columns ``(x + ½, y + ½, 1)`` of an ``h × w`` image, row-major, and its
+    ``(w, h)`` as float64 ``(2, 1)``: built once per size and device."""
+
+    def make() -> Tensor:
+        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64) + 0.5, torch.arange(w, dtype=torch.float64) + 0.5,
+                                indexing="ij")
+        grid = torch.stack([xs.reshape(-1), ys.reshape(-1), torch.ones(h * w, dtype=torch.float64)])
+        size = torch.zeros(3, h * w, dtype=torch.float64)
+        size[:2, 0] = torch.tensor([float(w), float(h)])
+        return torch.cat([grid, size]).to(device=device, non_blocking=True)
+
+    both = _cached(("pil_centres", h, w, str(device)), make)
+    return both[:3], both[3:5, :1]
+
+
 def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tensor:
     """PIL's ``Image.transform(size, AFFINE, data, BICUBIC, fillcolor=fill)`` batched, as timm's
     geometric ops call it: output pixel (x, y) samples the input at ``(a·X + b·Y + c, d·X + e·Y + f)``
     with ``X = x + ½, Y = y + ½`` (``data (n, 6)`` = a..f); a point outside the input takes the fill;
     inside, PIL's 4×4 cubic convolution with **a = −1** (its ``BICUBIC`` macro in Geometry.c, not the
     a = −0.5 of PIL's resize nor grid_sample's a = −0.75) over neighbours clipped to the edge.
-    ``img (n, C, H, W)`` in [0, 1] → same, clipped to [0, 1] as PIL's 8 bits are."""
+    ``img (n, C, H, W)`` in [0, 1] → same, clipped to [0, 1] as PIL's 8 bits are.
+
+    A few large ops rather than many small ones (each is one kernel launch on a GPU): the sampling
+    points are one matmul of the pixel centres, the 16 taps one gather, their weights one Horner
+    evaluation of the four cubic pieces."""
     n, c, h, w = img.shape
     x = img.float() if img.dtype in (torch.float16, torch.bfloat16) else img
     # sampling points in float64 (PIL's double maths: a float32 point would be ~1e-5 px off at 224 px),
     # weights and taps in the image's dtype
-    d = data.to(device=x.device, dtype=torch.float64)
-    ys = (torch.arange(h, device=x.device, dtype=torch.float64) + 0.5)[None, :, None]
-    xs = (torch.arange(w, device=x.device, dtype=torch.float64) + 0.5)[None, None, :]
-    col = lambda k: d[:, k, None, None]  # noqa: E731
-    xin = col(0) * xs + col(1) * ys + col(2)                                     # (n, H, W)
-    yin = col(3) * xs + col(4) * ys + col(5)
-    inside = (xin >= 0) & (xin < w) & (yin >= 0) & (yin < h)
-    fx, fy = xin - 0.5, yin - 0.5
-    x0, y0 = torch.floor(fx), torch.floor(fy)
-    # PIL's cubic with a = −1 at the taps −1, 0, 1, 2 of both axes at once: (2, n, 1, 4, HW)
-    t = torch.stack([fx - x0, fy - y0]).to(x.dtype).view(2, n, 1, 1, h * w)
-    t2, t3 = t * t, t * t * t
-    wts = torch.cat([-t + 2 * t2 - t3, 1 - 2 * t2 + t3, t + t2 - t3, -t2 + t3], 3)
-    wx, wy = wts[0], wts[1]
-    taps = torch.arange(-1, 3, device=x.device).view(1, 4, 1)
-    cols = (x0.long().view(n, 1, h * w) + taps).clamp_(0, w - 1)                       # (n, 4, HW)
-    rows = (y0.long().view(n, 1, h * w) + taps).clamp_(0, h - 1) * w
+    centres, limits = _pixel_centres(h, w, x.device)                                  # (3, HW), (2, 1)
+    d = data.to(device=x.device, dtype=torch.float64).view(n, 2, 3)
+    pts = torch.matmul(d, centres)                                                    # (n, 2, HW): x, y
+    inside = ((pts >= 0) & (pts < limits)).all(1)                                     # (n, HW)
+    f = pts - 0.5
+    f0 = torch.floor(f)
+    t = (f - f0).to(x.dtype)[:, :, None]                                              # (n, 2, 1, HW)
+    # PIL's cubic with a = −1 at the taps −1, 0, 1, 2: ((A·t + B)·t + C)·t + D per tap
+    a, b, cc, dd = _cached(("pil_cubic", x.dtype, str(x.device)),
+                           lambda: _CUBIC_A1.to(device=x.device, dtype=x.dtype, non_blocking=True)[..., None]).unbind(0)
+    wts = torch.addcmul(b, a, t).mul_(t).add_(cc).mul_(t).add_(dd)                   # (n, 2, 4, HW)
+    taps = (f0.long()[:, :, None] + _cached(("pil_taps", str(x.device)),
+                                            lambda: _TAPS.to(x.device, non_blocking=True)[:, None])).clamp_(min=0)
+    last = _cached(("pil_last", h, w, str(x.device)),
+                   lambda: torch.tensor([[[w - 1]], [[h - 1]]]).to(x.device, non_blocking=True))  # (2, 1, 1)
+    taps = torch.minimum(taps, last)                                                  # (n, 2, 4, HW), in the image
+    # a loop over the kernel's 4 rows (not over samples): one gather of a row's 4 taps each, the pixel
+    # index innermost (contiguous, vectorised); gathering all 16 taps at once saves launches but costs a
+    # CPU twice the time (a 16× image written, read and freed)
+    rows, cols = taps[:, 1] * w, taps[:, 0]                                           # (n, 4, HW)
+    wx, wy = wts[:, 0, None], wts[:, 1]                                                # (n, 1, 4, HW), (n, 4, HW)
     src = x.reshape(n, c, h * w)
     out = None
-    for j in range(4):  # the kernel's rows (a loop over taps, not samples): one gather of a row's 4 taps
-        idx = (rows[:, j:j + 1] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
-        term = src.gather(2, idx).view(n, c, 4, h * w).mul_(wx).sum(2).mul_(wy[:, :, j])
-        out = term if out is None else out.add_(term)
+    for j in range(4):
+        idx = (rows[:, j, None] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
+        term = (src.gather(2, idx).view(n, c, 4, h * w) * wx).sum(2)
+        out = term.mul_(wy[:, None, j]) if out is None else out.addcmul_(term, wy[:, None, j])
     out = out.clamp_(0.0, 1.0).view(n, c, h, w)
     if fill is None:
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
     else:
         fill_v = fill.to(device=x.device, dtype=x.dtype).reshape(-1, c, 1, 1) if fill.dim() else fill.to(x)
-    return torch.where(inside[:, None], out, fill_v).to(img.dtype)
+    return torch.where(inside.view(n, 1, h, w), out, fill_v).to(img.dtype)
 
 
 def _pil_posterize(img: Tensor, bits: Tensor) -> Tensor:
@@ -223,18 +256,27 @@ BLEND_DEGENERATE = {"Brightness": "zero", "Color": "gray", "Contrast": "mean", "
 #: the geometric ops: one affine warp per slot; torchvision's (centred matrices) and PIL's (timm)
 TV_WARPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 PIL_WARPS = ("PilShearX", "PilShearY", "PilTranslateX", "PilTranslateY", "PilRotate")
-#: the per-pixel ops, each a group of its own; the argument a padding row is given (any value the
+#: the value-by-value ops, one "point" group a slot: each row runs a chain of them in which its own op
+#: has its argument and the others their neutral one (an exact identity: a solarize threshold above 1,
+#: nothing below a solarize-add threshold of 0, a posterize flag off / 8 PIL bits); Invert is the
+#: solarize with threshold 0
+POINT_OPS = ("Invert", "Solarize", "SolarizeAdd", "Posterize", "PilPosterize")
+#: the other per-pixel ops, each a group of its own; the argument a padding row is given (any value the
 #: kernel computes finitely with; its result goes to a scratch row)
-MAP_NEUTRAL = {"Posterize": 8.0, "PilPosterize": 8.0, "Solarize": 1.0, "SolarizeAdd": 0.0, "AutoContrast": 0.0,
-               "Equalize": 0.0, "Invert": 0.0, "Grayscale": 0.0, "GaussianBlur": 1.0, "Hue": 0.0}
+MAP_NEUTRAL = {"AutoContrast": 0.0, "Equalize": 0.0, "Grayscale": 0.0, "GaussianBlur": 1.0, "Hue": 0.0}
+
+
+KINDS = ("none", "warp", "blend", "point", "map")
 
 
 def op_kind(name: str) -> str:
-    """``"none"``, ``"warp"``, ``"blend"`` or ``"map"``: how a slot runs op ``name``."""
+    """``"none"``, ``"warp"``, ``"blend"``, ``"point"`` or ``"map"``: how a slot runs op ``name``."""
     if KERNELS[name] is None:
         return "none"
     if name in TV_WARPS or name in PIL_WARPS:
         return "warp"
+    if name in POINT_OPS:
+        return "point"
     return "blend" if name in BLEND_DEGENERATE else "map"
 
 
@@ -281,10 +323,10 @@ def _pil_warp_data(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[in
 
 def slot_groups(names: Sequence[str]) -> list[str]:
     """The groups a slot runs, in order: ``"warp"`` (every geometric op: one warp), ``"blend"`` (every
-    blend), then ``"map:NAME"`` per per-pixel op of ``names``."""
+    blend), ``"point"`` (every value-by-value op: one chain), then ``"map:NAME"`` per other per-pixel
+    op of ``names``."""
     kinds = [op_kind(n) for n in names]
-    groups = ["warp"] if "warp" in kinds else []
-    groups += ["blend"] if "blend" in kinds else []
+    groups = [k for k in ("warp", "blend", "point") if k in kinds]
     return groups + [f"map:{n}" for n, k in zip(names, kinds) if k == "map"]
 
 
@@ -295,8 +337,7 @@ def group_probabilities(names: Sequence[str], op: Tensor) -> dict[str, float]:
     n = max(1, op.shape[0])
     out = {}
     for g in slot_groups(names):
-        ks = [k for k, (nm, kind) in enumerate(zip(names, kinds))
-              if (g == "warp" and kind == "warp") or (g == "blend" and kind == "blend") or g == f"map:{nm}"]
+        ks = [k for k, (nm, kind) in enumerate(zip(names, kinds)) if g in (kind, f"map:{nm}")]
         freq = torch.isin(op, torch.tensor(ks)).double().mean(0).max().item() if op.numel() else 0.0
         out[g] = min(1.0, freq + 4.0 * math.sqrt(max(freq * (1 - freq), 1.0 / n) / n))
     return out
@@ -315,6 +356,7 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
       data), the identity on padding;
     - ``blend``: ``factor (C,)`` and ``weights (C, 3)``, the one-hot weights of the grey image, mean
       grey and smoothed image in the degenerate image (all 0: black);
+    - ``point``: :func:`_point_params` (every op's neutral argument where the row drew another);
     - ``map:NAME``: ``arg (C,)`` (the op's neutral argument on padding).
 
     Every group has one chunk, whatever this batch drew (an empty one is all padding), unless more
@@ -332,15 +374,10 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
     plans = []
     for s in range(op.shape[1]):
         o, a = op[:, s], arg[:, s]
-        kind_of = torch.tensor([{"none": 0, "warp": 1, "blend": 2, "map": 3}[k] for k in kinds] + [0])[o]  # −1 → none
+        kind_of = torch.tensor([KINDS.index(k) for k in kinds] + [0])[o]  # −1 → none
         plan: dict[str, list[dict[str, Tensor]]] = {}
         for g in groups:
-            if g == "warp":
-                member = kind_of == 1
-            elif g == "blend":
-                member = kind_of == 2
-            else:
-                member = o == names.index(g[4:])
+            member = o == names.index(g[4:]) if g.startswith("map:") else kind_of == KINDS.index(g)
             rows = member.nonzero().squeeze(1)  # host tensors: no device read
             chunks = []
             for r, idx in group_chunks(rows, batch, None if capacity is None else capacity.get(g, batch)):
@@ -362,6 +399,8 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
                             column = ("gray", "mean", "smooth").index(degenerate)
                             weights[:, column] = torch.where(oo == k, 1.0, weights[:, column])
                     chunk["weights"] = weights
+                elif g == "point":
+                    chunk.update(_point_params(names, oo, aa))
                 else:
                     chunk["arg"] = torch.where(oo >= 0, aa, MAP_NEUTRAL[g[4:]])
                 chunks.append(chunk)
@@ -400,6 +439,36 @@ def run_masked(x: Tensor, plans: Sequence[dict[str, Tensor]],
     return x
 
 
+def _point_params(names: Sequence[str], op: Tensor, arg: Tensor) -> dict[str, Tensor]:
+    """Host: a point group's per-row arguments ``(C,)`` float64 for :func:`_point_slot`, from each row's
+    op ``op (C,)`` (indexes ``names``; −1 padding) and ``arg (C,)``: ``solarize`` (the threshold;
+    Invert 0, neutral 2), ``add`` and ``add_threshold`` (SolarizeAdd's; neutral threshold 0), ``bits``
+    with ``posterize`` (torchvision's, whose 8 bits are not the identity: 1 where drawn) and
+    ``pil_bits`` (PIL's; neutral 8)."""
+    is_ = {n: (op == names.index(n)) if n in names else torch.zeros_like(op, dtype=torch.bool) for n in POINT_OPS}
+    const = lambda v: torch.full_like(arg, v)  # noqa: E731
+    return {"solarize": torch.where(is_["Solarize"], arg, torch.where(is_["Invert"], 0.0, const(2.0))),
+            "add": torch.where(is_["SolarizeAdd"], arg, 0.0),
+            "add_threshold": torch.where(is_["SolarizeAdd"], 128.0 / 255.0, const(0.0)),
+            "bits": torch.where(is_["Posterize"], arg.trunc(), 8.0), "posterize": is_["Posterize"].double(),
+            "pil_bits": torch.where(is_["PilPosterize"], arg.trunc(), 8.0)}
+
+
+def _point_slot(x: Tensor, ch: dict[str, Tensor], names: Sequence[str]) -> Tensor:
+    """Device: the point group's chain on ``x (C, 3, H, W)`` — solarize (Invert too), solarize-add,
+    posterize — each row through the ops of ``names`` only, its own op with its argument and the
+    others neutral (:func:`_point_params`): exactly the one op it drew."""
+    if "Invert" in names or "Solarize" in names:
+        x = P.solarize(x, ch["solarize"])
+    if "SolarizeAdd" in names:
+        x = P.solarize_add(x, ch["add"], ch["add_threshold"])
+    if "Posterize" in names:
+        x = torch.where(P._param(ch["posterize"], x) > 0, P.posterize(x, ch["bits"]), x)
+    if "PilPosterize" in names:
+        x = _pil_posterize(x, ch["pil_bits"])
+    return x
+
+
 def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Tensor:
     """``clamp(f·x + (1 − f)·D, 0, 1)`` per sample, ``D = w₀·grey + w₁·mean grey + w₂·smoothed``
     (torchvision's ``_blend`` against each op's degenerate image: ``D = 0`` is brightness). The
@@ -413,9 +482,7 @@ def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Ten
     if smooth:
         blurred = x.clone()  # images of 2 pixels or less across have no interior: torchvision leaves them as they are
         if h > 2 and w > 2:
-            centre = x[..., 1:-1, 1:-1]
-            ring = P._sum(x[..., i:h - 2 + i, j:w - 2 + j] for i in range(3) for j in range(3) if (i, j) != (1, 1))
-            blurred[..., 1:-1, 1:-1] = ring * (1.0 / 13.0) + centre * (5.0 / 13.0)
+            blurred[..., 1:-1, 1:-1] = P.smooth_interior(x)
         degenerate = degenerate + wts[:, 2, None, None, None] * blurred
     return P._blend(x, degenerate, f)
 
@@ -448,6 +515,8 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
                 out = _pil_warp(sub, ch["pil_warp"], ctx)
         elif g == "blend":
             out = _blend_slot(sub, ch["factor"], ch["weights"], smooth)
+        elif g == "point":
+            out = _point_slot(sub, ch, names)
         else:
             out = KERNELS[g[4:]](sub, ch["arg"], ctx)
         return round_to_levels(out, ctx.levels)
