@@ -6,6 +6,8 @@ through timm's Mixup and torchvision's MixUp / CutMix, and the recipe registry
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -334,3 +336,60 @@ def test_build_transform_and_describe():
     assert all(a not in ("seed", "num_classes", "label_smoothing") for _, args in desc.items() for a, _ in args)
     assert desc["MixUp"] == [("alpha", 1.0)] and desc["CutMix"] == [("alpha", 1.0)]
     assert set(desc) == set(T.TRANSFORMS)
+
+
+def test_recipes_op_table_is_generated_from_the_declarations():
+    """recipes/README.md's op table is what the transforms declare (signature defaults, summary, where
+    it runs): a new op, argument or default that is not regenerated into the README fails here."""
+    from dctnet.transforms.registry import OP_TABLE_MARKERS, op_table
+
+    text = (Path(__file__).resolve().parents[1] / "recipes" / "README.md").read_text(encoding="utf-8")
+    begin, end = OP_TABLE_MARKERS
+    assert text.count(begin) == 1 and text.count(end) == 1
+    table = text.split(begin)[1].split(end)[0].strip("\n") + "\n"
+    assert table == op_table(), ("regenerate: python -c \"from dctnet.transforms.registry import write_op_table; "
+                                 "write_op_table('recipes/README.md')\"")
+    for name in T.TRANSFORMS:  # every op has its row, with a summary
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert row.split(" | ")[2].strip(), name
+
+
+def test_every_op_declares_its_counterpart_or_has_none():
+    """Each recipe op's declared counterpart is torchvision's/timm's class of the same name (or refuses
+    with the DCT-domain message), and bench's timm arguments come from the same declarations."""
+    pytest.importorskip("torchvision")
+    pytest.importorskip("timm")
+    from torchvision.transforms import v2
+
+    ctx = T.BaselineContext(mean=(0.5,) * 3, std=(0.5,) * 3, image_size=224, interpolation="bicubic",
+                            label_smoothing=0.1, num_classes=10)
+    dct_only = {"RandomTranspose", "RandomChromaRotation", "FrequencyDropout", "SelectFrequencies", "ToRGB"}
+    expected = {"RandomHorizontalFlip": v2.RandomHorizontalFlip, "RandomVerticalFlip": v2.RandomVerticalFlip,
+                "RandomGrayscale": v2.RandomGrayscale, "ColorJitter": v2.ColorJitter, "RandAugment": v2.RandAugment,
+                "TrivialAugmentWide": v2.TrivialAugmentWide, "AutoAugment": v2.AutoAugment,
+                "RandomErasing": v2.RandomErasing, "MixUp": v2.MixUp, "CutMix": v2.CutMix,
+                "RandomRequantize": v2.RandomApply}
+    for name in T.TRANSFORMS:
+        spec = {"name": name}
+        if name in dct_only:
+            with pytest.raises(ValueError, match="no torchvision or timm counterpart"):
+                T.counterpart(spec, ctx)
+            continue
+        op = T.counterpart(spec, ctx)
+        if name in expected:
+            assert isinstance(op, expected[name]), (name, op)
+        else:  # timm's: its policies, Mixup
+            assert type(op).__module__.startswith("timm."), (name, op)
+    mix = T.counterpart({"name": "Mixup", "mixup_alpha": 0.8, "cutmix_alpha": 1.0}, ctx)
+    assert (mix.mixup_alpha, mix.cutmix_alpha, mix.label_smoothing, mix.num_classes) == (0.8, 1.0, 0.1, 10)
+    erase = T.counterpart({"name": "RandomErasing", "p": 0.25, "mode": "pixel"}, ctx)
+    assert (type(erase).__module__, erase.probability, erase.mode) == ("timm.data.random_erasing", 0.25, "pixel")
+    # the timm policy takes the crop's interpolation unless the spec sets one, as build_transform does
+    from PIL import Image
+
+    assert T.counterpart({"name": "TimmAugment"}, ctx).ops[0].hparams["interpolation"] == Image.BICUBIC
+    assert T.timm_kwargs({"name": "RandomErasing", "p": 0.25, "mode": "pixel"}) == {
+        "re_prob": 0.25, "re_mode": "pixel", "re_count": 1}
+    assert T.timm_kwargs({"name": "RandomErasing"}) is None  # torchvision's: create_transform has no such mode
+    assert T.timm_kwargs({"name": "ColorJitter", "brightness": [0.6, 1.4], "p": 0.8}) == {
+        "color_jitter": (1.4, 0.0, 0.0, 0.0), "color_jitter_prob": 0.8}

@@ -12,7 +12,6 @@ this arm.
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
 from dctnet.train.inputs import eval_config, limited_indices
 from dctnet.train.recipe import Recipe
 from dctnet.transforms.normalization import input_mean_std
+from dctnet.transforms.timm_augment import pillow12_posterize, with_pillow12_posterize
 
 __all__ = ["PilLoader", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",
            "pillow12_posterize", "spec_args", "torchvision_loaders", "train_transform", "with_pillow12_posterize"]
@@ -33,84 +33,19 @@ __all__ = ["PilLoader", "RankSlice", "baseline_augment", "baseline_mixing", "bas
 # ---------------------------------------------------------------------- the recipe's list, mapped
 def spec_args(spec: dict) -> dict:
     """A spec's arguments with the dctnet class's defaults filled in (what both arms then use)."""
-    cls = T.TRANSFORMS[spec["name"]]
-    args = {k: v.default for k, v in inspect.signature(cls).parameters.items() if v.default is not inspect.Parameter.empty}
-    args.update({k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "name"})
-    return args
+    return T.spec_arguments(spec)
 
 
 def baseline_op(spec: dict, r: Recipe, num_classes: int):
     """One augment entry as torchvision's or timm's own implementation, mapped one to one (same
     arguments, same probabilities — a RandomApply only where dctnet's class has a ``p`` that the
-    library's lacks). Per-sample ops run on the PIL image in the workers; the mixers on the batch."""
-    from torchvision.transforms import v2  # optional dependency (see the module docstring)
-
-    name, a = spec["name"], spec_args(spec)
+    library's lacks): the class's declared counterpart (:func:`dctnet.transforms.counterpart`). Per-sample
+    ops run on the PIL image in the workers; the mixers on the batch."""
     mean, std = input_mean_std(r.model.arch)
-
-    def pil_fill(fill):  # dctnet's fills are on the [0, 1] scale; torchvision's PIL ops take 0..255
-        return None if fill is None else [round(255 * v) for v in ((fill,) * 3 if isinstance(fill, (int, float)) else fill)]
-
-    def maybe(op, p):
-        return v2.RandomApply([op], p=p) if p < 1.0 else op
-
-    if name in ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"):
-        return getattr(v2, name)(p=a["p"])
-    if name == "ColorJitter":
-        return maybe(v2.ColorJitter(a["brightness"], a["contrast"], a["saturation"], a["hue"]), a["p"])
-    if name == "RandAugment":
-        return v2.RandAugment(a["num_ops"], a["magnitude"], a["num_magnitude_bins"], interpolation=a["interpolation"],
-                              fill=pil_fill(a["fill"]))
-    if name == "TrivialAugmentWide":
-        return v2.TrivialAugmentWide(a["num_magnitude_bins"], interpolation=a["interpolation"], fill=pil_fill(a["fill"]))
-    if name == "AutoAugment":
-        return v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, interpolation=a["interpolation"], fill=pil_fill(a["fill"]))
-    if name in ("TimmAugment", "ThreeAugment"):
-        return _timm_policy(spec, a, r, mean)
-    if name == "RandomErasing":
-        return _erasing(a)
-    if name == "RandomRequantize":
-        return maybe(v2.JPEG(a["quality"]), a["p"])
-    if name == "Mixup":
-        from timm.data import Mixup  # slow to import (see the module docstring)
-
-        return Mixup(mixup_alpha=a["mixup_alpha"], cutmix_alpha=a["cutmix_alpha"], cutmix_minmax=a["cutmix_minmax"],
-                     prob=a["prob"], switch_prob=a["switch_prob"], mode=a["mode"], correct_lam=a["correct_lam"],
-                     label_smoothing=r.optim.label_smoothing, num_classes=num_classes)
-    if name in ("MixUp", "CutMix"):
-        return getattr(v2, name)(alpha=a["alpha"], num_classes=num_classes)
-    raise ValueError(f"augment: {name} has no torchvision or timm counterpart for model.input 'rgb' (a DCT-domain "
-                     "transform); use it with input 'dct' or 'device-rgb'")
-
-
-def _timm_policy(spec: dict, a: dict, r: Recipe, mean: tuple[float, ...]):
-    """timm's RandAugment / AutoAugment for a ``TimmAugment`` / ``ThreeAugment`` entry, with the
-    hyper-parameters timm's ``create_transform`` gives it, posterizing as on Pillow < 13."""
-    from timm.data.auto_augment import auto_augment_transform, rand_augment_transform  # slow to import
-    from timm.data.transforms import str_to_pil_interp  # (timm: as above)
-
-    policy = a.get("policy", "3a")
-    # timm's create_transform: fill = the normalisation mean in 8 bits, translate_const from the crop
-    hparams = dict(translate_const=int(r.data.image_size * 0.45), img_mean=tuple(min(255, round(255 * m)) for m in mean),
-                   interpolation=str_to_pil_interp(spec.get("interpolation", r.data.interpolation)),
-                   translate_pct=a.get("translate_pct", 0.45))
-    op = (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
-    return with_pillow12_posterize(op)
-
-
-def _erasing(a: dict):
-    """torchvision's RandomErasing (``mode`` None), else timm's (per-pixel / per-channel noise)."""
-    from torchvision.transforms import v2  # optional dependency (see the module docstring)
-
-    scale = a["scale"] or ((0.02, 0.33) if a["mode"] is None else (0.02, 1.0 / 3.0))
-    ratio = a["ratio"] or ((0.3, 3.3) if a["mode"] is None else (0.3, 1.0 / 0.3))
-    if a["mode"] is None:
-        return v2.RandomErasing(p=a["p"], scale=scale, ratio=ratio, value=a["value"])
-    from timm.data.random_erasing import RandomErasing  # slow to import
-
-    return RandomErasing(probability=a["p"], min_area=scale[0], max_area=scale[1],
-                         min_aspect=ratio[0], max_aspect=ratio[1], mode=a["mode"],
-                         min_count=a["min_count"], max_count=a["max_count"], device="cpu")
+    ctx = T.BaselineContext(mean=tuple(mean), std=tuple(std), image_size=r.data.image_size,
+                            interpolation=r.data.interpolation, label_smoothing=r.optim.label_smoothing,
+                            num_classes=num_classes)
+    return T.counterpart(spec, ctx)
 
 
 def baseline_augment(r: Recipe) -> tuple[list, list]:
@@ -138,34 +73,6 @@ def train_transform(r: Recipe):
     crop = v2.RandomResizedCrop(r.data.image_size, scale=tuple(r.data.scale),
                                 interpolation=v2.InterpolationMode(r.data.interpolation), antialias=True)
     return v2.Compose([crop, *before, *norm, *after])
-
-
-# ---------------------------------------------------------------------- Pillow 13's posterize
-def pillow12_posterize(img, bits_to_keep, **__):
-    """timm's posterize as it ran on Pillow < 13, where ``ImageOps.posterize(img, 0)`` gave black:
-    Pillow 13 refuses 0 bits, which timm's ``-inc1`` policies draw (about 1 sample in 500 of
-    DeiT's list). dctnet's ``TimmAugment`` keeps 0 bits as black too."""
-    from PIL import ImageOps  # optional dependency (see the module docstring)
-
-    if bits_to_keep >= 8:
-        return img
-    if bits_to_keep <= 0:
-        return img.point(lambda i: 0)
-    return ImageOps.posterize(img, bits_to_keep)
-
-
-def with_pillow12_posterize(transform):
-    """``transform`` (timm's RandAugment / AutoAugment) with its posterize ops on
-    :func:`pillow12_posterize`; every other op, probability and magnitude unchanged."""
-    from timm.data import auto_augment as timm_aa  # slow to import (see the module docstring)
-
-    ops = list(getattr(transform, "ops", []))
-    for sub in getattr(transform, "policy", []):  # AutoAugment: a list of sub-policies
-        ops.extend(sub)
-    for op in ops:
-        if getattr(op, "aug_fn", None) is timm_aa.posterize:
-            op.aug_fn = pillow12_posterize
-    return transform
 
 
 # ---------------------------------------------------------------------- datasets and loaders

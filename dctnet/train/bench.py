@@ -75,7 +75,7 @@ from dctnet.codec import libjpeg_floor_ns
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.train.accounting import measure
-from dctnet.train.baseline import baseline_op, spec_args, train_transform, with_pillow12_posterize
+from dctnet.train.baseline import baseline_op, train_transform, with_pillow12_posterize
 from dctnet.train.bench_files import census, check_files, sample_files
 from dctnet.train.pipeline import Pipeline
 from dctnet.train.recipe import load_recipe
@@ -152,25 +152,12 @@ def timm_transform(r) -> tuple[Any, list[str]] | None:
 
     kw: dict[str, Any] = {"hflip": 0.0, "vflip": 0.0, "color_jitter": None}
     missing = []
-    for spec in kept:
-        name, a = spec["name"], spec_args(spec)
-        if name == "RandomHorizontalFlip":
-            kw["hflip"] = a["p"]
-        elif name == "RandomVerticalFlip":
-            kw["vflip"] = a["p"]
-        elif name == "RandomGrayscale":
-            kw["grayscale_prob"] = a["p"]
-        elif name == "ColorJitter":
-            kw["color_jitter"] = tuple(float(v) if not isinstance(v, tuple) else v[1] for v in
-                                       (a["brightness"], a["contrast"], a["saturation"], a["hue"]))
-            if a["p"] < 1:
-                kw["color_jitter_prob"] = a["p"]
-        elif name in ("TimmAugment", "ThreeAugment"):
-            kw["auto_augment"] = a.get("policy", "3a")
-        elif name == "RandomErasing" and a["mode"] is not None:
-            kw.update(re_prob=a["p"], re_mode=a["mode"], re_count=a["max_count"] or a["min_count"])
+    for spec in kept:  # each op's declared translation (Transform.timm_kwargs)
+        stated = T.timm_kwargs(spec)
+        if stated is None:
+            missing.append(spec["name"])
         else:
-            missing.append(name)
+            kw.update(stated)
     mean, std = input_mean_std(r.model.arch)
     tf = create_transform(input_size=r.data.image_size, is_training=True, scale=tuple(r.data.scale),
                           interpolation=r.data.interpolation, mean=mean, std=std, **kw)

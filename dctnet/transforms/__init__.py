@@ -12,12 +12,13 @@
   timm's policies, per sample (their shared kernels and slot runner: :mod:`dctnet.transforms.policy_base`);
 - :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and
   erasing (boxes: :mod:`dctnet.transforms.boxes`);
-- :mod:`dctnet.transforms.registry` — transforms by name, for recipes;
+- :mod:`dctnet.transforms.registry` — transforms by name, for recipes, and what is generated from each
+  op's declaration (its torchvision/timm counterpart, the recipes' op table);
 - :mod:`dctnet.transforms.device_crop` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.transforms.base import Compose, Transform, compile_step, step_generator
+from dctnet.transforms.base import BaselineContext, Compose, Transform, compile_step, step_generator
 from dctnet.transforms.augment import (
     ColorJitter,
     FrequencyDropout,
@@ -33,7 +34,16 @@ from dctnet.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugm
 from dctnet.transforms.timm_augment import ThreeAugment, TimmAugment
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup
-from dctnet.transforms.registry import MIXERS, TRANSFORMS, build_transform, describe_transforms
+from dctnet.transforms.registry import (
+    MIXERS,
+    TRANSFORMS,
+    build_transform,
+    counterpart,
+    describe_transforms,
+    op_table,
+    spec_arguments,
+    timm_kwargs,
+)
 from dctnet.batch import (  # the batch contract, re-exported where users meet it
     SAMPLING_420,
     JpegBatch,
@@ -48,7 +58,8 @@ from dctnet.transforms.device_crop import crops_to_coefficients, crops_to_rgb, n
 from dctnet.transforms.step import DeviceStep, normalize_input
 
 __all__ = [
-    "MIXERS", "TRANSFORMS", "build_transform", "compile_step", "describe_transforms", "step_generator",
+    "MIXERS", "TRANSFORMS", "BaselineContext", "build_transform", "compile_step", "counterpart", "describe_transforms",
+    "op_table", "spec_arguments", "step_generator", "timm_kwargs",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",
     "FrequencyDropout", "JpegBatch", "MixUp", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomChromaRotation",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",

@@ -30,6 +30,19 @@ class RandomHorizontalFlip(Transform):
 
     domain = "any"
 
+    summary = "torchvision's `RandomHorizontalFlip`"
+    runs_on = "either (exact on coefficients)"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        return getattr(v2, cls.__name__)(p=args["p"])
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        return {"hflip": args["p"]}
+
     def __init__(self, p: float = 0.5, seed: int | None = None) -> None:
         super().__init__(seed, p=p)
 
@@ -40,6 +53,12 @@ class RandomHorizontalFlip(Transform):
 class RandomVerticalFlip(RandomHorizontalFlip):
     """Vertical flip of each sample with probability ``p``. Exact."""
 
+    summary = "torchvision's `RandomVerticalFlip`"
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        return {"vflip": args["p"]}
+
     def apply_transform(self, x, labels, params):
         return (x.flip(-2) if x.dim() == 4 else TF.vflip(x)), labels
 
@@ -47,6 +66,17 @@ class RandomVerticalFlip(RandomHorizontalFlip):
 class RandomTranspose(RandomHorizontalFlip):
     """Swap rows and columns with probability ``p`` (square images). With the flips this
     generates all eight rot90/flip symmetries."""
+
+    summary = "swap rows and columns (square crops)"
+    runs_on = "either"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        return Transform.counterpart.__func__(cls, args, ctx)
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        return None
 
     def apply_transform(self, x, labels, params):
         h, w = image_size(x.shape)
@@ -71,6 +101,25 @@ class ColorJitter(Transform):
     rotation that is exact on coefficients is :class:`RandomChromaRotation`."""
 
     eight_bit_op = True
+    summary = ("torchvision's `v2.ColorJitter`: factors in [max(0, 1 − a), 1 + a] (or a `[lo, hi]` pair), hue in "
+               "[−h, h] (HSV, h ≤ 0.5), in a random order per sample, clamped after each")
+    runs_on = "pixels (without hue: either)"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        op = v2.ColorJitter(args["brightness"], args["contrast"], args["saturation"], args["hue"])
+        return v2.RandomApply([op], p=args["p"]) if args["p"] < 1.0 else op
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        # timm's create_transform takes one number per factor (the upper end of a range)
+        kw = {"color_jitter": tuple(v[1] if isinstance(v, tuple) else float(v) for v in
+                                    (args["brightness"], args["contrast"], args["saturation"], args["hue"]))}
+        if args["p"] < 1:
+            kw["color_jitter_prob"] = args["p"]
+        return kw
 
     def __init__(self, brightness: float | tuple[float, float] = 0.0, contrast: float | tuple[float, float] = 0.0,
                  saturation: float | tuple[float, float] = 0.0, hue: float | tuple[float, float] = 0.0,
@@ -160,6 +209,9 @@ class RandomChromaRotation(Transform):
     (``ColorJitter(hue=...)``). On pixels: RGB → YCbCr, rotate, back, clamped to [0, 1]."""
 
     domain = "any"
+    summary = ("rotate the Cb/Cr plane by an angle in [−degrees, degrees] (degrees): a linear hue-like shift, not "
+               "torchvision's HSV hue")
+    runs_on = "either (exact on coefficients)"
 
     def __init__(self, degrees: float = 30.0, p: float = 1.0, seed: int | None = None) -> None:
         super().__init__(seed, p=p)
@@ -185,6 +237,12 @@ class RandomGrayscale(RandomHorizontalFlip):
     0.2989/0.587/0.114: ≤ 0.03 grey levels apart)."""
 
     eight_bit_op = True
+    summary = "torchvision's `RandomGrayscale`"
+    runs_on = "either"
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        return {"grayscale_prob": args["p"]}
 
     def __init__(self, p: float = 0.1, seed: int | None = None) -> None:
         super().__init__(p, seed)
@@ -197,6 +255,17 @@ class RandomGrayscale(RandomHorizontalFlip):
 
 class RandomRequantize(Transform):
     """JPEG re-compression at an IJG quality uniform in ``quality`` (inclusive), with probability ``p``."""
+
+    summary = ("JPEG re-compression with libjpeg's tables at a quality drawn from `quality` (torchvision's `v2.JPEG` "
+               "on the baseline)")
+    runs_on = "coefficients"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        op = v2.JPEG(args["quality"])
+        return v2.RandomApply([op], p=args["p"]) if args["p"] < 1.0 else op
 
     def __init__(self, quality: tuple[int, int] = (30, 95), p: float = 0.5, seed: int | None = None) -> None:
         super().__init__(seed, p=p)
@@ -217,6 +286,9 @@ class FrequencyDropout(Transform):
     """Drop each AC frequency (all channels) with probability ``rate``, independently per sample;
     DC is kept. ``rate`` is a per-frequency rate, not the per-sample probability ``p`` of the
     other transforms, which this one does not take."""
+
+    summary = "drop each AC frequency with probability `rate` (DC kept)"
+    runs_on = "coefficients"
 
     def __init__(self, rate: float = 0.1, seed: int | None = None) -> None:
         super().__init__(seed)

@@ -65,8 +65,25 @@ def _tv_argument(names: Sequence[str], op: Tensor, magnitude: Tensor) -> Tensor:
     return arg
 
 
+def pil_fill(fill: float | Sequence[float] | None) -> list[int] | None:
+    """A fill on the [0, 1] scale as torchvision's PIL ops take it (0..255 per channel)."""
+    return None if fill is None else [round(255 * v) for v in ((fill,) * 3 if isinstance(fill, (int, float)) else fill)]
+
+
 class _TorchvisionPolicy(Policy):
     kind = "rand"
+    runs_on = "pixels"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        common = dict(interpolation=args["interpolation"], fill=pil_fill(args["fill"]))
+        if cls is RandAugment:
+            return v2.RandAugment(args["num_ops"], args["magnitude"], args["num_magnitude_bins"], **common)
+        if cls is TrivialAugmentWide:
+            return v2.TrivialAugmentWide(args["num_magnitude_bins"], **common)
+        return v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, **common)
 
     def _space(self, shape) -> tuple[tuple[str, ...], Tensor, Tensor, Tensor]:
         """(op names, magnitudes (K, bins) with 0 for magnitude-less ops, has magnitudes (K,), signed (K,))."""
@@ -92,6 +109,7 @@ class RandAugment(_TorchvisionPolicy):
     ops negated with probability ½. ``fill`` is RGB on the [0, 1] scale (None: black)."""
 
     kind = "rand"
+    summary = "torchvision's `v2.RandAugment` (its 14 ops, bins and signs), drawn per sample; `fill` RGB on [0, 1]"
 
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
                  interpolation: str = "nearest", fill: float | tuple[float, float, float] | None = None,
@@ -119,6 +137,7 @@ class TrivialAugmentWide(_TorchvisionPolicy):
     one bin uniform over ``num_magnitude_bins``, the sign coin."""
 
     kind = "wide"
+    summary = "torchvision's `v2.TrivialAugmentWide`, per sample"
 
     def __init__(self, num_magnitude_bins: int = 31, interpolation: str = "nearest",
                  fill: float | tuple[float, float, float] | None = None, seed: int | None = None) -> None:
@@ -160,6 +179,7 @@ class AutoAugment(_TorchvisionPolicy):
     signed ops negated with probability ½."""
 
     kind = "auto"
+    summary = "torchvision's `v2.AutoAugment` ImageNet policy, per sample"
 
     def __init__(self, policy: str = "imagenet", interpolation: str = "nearest",
                  fill: float | tuple[float, float, float] | None = None, seed: int | None = None) -> None:

@@ -180,6 +180,34 @@ class RandomErasing(Transform):
 
     #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
     domain = "any"
+    summary = ("`mode` null: torchvision's `v2.RandomErasing` (`value` a number, 3 numbers or `\"random\"`; `scale`, "
+               "`ratio` null: (0.02, 0.33), (0.3, 3.3)); `mode` `const`/`rand`/`pixel`: timm's (`min_count`/`max_count` "
+               "boxes; `scale`, `ratio` null: (0.02, 1/3), (0.3, 1/0.3)). Values are in normalised units, as both "
+               "write them after `Normalize`; for a DCT ViT with "
+               "`normalize: stats` the `pixel` / `\"random\"` noise is N(0, 1) per standardised coefficient, its "
+               "normalised input")
+    runs_on = "either (boxes snap to blocks on coefficients)"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        """torchvision's ``v2.RandomErasing`` (``mode`` None), else timm's (per-pixel / per-channel noise)."""
+        scale = args["scale"] or ((0.02, 0.33) if args["mode"] is None else (0.02, 1.0 / 3.0))
+        ratio = args["ratio"] or ((0.3, 3.3) if args["mode"] is None else (0.3, 1.0 / 0.3))
+        if args["mode"] is None:
+            from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+            return v2.RandomErasing(p=args["p"], scale=scale, ratio=ratio, value=args["value"])
+        from timm.data.random_erasing import RandomErasing as TimmRandomErasing  # slow to import
+
+        return TimmRandomErasing(probability=args["p"], min_area=scale[0], max_area=scale[1],
+                                 min_aspect=ratio[0], max_aspect=ratio[1], mode=args["mode"],
+                                 min_count=args["min_count"], max_count=args["max_count"], device="cpu")
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        if args["mode"] is None:
+            return None
+        return {"re_prob": args["p"], "re_mode": args["mode"], "re_count": args["max_count"] or args["min_count"]}
 
     def __init__(self, p: float = 0.5, scale: tuple[float, float] | None = None,
                  ratio: tuple[float, float] | None = None, value: float | str | tuple[float, ...] = 0.0,

@@ -165,6 +165,17 @@ class Mixup(Transform):
 
     #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
     domain = "any"
+    summary = ("timm's `Mixup` (modes `batch`, `pair`, `elem`); partner = the mirrored batch, never the sample itself; "
+               "smoothing from `optim.label_smoothing`")
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from timm.data import Mixup as TimmMixup  # slow to import
+
+        return TimmMixup(mixup_alpha=args["mixup_alpha"], cutmix_alpha=args["cutmix_alpha"],
+                         cutmix_minmax=args["cutmix_minmax"], prob=args["prob"], switch_prob=args["switch_prob"],
+                         mode=args["mode"], correct_lam=args["correct_lam"], label_smoothing=ctx.label_smoothing,
+                         num_classes=ctx.num_classes)
 
     def __init__(self, mixup_alpha: float = 1.0, cutmix_alpha: float = 0.0,
                  cutmix_minmax: tuple[float, float] | None = None, prob: float = 1.0, switch_prob: float = 0.5,
@@ -306,6 +317,13 @@ class MixUp(Transform):
 
     #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
     domain = "any"
+    summary = "torchvision's `v2.MixUp` (one λ per batch, partner = the batch rolled by one)"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        return getattr(v2, cls.__name__)(alpha=args["alpha"], num_classes=ctx.num_classes)
 
     def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int | None = None) -> None:
         super().__init__(seed, p=None)
@@ -339,6 +357,8 @@ class CutMix(MixUp):
     integers; half sides ``int(0.5·sqrt(1 − λ)·W)``, ``int(0.5·sqrt(1 − λ)·H)``; the box clamped to
     the image and λ recomputed from its area; pasted from sample ``i − 1`` (``roll(1, 0)``). On a
     coefficient image the box is snapped to the block grid first (module docstring)."""
+
+    summary = "torchvision's `v2.CutMix` (one λ per batch, box from sample i − 1, λ from the clipped box's area)"
 
     @staticmethod
     def _box(coef: bool, height: int, width: int, lam: Tensor, r_x: Tensor, r_y: Tensor) -> tuple[Tensor, Tensor]:

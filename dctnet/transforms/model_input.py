@@ -45,6 +45,9 @@ class SelectFrequencies(Transform):
     """Keep a subset of frequencies: ``zigzag=K`` (first K in zigzag order), ``square=K`` (top-left
     K×K) or an explicit ``index`` list (natural order). Output ``(B, 3, Hb, Wb, K)``."""
 
+    summary = "keep frequencies (`zigzag` K, `square` K×K or an `index` list)"
+    runs_on = "coefficients"
+
     def __init__(self, *, zigzag: int | None = None, square: int | None = None,
                  index: Sequence[int] | None = None) -> None:
         super().__init__(0)
@@ -79,6 +82,9 @@ class ToRGB(Transform):
     ``ToRGB(mean, std)`` takes explicit statistics; ``ToRGB()`` is ImageNet's
     (:data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`), right for torchvision models and timm models with
     ImageNet statistics; ``mean=None``, ``std=None`` gives plain [0, 1]."""
+
+    summary = "RGB normalised with the model's mean and std"
+    runs_on = "converter"
 
     domain = "any"
     converter = True

@@ -3,6 +3,14 @@ builds one from a dict such as ``{"name": "RandAugment", "num_ops": 2, "magnitud
 against the class's signature; :func:`describe_transforms` lists every transform's arguments and
 defaults.
 
+Each op is declared once, on its class: its signature (the recipe's arguments and defaults), its
+``draw`` (the parameter law), its kernels, its torchvision/timm counterpart with the argument
+translation (:meth:`~dctnet.transforms.base.Transform.counterpart`, and
+:meth:`~dctnet.transforms.base.Transform.timm_kwargs` for timm's ``create_transform``) and its row of
+the op table (``summary``, ``runs_on``). The recipe registry, the ``rgb`` arm's mapping
+(:func:`counterpart`), ``dctnet bench``'s timm row (:func:`timm_kwargs`) and the op table of
+``recipes/README.md`` (:func:`op_table`; :func:`write_op_table` regenerates it) all read those declarations.
+
 Names mean what they mean in torchvision and timm: ``RandAugment``, ``TrivialAugmentWide``,
 ``AutoAugment``, ``ColorJitter``, ``RandomErasing``, ``MixUp`` and ``CutMix`` are torchvision's;
 ``Mixup`` (with ``mixup_alpha``, ``cutmix_alpha``, ``switch_prob``, …) and ``TimmAugment`` (timm's
@@ -18,25 +26,18 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from dctnet.transforms.augment import (
-    ColorJitter, FrequencyDropout, RandomChromaRotation, RandomGrayscale, RandomHorizontalFlip, RandomRequantize,
-    RandomTranspose, RandomVerticalFlip,
-)
-from dctnet.transforms.base import Compose, Transform
-from dctnet.transforms.model_input import SelectFrequencies, ToRGB
-from dctnet.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
-from dctnet.transforms.timm_augment import ThreeAugment, TimmAugment
-from dctnet.transforms.erasing import RandomErasing
-from dctnet.transforms.mixing import CutMix, MixUp, Mixup
+# the modules that declare the ops (imported for their registration in RECIPE_OPS), in the op table's order
+from dctnet.transforms import augment, auto_augment, erasing, mixing, model_input, timm_augment  # noqa: F401
+from dctnet.transforms.base import RECIPE_OPS, BaselineContext, Compose, Transform
 
-__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "describe_transforms"]
+__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "counterpart", "describe_transforms", "op_table",
+           "spec_arguments", "timm_kwargs"]
 
-#: every transform a recipe can name → its class (``Normalize`` takes tensors and is not here;
-#: ``Compose`` is a list of specs, see :func:`build_transform`)
-TRANSFORMS: dict[str, type[Transform]] = {cls.__name__: cls for cls in (
-    RandomHorizontalFlip, RandomVerticalFlip, RandomTranspose, ColorJitter, RandomChromaRotation, RandomGrayscale,
-    RandAugment, TrivialAugmentWide, AutoAugment, TimmAugment, ThreeAugment, RandomErasing, Mixup, MixUp, CutMix,
-    RandomRequantize, FrequencyDropout, SelectFrequencies, ToRGB)}
+#: every transform a recipe can name → its class: the classes that declare a ``summary`` (the live
+#: registry :data:`~dctnet.transforms.base.RECIPE_OPS`; ``Normalize`` takes tensors and
+#: ``ToCoefficients`` no arguments, and are not here; ``Compose`` is a list of specs, see
+#: :func:`build_transform`)
+TRANSFORMS: dict[str, type[Transform]] = RECIPE_OPS
 
 #: the batch-level mixers: they act on the collated batch and come last in an augment list (after
 #: erasing, as timm and torchvision run them)
@@ -206,3 +207,74 @@ def describe_transforms() -> list[tuple[str, list[tuple[str, Any]]]]:
     arguments a spec may set, in signature order (``inspect.Parameter.empty`` for a required one;
     the injected arguments of :func:`build_transform` are not listed)."""
     return [(name, [(a, p.default) for a, p in _recipe_parameters(cls).items()]) for name, cls in TRANSFORMS.items()]
+
+
+# ---------------------------------------------------------------------- generated from the declarations
+def spec_arguments(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's arguments with its class's defaults filled in (lists as tuples): what both arms of a
+    recipe use."""
+    cls = TRANSFORMS[spec["name"]]
+    args = {k: v.default for k, v in inspect.signature(cls).parameters.items() if v.default is not inspect.Parameter.empty}
+    args.update({k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "name"})
+    return args
+
+
+def counterpart(spec: Mapping[str, Any], ctx: BaselineContext) -> Any:
+    """torchvision's or timm's own implementation of a recipe's augment entry (its class's
+    :meth:`~dctnet.transforms.base.Transform.counterpart`), the arguments as :func:`build_transform`
+    resolves them (the class's defaults; ``interpolation`` from the crop where the class takes it from
+    there). ``ValueError`` for an op neither library has."""
+    cls = TRANSFORMS[spec["name"]]
+    args = spec_arguments(spec)
+    if getattr(cls, "interpolation_from_crop", False) and "interpolation" not in spec:
+        args["interpolation"] = ctx.interpolation
+    return cls.counterpart(args, ctx)
+
+
+def timm_kwargs(spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """timm's ``create_transform(is_training=True, ...)`` keyword arguments for a recipe's augment
+    entry, or ``None`` where ``create_transform`` cannot state it."""
+    return TRANSFORMS[spec["name"]].timm_kwargs(spec_arguments(spec))
+
+
+def _yaml(v: Any) -> str:
+    """A default as a recipe writes it."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "(" + ", ".join(_yaml(x) for x in v) + ")"
+    return str(v)
+
+
+def op_table() -> str:
+    """The op table of ``recipes/README.md`` (markdown): per entry of :data:`TRANSFORMS`, its recipe
+    arguments with their defaults, its ``summary`` and ``runs_on``."""
+    rows = ["| name | arguments (defaults) | what it does | runs on |", "|---|---|---|---|"]
+    for name, args in describe_transforms():
+        cls = TRANSFORMS[name]
+        shown = ", ".join(f"`{a}`" if d is inspect.Parameter.empty else f"`{a}`={_yaml(d)}" for a, d in args)
+        if getattr(cls, "interpolation_from_crop", False):
+            shown += " (`interpolation`: the crop's unless set)"
+        rows.append(f"| `{name}` | {shown or '—'} | {cls.summary} | {cls.runs_on} |")
+    return "\n".join(rows) + "\n"
+
+
+#: the markers between which ``recipes/README.md`` holds :func:`op_table`
+OP_TABLE_MARKERS = ("<!-- op table: generated from the transforms' declarations by "
+                    "dctnet.transforms.registry.write_op_table('recipes/README.md') -->", "<!-- end of op table -->")
+
+
+def write_op_table(path: str) -> None:
+    """Replace the op table between :data:`OP_TABLE_MARKERS` in the markdown file ``path``."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    begin, end = OP_TABLE_MARKERS
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"{path}: expected the op table's markers once each")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + begin + "\n" + op_table() + end + tail)
+

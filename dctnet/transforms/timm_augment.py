@@ -207,6 +207,27 @@ class TimmAugment(Policy):
 
     #: a recipe's build defaults ``interpolation`` to the training crop's, as timm's create_transform does
     interpolation_from_crop = True
+    summary = ("timm's `auto_augment` strings: `rand-mM-nN-pP-mstdS-mmaxX-incB-tSET`, `original`, `originalr`, `v0`, "
+               "`v0r` (with `-mstdS`), `3a`; fill = the model's mean in 8 bits, as timm's `create_transform`")
+    runs_on = "pixels"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        """timm's RandAugment / AutoAugment with the hyper-parameters timm's ``create_transform`` gives
+        it (fill = the normalisation mean in 8 bits, ``translate_const`` from the crop size),
+        posterizing as on Pillow < 13 (:func:`with_pillow12_posterize`)."""
+        from timm.data.auto_augment import auto_augment_transform, rand_augment_transform  # slow to import
+        from timm.data.transforms import str_to_pil_interp  # (timm: as above)
+
+        policy = args.get("policy", "3a")
+        hparams = dict(translate_const=int(ctx.image_size * 0.45), img_mean=tuple(min(255, round(255 * m)) for m in ctx.mean),
+                       interpolation=str_to_pil_interp(args["interpolation"]), translate_pct=args.get("translate_pct", 0.45))
+        op = (rand_augment_transform if policy.startswith("rand") else auto_augment_transform)(policy, hparams)
+        return with_pillow12_posterize(op)
+
+    @classmethod
+    def timm_kwargs(cls, args):
+        return {"auto_augment": args.get("policy", "3a")}
 
     def __init__(self, policy: str = "rand-m9-mstd0.5-inc1", interpolation: str = "bicubic",
                  mean: tuple[float, float, float] = IMAGENET_MEAN, translate_pct: float = 0.45,
@@ -305,6 +326,36 @@ class ThreeAugment(TimmAugment):
     and Gaussian blur (σ uniform in [0.1, 2]), always applied. timm's ``create_transform`` keeps its
     ColorJitter on with ``3a`` (DeiT III: 0.3): list a :class:`~dctnet.transforms.ColorJitter` after it."""
 
+    summary = "DeiT III's 3-Augment (timm's `3a`): grayscale, solarize or Gaussian blur, one per sample"
+
     def __init__(self, interpolation: str = "bicubic", mean: tuple[float, float, float] = IMAGENET_MEAN,
                  seed: int | None = None) -> None:
         super().__init__("3a", interpolation, mean, seed=seed)
+
+
+# ---------------------------------------------------------------------- Pillow 13's posterize
+def pillow12_posterize(img, bits_to_keep, **__):
+    """timm's posterize as it ran on Pillow < 13, where ``ImageOps.posterize(img, 0)`` gave black:
+    Pillow 13 refuses 0 bits, which timm's ``-inc1`` policies draw (about 1 sample in 500 of
+    DeiT's list). dctnet's ``TimmAugment`` keeps 0 bits as black too."""
+    from PIL import ImageOps  # optional dependency (the baseline's)
+
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return img.point(lambda i: 0)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def with_pillow12_posterize(transform):
+    """``transform`` (timm's RandAugment / AutoAugment) with its posterize ops on
+    :func:`pillow12_posterize`; every other op, probability and magnitude unchanged."""
+    from timm.data import auto_augment as timm_aa  # slow to import
+
+    ops = list(getattr(transform, "ops", []))
+    for sub in getattr(transform, "policy", []):  # AutoAugment: a list of sub-policies
+        ops.extend(sub)
+    for op in ops:
+        if getattr(op, "aug_fn", None) is timm_aa.posterize:
+            op.aug_fn = pillow12_posterize
+    return transform
