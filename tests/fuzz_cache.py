@@ -35,6 +35,11 @@ from dctnet.data.cache import INDEX_DTYPE, CacheError, build_cache
 from dctnet.batch import expand_torch
 from dctnet.synthetic import synthetic_jpeg
 from dctnet.transforms import PackedJpegBatch, expand_packed
+from guarded import install as guard_c_inputs
+
+# every input the C code walks (JPEG buffers, sparse streams, each record and byte range a gather
+# names) flush against an inaccessible page: a read past one is a segfault, not a read of its neighbour
+guard_c_inputs()
 
 # Values a tampered field takes: negative, zero, off by one, odd (misaligned), at the edges of
 # the signed/unsigned ranges, and products that wrap.

@@ -22,6 +22,11 @@ import dctnet
 from dctnet import _jpeg
 from dctnet.data.plan import GATHER_ITEM
 from dctnet.synthetic import synthetic_jpeg
+from guarded import install as guard_c_inputs
+
+# every input the C code walks (JPEG buffers, sparse streams, each record and byte range a gather
+# names) flush against an inaccessible page: a read past one is a segfault, not a read of its neighbour
+guard_c_inputs()
 
 
 def seed_files(corpus: str | None) -> list[bytes]:
