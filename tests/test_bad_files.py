@@ -3,7 +3,7 @@
 A folder with each kind of bad file a user's photos hold: a truncated JPEG, corrupt entropy-coded
 data mid-stream, junk bytes before EOI (a warning that loses nothing: real ImageNet files carry
 it), PNG data named ``.jpg``, a CMYK JPEG and an empty file. The oracles: libjpeg's own warning
-texts (read back with ``warnings="accept"``) and Pillow, which raises on the truncated file."""
+texts read through jpeglib (not through dctnet), and Pillow, which raises on the truncated file."""
 
 from __future__ import annotations
 
@@ -82,18 +82,40 @@ def folder(tmp_path_factory):
     return root
 
 
-def test_the_files_are_what_they_claim(folder):
-    """The oracle: libjpeg's warnings (read back under "accept") and Pillow's reading."""
+def test_the_files_are_what_they_claim(folder, capfd):
+    """The oracles are independent of dctnet: libjpeg through jpeglib (its warnings, which libjpeg
+    prints on stderr) and Pillow. dctnet then reports libjpeg's own warnings, word for word."""
+    jpeglib = pytest.importorskip("jpeglib")
     a = folder / "train" / "a"
-    assert dctnet.read_coefficients(a / "truncated.jpg", warnings="accept").warnings[0] == "Premature end of JPEG file"
-    corrupt = dctnet.read_coefficients(a / "corrupt.jpg", warnings="accept")
-    assert corrupt.lost_data and any(w.startswith("Corrupt JPEG data") for w in corrupt.warnings)
-    extra = dctnet.read_coefficients(a / "extraneous.jpg", warnings="accept")
-    assert not extra.lost_data and extra.warnings[0].startswith("Corrupt JPEG data: ")
-    assert "extraneous bytes before marker 0xd9" in extra.warnings[0]
+
+    def libjpeg(name: str) -> tuple[list[str], object]:
+        capfd.readouterr()
+        try:
+            im = jpeglib.read_dct(str(a / name))
+            result = (im.Y, str(im.jpeg_color_space))
+        except OSError as exc:
+            result = exc
+        return [line for line in capfd.readouterr().err.splitlines() if line.strip()], result
+
+    said, _ = libjpeg("truncated.jpg")
+    assert said[0] == "Premature end of JPEG file"
+    said, _ = libjpeg("corrupt.jpg")
+    assert said[0].startswith("Corrupt JPEG data: premature end of data segment")
+    said, _ = libjpeg("extraneous.jpg")
+    assert said[0].startswith("Corrupt JPEG data: ") and "extraneous bytes before marker 0xd9" in said[0]
+    said, result = libjpeg("png.jpg")
+    assert isinstance(result, OSError) and any(line.startswith("Not a JPEG file") for line in said)
+    assert isinstance(libjpeg("empty.jpg")[1], OSError)
+    assert "CMYK" in libjpeg("cmyk.jpg")[1][1]
     with pytest.raises(OSError, match="truncated"):
         Image.open(a / "truncated.jpg").convert("RGB")
     assert Image.open(a / "png.jpg").format == "PNG"  # Pillow reads it; dctnet reads JPEG only
+    assert Image.open(a / "cmyk.jpg").mode == "CMYK"
+    # dctnet says what libjpeg says, and counts the two that lost data as lost
+    for name in ("truncated.jpg", "corrupt.jpg", "extraneous.jpg"):
+        ours = dctnet.read_coefficients(a / name, warnings="accept")
+        assert ours.warnings[0] == libjpeg(name)[0][0], name
+        assert ours.lost_data == (name != "extraneous.jpg"), name
     assert dctnet.read_header(a / "cmyk.jpg").color_space == "CMYK"
 
 

@@ -98,27 +98,45 @@ def pillow_rgb(path) -> np.ndarray:
     return pillow_uint8(path).astype(np.float64)
 
 
-def errors_vs_pillow(path) -> tuple[float, float]:
+def errors_vs_pillow(path) -> tuple[float, float, float]:
+    """Max, mean and 99th percentile of |our float decode, rounded − Pillow's| in grey levels."""
     ours = IM.coefficients_to_rgb(dctnet.read_coefficients(path))[0].permute(1, 2, 0).double().numpy() * 255
     diff = np.abs(np.round(ours) - pillow_rgb(path))
-    return float(diff.max()), float(diff.mean())
+    return float(diff.max()), float(diff.mean()), float(np.percentile(diff, 99))
 
 
 PIXEL_OK = corpus_params(lambda r: r["pillow_decode"] == "ok" and r["libjpeg_coef"] == "ok")
+
+#: the float decode against Pillow's integer one, from its measured distribution with a margin
+#: (2026-12-03: 152 corpus files — per file mean ≤ 0.67 (a 1×1 file; ≤ 0.50 otherwise), p99 ≤ 2,
+#: max ≤ 3, mean over the files 0.284; Imagenette val 4:2:0 mean 0.391, max 3): a regression of half
+#: a grey level moves every mean by about that much and fails
+FLOAT_DECODE_MAX, FLOAT_DECODE_P99, FLOAT_DECODE_FILE_MEAN = 3, 2, 0.75
+FLOAT_DECODE_CORPUS_MEAN, FLOAT_DECODE_IMAGENETTE_MEAN = 0.35, 0.45
 
 
 @pytest.mark.parametrize("row", PIXEL_OK)
 def test_to_rgb_matches_pillow_on_corpus(row):
     """Every layout Pillow decodes (gray, 4:4:4 … 4:1:0, 4:4:0, chroma finer than luma, odd sizes,
     RGB, CMYK, YCCK, progressive, arithmetic): our float pipeline vs its integer one."""
-    worst, mean = errors_vs_pillow(corpus_file(row))
-    assert worst <= 4 and mean < 1.0, (worst, mean)
+    worst, mean, p99 = errors_vs_pillow(corpus_file(row))
+    assert worst <= FLOAT_DECODE_MAX and p99 <= FLOAT_DECODE_P99 and mean < FLOAT_DECODE_FILE_MEAN, (worst, p99, mean)
+
+
+def test_to_rgb_mean_error_over_the_corpus_is_tight():
+    """The mean over every corpus file Pillow decodes: a uniform half-level error fails it."""
+    rows = [p.values[0] for p in PIXEL_OK if p.values[0] is not None]
+    if not rows:
+        pytest.skip("the JPEG corpus is absent")
+    means = [errors_vs_pillow(corpus_file(row))[1] for row in rows]
+    assert np.mean(means) < FLOAT_DECODE_CORPUS_MEAN, np.mean(means)
 
 
 def test_to_rgb_matches_pillow_on_synthetic(synthetic_files):
     for path in synthetic_files:
-        worst, mean = errors_vs_pillow(path)
-        assert worst <= 4 and mean < 1.0, (path, worst, mean)
+        worst, mean, p99 = errors_vs_pillow(path)
+        assert worst <= FLOAT_DECODE_MAX and p99 <= FLOAT_DECODE_P99 and mean < FLOAT_DECODE_FILE_MEAN, \
+            (path, worst, p99, mean)
 
 
 def imagenette_val_batches():
@@ -152,7 +170,7 @@ def test_to_rgb_matches_pillow_on_all_imagenette_val(capsys):
         for label, (n, worst, mean) in sorted(stats.items()):
             print(f"  {label:6s} n={n:5d}  max={worst:.0f}  mean={mean:.3f}")
     for label, (n, worst, mean) in stats.items():
-        assert mean < 0.75 and worst <= 4, (label, worst, mean)
+        assert mean < FLOAT_DECODE_IMAGENETTE_MEAN and worst <= FLOAT_DECODE_MAX, (label, worst, mean)
 
 
 # ---------------------------------------------------------------- exact (libjpeg integer) decode
@@ -309,22 +327,6 @@ def test_batch_size_does_not_change_kernel_count():
     assert count(2) == count(32)
 
 
-def _old_bilinear_matrices(starts, lengths, in_size, out_size):
-    """The bilinear resize matrices as dctnet computed them before bicubic (the reference for
-    "bit-identical": training crops must not move)."""
-    lengths = lengths.to(torch.float64)
-    scale = (lengths / out_size)[:, None]
-    i = torch.arange(out_size, dtype=torch.float64)[None, :]
-    centre = scale * (i + 0.5)
-    support = torch.clamp(scale, min=1.0)
-    lo = torch.clamp(torch.trunc(centre - support + 0.5), min=0.0)
-    hi = torch.minimum(torch.trunc(centre + support + 0.5), lengths[:, None])
-    j = torch.arange(in_size, dtype=torch.float64)[None, None, :] - starts.to(torch.float64)[:, None, None]
-    w = torch.clamp(1.0 - torch.abs((j - centre[..., None] + 0.5) / support[..., None]), min=0.0)
-    w = w * ((j >= lo[..., None]) & (j < hi[..., None]))
-    return (w / w.sum(-1, keepdim=True).clamp(min=1e-12)).float()
-
-
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
 def test_resize_matrices_are_torch_antialiased_interpolate(interpolation):
     """Every window/output size pair from 1 to 40 (up, down, odd ratios): the matrix applied to
@@ -343,11 +345,50 @@ def test_resize_matrices_are_torch_antialiased_interpolate(interpolation):
     assert worst < 1e-12, worst
 
 
-def test_bilinear_resize_matrices_are_unchanged():
-    g = torch.Generator().manual_seed(1)
-    starts, lengths = torch.randint(0, 50, (64,), generator=g), torch.randint(1, 300, (64,), generator=g)
-    for out in (7, 64, 224, 333):
-        assert torch.equal(RS.resize_matrices(starts, lengths, 360, out), _old_bilinear_matrices(starts, lengths, 360, out))
+def _photos(n: int) -> list[np.ndarray]:
+    """Real photos (Imagenette val, every layout it has) as uint8 (H, W, 3), else generated ones."""
+    files = imagenette_files("val", every=500)[:n]
+    if files:
+        out = []
+        for f in files:
+            with Image.open(f) as im:
+                out.append(np.asarray(im.convert("RGB")))
+        return out
+    return [synthetic_image(np.random.default_rng(i), 180 + 7 * i, 240 - 5 * i) for i in range(n)]
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_resized_crops_of_photos_are_torchvisions_and_pillows(interpolation):
+    """Random crop boxes of real photos resized up and down by resize_matrices (``resized_crop``, both
+    axes, a batch at once) against torchvision's ``resized_crop(antialias=True)`` on the float image
+    (≤ 1e-5) and Pillow's crop + resize of the 8-bit image (Pillow rounds its first pass to 8 bits:
+    ≤ 1 grey level after rounding ours, mean < 0.3, measured 0.16–0.18; bicubic: under 1% of the values
+    more than 1 apart, where Pillow clipped its first pass's overshoot)."""
+    from torchvision.transforms.v2 import functional as TVF
+
+    g = torch.Generator().manual_seed(3)
+    pil_filter = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[interpolation]
+    for arr in _photos(4):
+        h, w = arr.shape[:2]
+        img = torch.from_numpy(arr).permute(2, 0, 1).double() / 255
+        n = 6
+        bh = torch.randint(8, h + 1, (n,), generator=g)
+        bw = torch.randint(8, w + 1, (n,), generator=g)
+        top = (torch.rand(n, generator=g, dtype=torch.float64) * (h - bh + 1)).long()
+        left = (torch.rand(n, generator=g, dtype=torch.float64) * (w - bw + 1)).long()
+        boxes = torch.stack([top, left, bh, bw], 1)
+        for size in ((37, 53), (224, 224)):
+            ours = RS.resized_crop(img[None].expand(n, -1, -1, -1), boxes, size, interpolation=interpolation)
+            for k, (t, lft, hh, ww) in enumerate(boxes.tolist()):
+                want = TVF.resized_crop(img, t, lft, hh, ww, list(size), interpolation=TVF.InterpolationMode(interpolation),
+                                        antialias=True)
+                assert (ours[k] - want).abs().max() < 1e-5, (interpolation, size, (t, lft, hh, ww))
+                pil = Image.fromarray(arr).crop((lft, t, lft + ww, t + hh)).resize(size[::-1], pil_filter)
+                diff = np.abs((ours[k].clamp(0, 1) * 255).round().permute(1, 2, 0).numpy() - np.asarray(pil, np.float64))
+                # bicubic: Pillow also clips its first pass's overshoot to 0..255 (at sharp edges, upscaled)
+                off = float((diff > 1).mean())
+                assert (diff.max() <= 1 if interpolation == "bilinear" else off < 0.01) and diff.mean() < 0.3, (
+                    interpolation, size, float(diff.max()), float(diff.mean()))
 
 
 @pytest.mark.cuda

@@ -53,6 +53,77 @@ def _per_sample_params(policy, names_bins, gen) -> dict[str, torch.Tensor]:
     return {"op": op, "arg": AA._tv_argument(policy.ops, op, magnitude)}
 
 
+def torchvision_space(tv_policy, bins: int, size: tuple[int, int]) -> dict[str, tuple[torch.Tensor | None, bool]]:
+    """torchvision's own ``_AUGMENTATION_SPACE`` of a policy object, evaluated: op → (magnitudes over the
+    bins as float64, or None; signed)."""
+    out = {}
+    for name, (fn, signed) in tv_policy._AUGMENTATION_SPACE.items():
+        m = fn(bins, *size)
+        out[name] = (None if m is None else torch.as_tensor(m).double(), bool(signed))
+    return out
+
+
+@pytest.mark.parametrize("policy_cls,tv_cls,bins", [(T.RandAugment, v2.RandAugment, 31), (T.RandAugment, v2.RandAugment, 11),
+                                                     (T.TrivialAugmentWide, v2.TrivialAugmentWide, 31),
+                                                     (T.AutoAugment, v2.AutoAugment, 10)])
+@pytest.mark.parametrize("size", [(224, 224), (64, 72), (331, 160)])
+def test_our_torchvision_spaces_are_torchvisions(policy_cls, tv_cls, bins, size):
+    """dctnet's magnitude tables (ops, bins, signs, sizes from the image) equal torchvision's own
+    ``_AUGMENTATION_SPACE`` for each policy, bin count and image size."""
+    kind = policy_cls(seed=0).kind
+    ours = AA._tv_space(kind, bins, *size)
+    theirs = torchvision_space(tv_cls(), bins, size)
+    assert list(ours) == list(theirs) or set(ours) == set(theirs), (sorted(ours), sorted(theirs))
+    for name, (mags, signed) in theirs.items():
+        assert ours[name][1] == signed, name
+        if mags is None:
+            assert ours[name][0] is None, name
+        else:
+            assert torch.equal(ours[name][0], mags), (name, ours[name][0], mags)
+
+
+def test_our_autoaugment_policy_is_torchvisions():
+    """The 25 ImageNet sub-policies (op, probability, bin) equal torchvision's own table."""
+    theirs = [tuple((op, p, b) for op, p, b in sub) for sub in v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET)._policies]
+    assert [tuple(sub) for sub in AA._IMAGENET_POLICY] == theirs
+
+
+@pytest.mark.parametrize("name", ["v0", "v0r", "original", "originalr", "3a"])
+def test_our_timm_policy_tables_are_timms(name):
+    """timm's AutoAugment sub-policies (op, probability, magnitude) from timm's own
+    ``auto_augment_policy``, against dctnet's table."""
+    TA = pytest.importorskip("timm.data.auto_augment")
+    theirs = [tuple((op.name, op.prob, op.magnitude) for op in sub) for sub in TA.auto_augment_policy(name, {})]
+    assert [tuple(sub) for sub in TMA._TIMM_POLICIES[name]] == theirs
+
+
+def test_our_timm_level_functions_are_timms(monkeypatch):
+    """dctnet's magnitude → argument table for timm's ops against timm's own ``LEVEL_TO_ARG`` (the sign
+    coin left out: timm's ``_randomly_negate`` made the identity; our table flags the signed ops), over
+    magnitudes 0..15 (past 10: ``mmax``), converted to our kernels' units where timm's op body does so:
+    thresholds and additions /255, the increasing enhancements ``1 + a``, Desaturate's factor ``1 − f``."""
+    TA = pytest.importorskip("timm.data.auto_augment")
+    monkeypatch.setattr(TA, "_randomly_negate", lambda v: v)
+    hparams = {"translate_pct": 0.45, "translate_const": 100}
+    ours = TMA._timm_levels(0.45, 100.0)
+    units = {"Solarize": lambda a: a / 255, "SolarizeIncreasing": lambda a: a / 255,
+             "SolarizeAdd": lambda a: a / 255, "Desaturate": lambda a: min(1.0, max(0.0, 1.0 - a))}
+    units.update({f"{e}Increasing": (lambda a: a - 1.0) for e in ("Color", "Contrast", "Brightness", "Sharpness")})
+    m = torch.linspace(0.0, 15.0, 61, dtype=torch.float64)
+    assert set(TA.LEVEL_TO_ARG) <= set(ours), set(TA.LEVEL_TO_ARG) - set(ours)
+    for name, level_fn in TA.LEVEL_TO_ARG.items():
+        want = []
+        for v in m.tolist():
+            args = level_fn(v, hparams) if level_fn is not None else ()  # None: an op without magnitude
+            want.append(units.get(name, lambda a: a)(float(args[0])) if args else 0.0)
+        got = ours[name][1](m)
+        assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=1e-12), \
+            (name, got.tolist()[:8], want[:8])
+        signed = name in ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel", "TranslateYRel") \
+            or name.endswith("Increasing") and not name.startswith(("Posterize", "Solarize"))
+        assert ours[name][2] == signed, name
+
+
 def _tv_reference(cls, interpolation, fill):
     """A torchvision policy object whose ``_apply_image_or_video_transform`` is the oracle."""
     return cls(interpolation=interpolation, fill=fill)
@@ -71,7 +142,8 @@ def test_every_torchvision_op_equals_torchvision_per_sample(crops, policy_cls, t
     ref = _tv_reference(tv_cls, interpolation, None if fill is None else list(fill))
     n = crops.shape[0]
     bins = policy.num_magnitude_bins
-    space = AA._tv_space(policy.kind, bins, *SIZE)
+    space = torchvision_space(ref, bins, SIZE)  # torchvision's magnitudes, not our table
+    assert set(space) == set(policy.ops)
     g = torch.Generator().manual_seed(1)
     for name in policy.ops:
         mags, signed = space[name]
