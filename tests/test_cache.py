@@ -143,8 +143,9 @@ def test_touched_but_identical_passes_hash_check(tmp_path, folder):
     out = D.build_cache(folder, tmp_path / "cache", progress=False)
     f = sorted(folder.glob("c0/*.jpg"))[0]
     os.utime(f, ns=(1, 1))
-    with pytest.raises(D.CacheError, match="changed"):
+    with pytest.raises(D.CacheError, match="changed") as info:
         D.open_cache(out)
+    assert "`data.verify: hash` in a recipe" in str(info.value)  # the way out, in a recipe user's words too
     D.open_cache(out, verify="hash")
 
 

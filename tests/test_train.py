@@ -71,6 +71,47 @@ def test_recipe_errors_name_the_key(tmp_path):
         del os.environ["DCTNET_TEST_ROOT"]
 
 
+def test_foreign_options_say_so_and_suggestions_are_only_for_misspellings(tmp_path):
+    """timm's and torchvision's training options that dctnet lacks are named as such; a "did you mean"
+    is offered only for a close misspelling, never for an unrelated field (issue 29: ema_decay → weight_decay,
+    sampler → scale)."""
+    bad = tmp_path / "bad.yaml"
+    for text, match in [("train: {model_ema: true}", r"unknown key 'model_ema': not supported: model EMA"),
+                        ("optim: {ema_decay: 0.9998}", r"not supported: model EMA"),
+                        ("data: {sampler: ra}", r"not supported: repeated augmentation"),
+                        ("data: {ra_reps: 4}", r"not supported: repeated augmentation"),
+                        ("optim: {smoothing: 0.1}", r"write optim\.label_smoothing"),
+                        ("data: {reprob: 0.25}", r"as an .augment:. list entry"),
+                        ("model: {drop_path_rate: 0.1}", r"not supported: a drop-path rate"),
+                        ("data: {batchsize: 8}", r"did you mean 'batch_size'"),
+                        ("optim: {lr_bach: 8}", r"did you mean 'lr_batch'")]:
+        bad.write_text(text)
+        with pytest.raises(RecipeError, match=match):
+            load_recipe(bad)
+    for text in ("optim: {ema_decay: 0.9}", "data: {sampler: x}", "optim: {warmup_lr: 1e-6}"):
+        bad.write_text(text)
+        with pytest.raises(RecipeError) as e:
+            load_recipe(bad)
+        assert "did you mean" not in str(e.value), str(e.value)
+    bad.write_text("data: {colour: 1}")
+    with pytest.raises(RecipeError, match=r"unknown key 'colour' \(known: source, root"):
+        load_recipe(bad)
+
+
+def test_environment_references_expand_in_every_string_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("DCTNET_TEST_ARCH", "resnet50")
+    monkeypatch.setenv("DCTNET_TEST_POLICY", "rand-m7-mstd0.5")
+    (tmp_path / "r.yaml").write_text(
+        "name: r-${DCTNET_TEST_ARCH}\n"
+        "model: {arch: '${DCTNET_TEST_ARCH:resnet18}', input: device-rgb}\n"
+        "data: {train: '${DCTNET_TEST_MISSING:train}-x', val: '${name}'}\n"
+        "augment: [{name: TimmAugment, policy: '${DCTNET_TEST_POLICY:rand-m9}'}]\n")
+    r = load_recipe(tmp_path / "r.yaml")
+    assert (r.name, r.model.arch, r.data.train, r.data.val, r.train.out) == (
+        "r-resnet50", "resnet50", "train-x", "r-resnet50", "runs/r-resnet50")
+    assert r.augment[0]["policy"] == "rand-m7-mstd0.5"
+
+
 # ---------------------------------------------------------------------- optimizer groups
 def weight_decay_by_name(model, groups) -> dict[str, tuple[float, float]]:
     """``name → (lr, weight_decay)`` of every parameter, from the groups it landed in."""

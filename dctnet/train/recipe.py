@@ -208,6 +208,48 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"unsupported annotation {tp}")
 
 
+#: training options of timm's train.py and torchvision's classification reference that a recipe
+#: does not have under that name: key → what to write instead, or why it is not there. Checked
+#: before any "did you mean", so that an option dctnet lacks is not mistaken for a misspelt field.
+FOREIGN_KEYS: dict[str, str] = {
+    **{k: "not supported: model EMA (timm's --model-ema, torchvision's --model-ema) is not implemented yet"
+       for k in ("model_ema", "model_ema_decay", "model_ema_steps", "ema", "ema_decay", "ema_every")},
+    **{k: "not supported: repeated augmentation (DeiT's --repeated-aug, torchvision's --ra-sampler/--ra-reps) is "
+          "not implemented yet" for k in ("repeated_aug", "ra_sampler", "ra_reps", "sampler")},
+    **{k: "not supported: a drop-path rate (timm's --drop-path) is not a recipe field yet"
+       for k in ("drop_path", "drop_path_rate")},
+    "drop": "not supported: a dropout rate (timm's --drop) is not a recipe field",
+    **{k: "not supported: a minimum or warm-up learning rate (timm's --min-lr / --warmup-lr): the schedule warms up "
+          "linearly from 0 and decays to 0" for k in ("min_lr", "warmup_lr", "lr_min")},
+    **{k: "not supported: weights to start from are not a recipe field yet (load them in Python, or convert a "
+          "checkpoint with `dctnet convert`)" for k in ("pretrained", "initial_checkpoint", "init", "weights")},
+    **{k: "not supported: the schedule is linear warm-up then cosine (optim.warmup_epochs)"
+       for k in ("sched", "lr_scheduler")},
+    "opt": "write optim.optimizer (sgd or adamw)",
+    "smoothing": "write optim.label_smoothing (timm's --smoothing)",
+    "clip_grad": "write optim.grad_clip (timm's --clip-grad)",
+    "lr_warmup_epochs": "write optim.warmup_epochs (torchvision's --lr-warmup-epochs)",
+    "warmup_epochs_lr": "write optim.warmup_epochs",
+    "train_interpolation": "write data.interpolation (timm's --train-interpolation)",
+    "input_size": "write data.image_size",
+    "train_crop_size": "write data.image_size (torchvision's --train-crop-size)",
+    **{k: "not supported: a separate eval size (timm's --test-input-size, torchvision's --val-resize-size / "
+          "--val-crop-size) is not implemented yet; the eval resize is floor(image_size / crop_pct)"
+       for k in ("test_input_size", "val_resize_size", "val_crop_size", "eval_resize", "eval_crop")},
+    **{k: "write the augmentation as an `augment:` list entry (e.g. {name: TimmAugment, policy: rand-m9-mstd0.5-inc1}, "
+          "{name: RandomErasing, p: 0.25, mode: pixel}, {name: Mixup, mixup_alpha: 0.8, cutmix_alpha: 1.0}); "
+          "recipes/README.md lists them"
+       for k in ("aa", "auto_augment", "reprob", "remode", "recount", "mixup", "cutmix", "mixup_prob",
+                 "mixup_switch_prob", "mixup_mode", "color_jitter", "hflip", "vflip", "auto_augment_policy",
+                 "random_erase", "random_erase_prob", "mixup_alpha", "cutmix_alpha", "ra_magnitude",
+                 "trivial_augment")},
+}
+
+#: how close an unknown key must be to a field for a "did you mean" (difflib's ratio): close enough
+#: for misspellings (batchsize → batch_size), not for unrelated words (sampler → scale)
+SUGGEST_CUTOFF = 0.8
+
+
 def _build(cls: type, values: Any, where: str) -> Any:
     if not isinstance(values, dict):
         raise RecipeError(f"{where}: expected a mapping of fields, got {values!r}")
@@ -216,7 +258,9 @@ def _build(cls: type, values: Any, where: str) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key not in hints:
-            close = difflib.get_close_matches(str(key), names, n=1)
+            if str(key) in FOREIGN_KEYS:
+                raise RecipeError(f"{where}: unknown key {key!r}: {FOREIGN_KEYS[str(key)]}")
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=SUGGEST_CUTOFF)
             hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(names)})"
             raise RecipeError(f"{where}: unknown key {key!r}{hint}")
         tp = hints[key]
@@ -259,11 +303,28 @@ def _expand(text: str, name: str) -> str:
     return re.sub(r"\$\{([^}]+)\}", sub, text)
 
 
+def _expand_strings(recipe: Recipe) -> None:
+    """``${VAR:default}`` and ``${name}`` expanded in every string field of every section and in the
+    string arguments of the augment list (the name first, so that it may use the environment too)."""
+    recipe.name = _expand(recipe.name, "run")
+    for section in (recipe.data, recipe.model, recipe.optim, recipe.train):
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, str):
+                setattr(section, f.name, _expand(value, recipe.name))
+    for spec in recipe.augment:
+        if isinstance(spec, dict):
+            for k, v in spec.items():
+                if isinstance(v, str) and k != "name":
+                    spec[k] = _expand(v, recipe.name)
+
+
 def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None) -> Recipe:
     """Read and validate a recipe (``None``: all defaults), applying ``overrides``.
 
     Relative data paths in the recipe are resolved against the current directory; environment
-    references ``${VAR:default}`` are expanded."""
+    references ``${VAR:default}`` (and ``${name}``, the recipe's name) are expanded in every string
+    field."""
     where = str(path) if path is not None else "<defaults>"
     values: dict[str, Any] = {}
     if path is not None:
@@ -281,8 +342,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] |
         recipe = _build(Recipe, values, "")
     except RecipeError as e:
         raise RecipeError(f"{where}: {e}") from None
-    recipe.data.root = _expand(recipe.data.root, recipe.name)
-    recipe.train.out = _expand(recipe.train.out, recipe.name)
+    _expand_strings(recipe)
     _check(recipe, where)
     return recipe
 

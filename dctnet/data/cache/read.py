@@ -333,8 +333,9 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
                 if items:
                     parts.append(f"{len(items)} {label} (e.g. {', '.join(items[:3])})")
             hint = "" if verify == "hash" or not any(c.endswith("(modified time)") for c in changed) else \
-                " (a file whose only change is its modified time is accepted by open_cache(..., verify='hash')," \
-                " and by `dctnet cache verify`, when its content hash is unchanged)"
+                " (a file whose only change is its modified time is accepted when its content hash is unchanged:" \
+                " `data.verify: hash` in a recipe, open_cache(..., verify='hash') / CacheDataset(..., verify='hash')" \
+                " in Python, or `dctnet cache verify`)"
             raise CacheError(f"{path} is stale against {root}: " + "; ".join(parts) + ". Rebuild it" + hint + ".")
     return Cache(path, meta)
 
