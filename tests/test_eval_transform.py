@@ -330,3 +330,65 @@ def test_converted_timm_model_on_eval_path_synthetic(arch, synthetic_files):
     rel, rel_float = _relative_logits(arch, files)
     assert rel <= 1e-2, rel
     assert rel_float <= 1e-4, rel_float
+
+
+# ---------------------------------------------------------------------- train and eval sizes (issue 29)
+def test_torchvision_recipe_eval_is_resize_232_then_centre_crop_224(tmp_path):
+    """torchvision's classification "new recipe" trains at 176 and evaluates ``Resize(232)`` +
+    ``CenterCrop(224)``: ``data.eval_resize: 232, data.eval_crop: 224``. dctnet's eval input (its
+    float device decode, bilinear, the recipe's defaults) against torchvision's own transform on the
+    PIL images of 100 Imagenette photos: ≤ 1.5 grey levels mean."""
+    from torchvision.transforms import v2
+
+    from dctnet.train.inputs import eval_config, eval_description
+    from dctnet.train.recipe import load_recipe
+
+    r = load_recipe(None, ["model.input=device-rgb", "data.image_size=176", "data.eval_resize=232",
+                           "data.eval_crop=224"])
+    cfg = eval_config(r)
+    assert cfg["input_size"] == (3, 224, 224) and cfg["resize"] == 232 and cfg["interpolation"] == "bilinear"
+    assert eval_description(cfg).startswith("resize the shorter side to 232") and "centre crop 224" in eval_description(cfg)
+    files = photos(100)
+    crop = D.ResizeCenterCrop.from_config(cfg)
+    ds = D.ImageFolderDataset.from_files(files, crop=crop)
+    step = T.DeviceStep((176, 176), eval_size=(224, 224), input="rgb", mean=(0.0,) * 3, std=(1.0,) * 3)
+    ref_tf = v2.Compose([v2.Resize(232, interpolation=InterpolationMode.BILINEAR, antialias=True), v2.CenterCrop(224),
+                         v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+    diffs = []
+    for start in range(0, len(files), 25):
+        batch = D.collate(ds.load_batch([(0, i) for i in range(start, min(start + 25, len(files)))]), pin_memory=False)
+        x, _, _ = step(batch)
+        assert x.shape[-2:] == (224, 224)
+        for k, i in enumerate(range(start, min(start + 25, len(files)))):
+            with Image.open(files[i]) as im:
+                want = ref_tf(im.convert("RGB"))
+            diffs.append(float(((x[k] - want).abs() * 255).mean()))
+    assert max(diffs) <= 1.5, (max(diffs), float(np.mean(diffs)))
+
+
+def test_a_models_test_input_size_is_its_eval_size_when_the_recipe_sets_none():
+    """timm's ``use_test_size``: a model whose pretrained config has ``test_input_size`` /
+    ``test_crop_pct`` (resnet50.a1_in1k: 288, 1.0) evaluates there unless the recipe sets an eval size."""
+    from dctnet.train.inputs import eval_config
+    from dctnet.train.recipe import load_recipe
+
+    arch = "timm:resnet50.a1_in1k"
+    want = timm.data.resolve_data_config({}, pretrained_cfg=timm.models.get_pretrained_cfg("resnet50.a1_in1k").to_dict(),
+                                         use_test_size=True)
+    cfg = eval_config(load_recipe(None, [f"model.arch={arch}", "model.input=device-rgb"]))
+    assert cfg["input_size"] == want["input_size"] == (3, 288, 288) and cfg["crop_pct"] == want["crop_pct"] == 1.0
+    cfg = eval_config(load_recipe(None, [f"model.arch={arch}", "model.input=device-rgb", "data.eval_crop=224"]))
+    assert cfg["input_size"] == (3, 224, 224) and cfg["resize"] is None
+    plain = eval_config(load_recipe(None, ["model.arch=timm:vit_small_patch16_224", "data.image_size=160"]))
+    assert plain["input_size"] == (3, 160, 160)  # no test size in its config: the training size
+
+
+def test_eval_size_fields_are_checked():
+    from dctnet.train.recipe import RecipeError, load_recipe
+
+    for over, match in [(["data.eval_resize=232", "data.crop_pct=0.9"], "set one"),
+                        (["data.eval_crop=200"], "multiple of 16"),
+                        (["data.eval_resize=232", "data.crop_mode=squash"], "'center' only"),
+                        (["data.eval_resize=8"], r"data\.eval_resize must be in")]:
+        with pytest.raises(RecipeError, match=match):
+            load_recipe(None, over)

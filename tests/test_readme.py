@@ -48,3 +48,34 @@ def test_the_adopting_section_runs(tmp_path):
         want = ref(T.ToRGB.for_model(ref)(crops))
         got = swapped(crops)
     assert (got - want).abs().max() <= 1e-6 * want.abs().max(), float((got - want).abs().max())
+
+
+def test_the_training_pipeline_snippet_gives_timms_erasing_noise_and_fill_for_the_model():
+    """The README's "Training input pipeline" snippet, its ``aug = T.Compose(...)`` statement run as
+    written for ``vit_small_patch16_224`` (0.5/0.5 normalisation): the erased pixels the model sees are
+    N(0, 1), as timm's RandomErasing after Normalize gives them (built plainly, the classes assume
+    ImageNet's statistics: mean −0.10, std 0.457 there), and TimmAugment fills with the model's mean in
+    8 bits, as timm's create_transform sets img_mean."""
+    import timm
+
+    from dctnet import data as D, transforms as T
+
+    text = (ROOT / "README.md").read_text()
+    stmt = re.search(r"\naug = T\.Compose\(\[.*?\], seed=0\)", text, re.S)
+    assert stmt, "README: the training-pipeline snippet's aug = T.Compose(...) is missing"
+    model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=10)
+    scope = {"T": T, "D": D, "model": model}
+    exec(compile(stmt.group(0).strip(), "README.md:training-pipeline", "exec"), scope)
+    aug = scope["aug"]
+    timm_aug = next(t for t in aug.transforms if isinstance(t, T.TimmAugment))
+    erase = next(t for t in aug.transforms if isinstance(t, T.RandomErasing))
+    assert timm_aug.fill == tuple(round(255 * 0.5) / 255 for _ in range(3))
+    # the erasing and the model input alone, every sample erased over most of the image
+    only = T.Compose([T.RandomErasing(p=1.0, scale=(0.9, 0.9), ratio=(1.0, 1.0), mode="pixel", mean=erase.mean,
+                                      std=erase.std), aug.transforms[-1]], seed=1)
+    x = torch.full((16, 3, 64, 64), 0.3)
+    out, _ = only(x, torch.zeros(16, dtype=torch.long))
+    plain = (0.3 - 0.5) / 0.5                      # an unerased pixel in the model's input
+    erased = out[(out - plain).abs() > 1e-4]
+    assert erased.numel() > 0.8 * out.numel()
+    assert abs(float(erased.mean())) < 0.02 and abs(float(erased.std()) - 1.0) < 0.02, (erased.mean(), erased.std())

@@ -161,11 +161,16 @@ class ResizeCenterCrop:
     On the device the interpolation is free: bilinear or bicubic (``crops_to_rgb(...,
     interpolation=)``). The read box covers the wider bicubic taps, so one batch serves both.
     The crop is deterministic: ``seed``/``epoch``/``index`` are ignored.
+
+    ``resize``: the shorter side's length instead of ``floor(size / crop_pct)`` — torchvision's
+    ``Resize(resize) + CenterCrop(size)`` (its reference's ``--val-resize-size`` /
+    ``--val-crop-size``, e.g. 232 then 224); ``crop_mode`` ``"center"`` only.
     """
 
     size: int | tuple[int, int] = 224
     crop_pct: float = 0.875
     crop_mode: str = "center"
+    resize: int | None = None
 
     def __post_init__(self) -> None:
         size = (self.size, self.size) if isinstance(self.size, (int, np.integer)) else tuple(self.size)
@@ -176,13 +181,29 @@ class ResizeCenterCrop:
             raise ValueError(f"ResizeCenterCrop: crop_pct must be a positive number, not {self.crop_pct!r}")
         if self.crop_mode not in CROP_MODES:
             raise ValueError(f"ResizeCenterCrop: crop_mode must be one of {CROP_MODES}, not {self.crop_mode!r}")
+        if self.resize is not None:
+            if isinstance(self.resize, bool) or not isinstance(self.resize, (int, np.integer)) or self.resize <= 0:
+                raise ValueError(f"ResizeCenterCrop: resize must be a positive int (the shorter side), not {self.resize!r}")
+            if self.crop_mode != "center":
+                raise ValueError(f"ResizeCenterCrop: resize= is torchvision's Resize(int) + CenterCrop: crop_mode "
+                                 f"'center' only, not {self.crop_mode!r}")
+            object.__setattr__(self, "resize", int(self.resize))
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ResizeCenterCrop:
         """The crop of a data config (:func:`dctnet.transforms.normalization.data_config`, or
-        timm's ``resolve_data_config``): ``input_size`` (C, H, W), ``crop_pct``, ``crop_mode``."""
+        timm's ``resolve_data_config``): ``input_size`` (C, H, W), ``crop_pct``, ``crop_mode``, and
+        ``resize`` (the shorter side, torchvision's rule) where the config has one."""
         _, h, w = config["input_size"]
-        return cls((int(h), int(w)), float(config.get("crop_pct") or 0.875), config.get("crop_mode") or "center")
+        return cls((int(h), int(w)), float(config.get("crop_pct") or 0.875), config.get("crop_mode") or "center",
+                   config.get("resize"))
+
+    @property
+    def scale_size(self) -> tuple[int, int]:
+        """What the image is resized to before the crop, per axis: ``resize`` or ``floor(size / crop_pct)``."""
+        if self.resize is not None:
+            return self.resize, self.resize
+        return math.floor(self.size[0] / self.crop_pct), math.floor(self.size[1] / self.crop_pct)
 
     def fill(self, mean: tuple[float, float, float] | None = None) -> tuple[float, float, float]:
         """RGB in [0, 1] of the padding: timm's ``"border"`` pads with ``round(255·mean)`` (the
@@ -196,8 +217,7 @@ class ResizeCenterCrop:
         docstring, in timm's / torchvision's float arithmetic and rounding)."""
         h = np.atleast_1d(np.asarray(heights, np.int64))
         w = np.atleast_1d(np.asarray(widths, np.int64))
-        sh, sw = self.size
-        lh, lw = math.floor(sh / self.crop_pct), math.floor(sw / self.crop_pct)
+        lh, lw = self.scale_size
         if self.crop_mode == "squash":
             return np.full_like(h, lh), np.full_like(w, lw)
         if self.crop_mode == "center" and lh == lw:  # torchvision's Resize(int): the shorter side

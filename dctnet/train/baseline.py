@@ -140,8 +140,16 @@ def torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int,
     from timm.data import create_transform  # slow to import (see the module docstring)
 
     cfg = eval_config(r)
-    val_tf = create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"], crop_pct=cfg["crop_pct"],
-                              crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"], is_training=False)
+    if cfg["resize"] is not None:  # torchvision's reference: Resize(val_resize_size) + CenterCrop(val_crop_size)
+        from torchvision.transforms import v2  # optional dependency (see the module docstring)
+
+        val_tf = v2.Compose([v2.Resize(cfg["resize"], interpolation=v2.InterpolationMode(cfg["interpolation"]),
+                                       antialias=True), v2.CenterCrop(list(cfg["input_size"][1:])), v2.ToImage(),
+                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(cfg["mean"]), list(cfg["std"]))])
+    else:
+        val_tf = create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"],
+                                  crop_pct=cfg["crop_pct"], crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"],
+                                  is_training=False)
     accept = r.data.warnings == "accept"
     train_ds = jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error, accept,
                                  usable["train"] if usable else None)

@@ -33,7 +33,7 @@ from dctnet.codec import available_cpus
 from dctnet import transforms as T
 from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
-from dctnet.train.inputs import data_root, eval_config, limited_indices
+from dctnet.train.inputs import data_root, eval_config, eval_description, limited_indices
 from dctnet.train.recipe import Recipe, input_stats
 from dctnet.transforms.normalization import input_mean_std
 
@@ -83,7 +83,8 @@ class Pipeline:
                 (r.data.image_size, r.data.image_size), input="rgb" if r.model.input == "device-rgb" else "coefficients",
                 augment=ops, mean=mean, std=std, chroma=r.model.chroma, exact=r.data.decode == "exact",
                 interpolation=r.data.interpolation, eval_interpolation=self.eval_config["interpolation"],
-                eval_fill=self.eval_fill, pixels=r.data.pixels, seed=r.train.seed).to(self.device)
+                eval_fill=self.eval_fill, pixels=r.data.pixels, seed=r.train.seed,
+                eval_size=tuple(self.eval_config["input_size"][1:])).to(self.device)
             # eager runs on the CPU group exactly the samples that drew each op (shapes cost nothing
             # there); on an accelerator, or compiled, every batch of a size keeps one set of shapes
             self.step.train_transform.set_fixed_shapes(self.device.type != "cpu" or r.train.compile)
@@ -117,10 +118,9 @@ class Pipeline:
         return "\n".join(lines) + "\n"
 
     def crop_description(self) -> str:
-        r, c = self.recipe, self.eval_config
+        r = self.recipe
         return (f"train RandomResizedCrop(size={r.data.image_size}, scale={tuple(r.data.scale)}, "
-                f"interpolation={r.data.interpolation}, antialias=True); eval resize to "
-                f"floor({r.data.image_size}/{c['crop_pct']}) ({c['crop_mode']}, {c['interpolation']}) + centre crop")
+                f"interpolation={r.data.interpolation}, antialias=True); eval {eval_description(self.eval_config)}")
 
     # ------------------------------------------------------------------ epochs
     def set_epoch(self, epoch: int) -> None:

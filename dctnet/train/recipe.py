@@ -55,7 +55,12 @@ class DataConfig:
     interpolation: Literal["bilinear", "bicubic"] = "bilinear"  # the training crop's antialiased resize (timm, DeiT: bicubic)
     # the eval transform: the model's own (timm's resolve_data_config over its pretrained_cfg;
     # torchvision models: Resize(size/0.875) + CenterCrop, bilinear), each field overridable
-    crop_pct: float | None = None     # resize to floor(image_size / crop_pct), then the centre crop
+    crop_pct: float | None = None     # resize to floor(eval crop / crop_pct), then the centre crop
+    # torchvision's --val-resize-size / --val-crop-size: resize the shorter side to eval_resize, then the
+    # eval_crop centre crop (e.g. train at 176, eval 232 → 224); eval_crop alone keeps the crop_pct rule.
+    # Neither set: image_size, or the model's test_input_size / test_crop_pct where its timm config has one
+    eval_resize: int | None = None
+    eval_crop: int | None = None
     crop_mode: Literal["center", "squash", "border"] | None = None
     eval_interpolation: Literal["bilinear", "bicubic"] | None = None
     decode: Literal["float", "exact"] = "float"  # device decode: float maths, or libjpeg's integer decode (= Pillow's pixels)
@@ -233,9 +238,10 @@ FOREIGN_KEYS: dict[str, str] = {
     "train_interpolation": "write data.interpolation (timm's --train-interpolation)",
     "input_size": "write data.image_size",
     "train_crop_size": "write data.image_size (torchvision's --train-crop-size)",
-    **{k: "not supported: a separate eval size (timm's --test-input-size, torchvision's --val-resize-size / "
-          "--val-crop-size) is not implemented yet; the eval resize is floor(image_size / crop_pct)"
-       for k in ("test_input_size", "val_resize_size", "val_crop_size", "eval_resize", "eval_crop")},
+    "val_resize_size": "write data.eval_resize (torchvision's --val-resize-size)",
+    "val_crop_size": "write data.eval_crop (torchvision's --val-crop-size)",
+    "test_input_size": "write data.eval_crop (timm's --test-input-size; a model's own test_input_size is used "
+                       "when the recipe sets no eval size)",
     **{k: "write the augmentation as an `augment:` list entry (e.g. {name: TimmAugment, policy: rand-m9-mstd0.5-inc1}, "
           "{name: RandomErasing, p: 0.25, mode: pixel}, {name: Mixup, mixup_alpha: 0.8, cutmix_alpha: 1.0}); "
           "recipes/README.md lists them"
@@ -353,6 +359,7 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "data.image_size": (16, 8192, False, False), "data.batch_size": (1, _INF, False, True),
     "data.threads": (1, 1024, False, False), "data.workers": (0, 1024, False, False),
     "data.crop_pct": (0, 4, True, False), "data.limit_train": (0, _INF, False, True),
+    "data.eval_resize": (16, 8192, False, False), "data.eval_crop": (16, 8192, False, False),
     "data.limit_val": (0, _INF, False, True), "data.synthetic_classes": (2, 100_000, False, False),
     "data.synthetic_train_per_class": (1, _INF, False, True), "data.synthetic_val_per_class": (1, _INF, False, True),
     "model.keep": (1, 64, False, False), "model.stats_batches": (1, _INF, False, True),
@@ -419,6 +426,14 @@ def _check(r: Recipe, where: str) -> None:
             bad(f"{key} must be in {span}, got {value}")
     if r.data.image_size % 16:
         bad(f"data.image_size must be a positive multiple of 16, got {r.data.image_size}")
+    if r.data.eval_crop is not None and r.data.eval_crop % 16:
+        bad(f"data.eval_crop must be a positive multiple of 16, got {r.data.eval_crop}")
+    if r.data.eval_resize is not None and r.data.crop_pct is not None:
+        bad("data.eval_resize and data.crop_pct both say how far to resize for eval: set one (eval_resize: "
+            "torchvision's Resize(eval_resize); crop_pct: timm's floor(crop / crop_pct))")
+    if r.data.eval_resize is not None and r.data.crop_mode not in (None, "center"):
+        bad(f"data.eval_resize is torchvision's Resize(int) + CenterCrop: crop_mode 'center' only, got "
+            f"{r.data.crop_mode!r}")
     if not 0 < r.data.scale[0] <= r.data.scale[1] <= 1:
         bad(f"data.scale must satisfy 0 < lo <= hi <= 1, got {r.data.scale}")
     if not 8 <= r.data.synthetic_size[0] <= r.data.synthetic_size[1]:

@@ -17,7 +17,7 @@
 - :mod:`dctnet.transforms.device_crop` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
+from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, data_config, input_mean_std
 from dctnet.transforms.base import BaselineContext, Compose, Transform, compile_step, step_generator
 from dctnet.transforms.augment import (
     ColorJitter,
@@ -59,7 +59,7 @@ from dctnet.transforms.step import DeviceStep, normalize_input
 
 __all__ = [
     "MIXERS", "TRANSFORMS", "BaselineContext", "build_transform", "compile_step", "counterpart", "describe_transforms",
-    "op_table", "spec_arguments", "step_generator", "timm_kwargs",
+    "op_table", "spec_arguments", "step_generator", "timm_kwargs", "data_config", "input_mean_std",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",
     "FrequencyDropout", "JpegBatch", "MixUp", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomChromaRotation",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",

@@ -274,6 +274,24 @@ class Transform(nn.Module):
             RECIPE_OPS[cls.__name__] = cls
 
     @classmethod
+    def for_model(cls, model: Any, *args: Any, **kwargs: Any) -> "Transform":
+        """This transform with the normalisation ``model`` expects (an ``nn.Module`` or an architecture
+        name: its timm ``pretrained_cfg`` mean/std, else ImageNet's;
+        :func:`~dctnet.transforms.normalization.input_mean_std`) for the arguments that follow it —
+        ``mean`` / ``std`` where the class takes them (TimmAugment's fill, RandomErasing's values and
+        noise, ToRGB) — unless given. ``vit_small_patch16_224`` normalises with 0.5/0.5: built plainly,
+        these classes assume ImageNet's statistics."""
+        from dctnet.transforms.normalization import input_mean_std  # (no cycle: a leaf module)
+
+        mean, std = input_mean_std(model)
+        params = inspect.signature(cls.__init__).parameters
+        if "mean" in params:
+            kwargs.setdefault("mean", tuple(mean))
+        if "std" in params:
+            kwargs.setdefault("std", tuple(std))
+        return cls(*args, **kwargs)
+
+    @classmethod
     def counterpart(cls, args: dict[str, Any], ctx: BaselineContext) -> Any:
         """torchvision's or timm's own implementation of this op with the same arguments — what the
         ``rgb`` arm of a recipe runs in its place (``args``: the spec's, defaults filled in). Raises

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
+from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.base import Transform, coefficient_shape, pixel_shape, to_coefficients, to_pixels
 
 __all__ = ["Normalize", "SelectFrequencies", "ToCoefficients", "ToRGB"]
@@ -98,13 +97,6 @@ class ToRGB(Transform):
                              persistent=False)
         self.register_buffer("std", None if std is None else torch.tensor(std, dtype=torch.float32).reshape(1, 3, 1, 1),
                              persistent=False)
-
-    @classmethod
-    def for_model(cls, model: Any) -> "ToRGB":
-        """``ToRGB`` with the normalisation ``model`` expects (an ``nn.Module`` or an architecture
-        name such as ``"resnet50"`` / ``"timm:vit_small_patch16_224"``):
-        :func:`dctnet.transforms.normalization.input_mean_std`."""
-        return cls(*input_mean_std(model))
 
     def _out_shape(self, shape):
         return pixel_shape(shape)

@@ -50,6 +50,8 @@ class DeviceStep(nn.Module):
     Args:
         size: the crops' ``(h, w)`` in pixels (multiples of 8, of 16 with native chroma, for
             coefficients).
+        eval_size: the eval crops' ``(h, w)`` (the eval batches, those with ``batch.resize``); default
+            ``size`` (torchvision's recipe trains at 176 and evaluates at 224).
         input: ``"rgb"`` (normalised pixels for an unchanged RGB model) or ``"coefficients"``
             (a coefficient image ``(B, 3, h/8, w/8, 64)``, or ``(y, c)`` with ``chroma="native"``).
         augment: the training augmentation — transforms (or a :class:`Compose`) on the pixel crops;
@@ -74,7 +76,8 @@ class DeviceStep(nn.Module):
                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  normalize: Normalize | None = None, chroma: str = "upsampled", exact: bool = False,
                  interpolation: str = "bilinear", eval_interpolation: str | None = None,
-                 eval_fill: float | tuple[float, float, float] = 0.0, pixels: str = "float", seed: int = 0) -> None:
+                 eval_fill: float | tuple[float, float, float] = 0.0, pixels: str = "float", seed: int = 0,
+                 eval_size: tuple[int, int] | None = None) -> None:
         super().__init__()
         if input not in ("rgb", "coefficients"):
             raise ValueError(f"DeviceStep: input must be 'rgb' or 'coefficients', got {input!r}")
@@ -85,6 +88,7 @@ class DeviceStep(nn.Module):
         if pixels not in ("float", "8bit"):
             raise ValueError(f"DeviceStep: pixels must be 'float' or '8bit', got {pixels!r}")
         self.size = (int(size[0]), int(size[1]))
+        self.eval_size = self.size if eval_size is None else (int(eval_size[0]), int(eval_size[1]))
         #: 256 with ``pixels="8bit"``: crops and the 8-bit ops' results rounded to k/255 (None: float)
         self.pixel_levels = 256 if pixels == "8bit" else None
         self.input, self.chroma, self.exact = input, chroma, bool(exact)
@@ -129,7 +133,8 @@ class DeviceStep(nn.Module):
         if transform is None:
             evaluating = getattr(batch, "resize", None) is not None
             interpolation = self.eval_interpolation if evaluating else self.interpolation
-            rgb = round_to_levels(crops_to_rgb(batch, self.size, exact=self.exact, interpolation=interpolation,
+            rgb = round_to_levels(crops_to_rgb(batch, self.eval_size if evaluating else self.size, exact=self.exact,
+                                               interpolation=interpolation,
                                                fill=self.eval_fill if evaluating else 0.0), self.pixel_levels)
             x = self.to_input(rgb) if self.input == "rgb" else to_coefficients(rgb)
             return self._finish(x), labels, labels
@@ -171,7 +176,9 @@ class DeviceStep(nn.Module):
         return self
 
     def extra_repr(self) -> str:
-        return (f"size={self.size}, input={self.input!r}, chroma={self.chroma!r}, exact={self.exact}, "
+        return (f"size={self.size}, eval_size={self.eval_size}, input={self.input!r}, chroma={self.chroma!r}, "
+                f"exact={self.exact}, "
+                f"exact={self.exact}, "
                 f"interpolation={self.interpolation!r}, eval_interpolation={self.eval_interpolation!r}, "
                 f"pixels={'8bit' if self.pixel_levels else 'float'}, "
                 f"compiled={self._compiled is not None}")
