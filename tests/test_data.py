@@ -227,3 +227,62 @@ def test_corpus_through_the_loader_with_skip():
     cut = [p for p, w in accepted.warned.items() if "Premature end of JPEG file" in w]
     assert len(accepted.unusable) == 5 and cut
     assert seen + skipped == len(files) and 5 + len(cut) <= skipped <= len(refused.unusable)
+
+
+# ---------------------------------------------------------------------- repeated augmentation (issue 29)
+@pytest.mark.parametrize("n,repeats,world", [(1000, 3, 1), (1000, 3, 4), (300, 4, 2), (50, 3, 2), (7, 2, 3)])
+def test_repeated_aug_sampler_is_timms_repeat_aug_sampler(n, repeats, world):
+    """The same indices in the same order per rank and epoch as timm's ``RepeatAugSampler`` (DeiT's
+    RASampler: its permutation seeded by the epoch is ours with seed 0; the repeats dealt to the ranks
+    by stride; ``n // 256 · 256 / world`` a rank, ``ceil(n / world)`` below 256 samples)."""
+    from timm.data.distributed_sampler import RepeatAugSampler
+
+    for rank in range(world):
+        theirs = RepeatAugSampler(list(range(n)), num_replicas=world, rank=rank, num_repeats=repeats)
+        ours = D.RepeatedAugSampler(n, repeats, seed=0, rank=rank, world_size=world, keys=False)
+        for epoch in (0, 3):
+            theirs.set_epoch(epoch)
+            ours.set_epoch(epoch)
+            assert len(ours) == len(theirs) and list(ours) == list(theirs), (rank, epoch)
+
+
+def test_every_repeat_of_an_image_is_a_distinct_crop(folder):
+    """A crop is a function of (seed, epoch, index): a sampler that repeats an index gave every repeat the
+    same box. The repeated-augmentation sampler's keys give each repeat its own: all repeats of every
+    image in an epoch differ, on every rank."""
+    ds = D.ImageFolderDataset(folder, crop=D.RandomResizedCrop(), seed=3)
+    for rank in range(2):
+        sampler = D.RepeatedAugSampler(len(ds), 3, seed=3, rank=rank, world_size=2)
+        sampler.set_epoch(5)
+        keys = list(sampler)
+        assert all(k[0] & ((1 << D.loader.REPEAT_SHIFT) - 1) == 5 for k in keys)
+        boxes: dict[int, list] = {}
+        for (epoch, index), s in zip(keys, ds.load_batch(keys)):
+            boxes.setdefault(index, []).append(tuple(s.box))
+        repeated = {i: b for i, b in boxes.items() if len(b) > 1}
+        assert repeated, "no image repeated on this rank"
+        assert all(len(set(b)) == len(b) for b in repeated.values()), repeated
+    # without the repeat in the key, the same index in one epoch is one box (what the sampler avoids)
+    same = ds.load_batch([(5, 0), (5, 0)])
+    assert same[0].box == same[1].box
+
+
+def test_recipe_repeated_aug_drives_both_arms(tmp_path, folder):
+    """``data.repeated_aug: 3`` gives dctnet's loader and the torchvision arm the repeated-augmentation
+    sampler (timm's epoch length: ceil(39 / 1) samples here), the first with repeat keys."""
+    from conftest import write_recipe
+    from dctnet.train.pipeline import build_pipeline
+    from dctnet.train.recipe import RecipeError, load_recipe
+
+    for inp in ("dct", "rgb"):
+        r = load_recipe(write_recipe(tmp_path / inp, str(folder.parent), batch_size=4, data__train=folder.name,
+                                     data__val=folder.name, data__repeated_aug=3, model__input=inp,
+                                     **({"model__stem": None} if inp == "rgb" else {})))
+        pipe = build_pipeline(r, torch.device("cpu"))
+        sampler = pipe.train_loader.sampler
+        assert isinstance(sampler, D.RepeatedAugSampler) and sampler.repeats == 3 and len(sampler) == 39
+        assert sampler.keys == (inp != "rgb")
+    with pytest.raises(RecipeError, match=r"write data\.repeated_aug"):
+        load_recipe(None, {"data": {"ra_reps": 4}})
+    with pytest.raises(RecipeError, match=r"data\.repeated_aug must be in"):
+        load_recipe(None, ["data.repeated_aug=0"])

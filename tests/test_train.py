@@ -78,8 +78,8 @@ def test_foreign_options_say_so_and_suggestions_are_only_for_misspellings(tmp_pa
     bad = tmp_path / "bad.yaml"
     for text, match in [("train: {model_ema: true}", r"unknown key 'model_ema': not supported: model EMA"),
                         ("optim: {ema_decay: 0.9998}", r"not supported: model EMA"),
-                        ("data: {sampler: ra}", r"not supported: repeated augmentation"),
-                        ("data: {ra_reps: 4}", r"not supported: repeated augmentation"),
+                        ("data: {sampler: ra}", r"write data\.repeated_aug"),
+                        ("data: {ra_reps: 4}", r"write data\.repeated_aug"),
                         ("optim: {smoothing: 0.1}", r"write optim\.label_smoothing"),
                         ("data: {reprob: 0.25}", r"as an .augment:. list entry"),
                         ("model: {drop_path_rate: 0.1}", r"not supported: a drop-path rate"),

@@ -29,7 +29,7 @@ from dctnet.data.dataset import (
 )
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.collate import collate
-from dctnet.data.loader import DevicePrefetcher, EpochSampler, ThreadLoader, make_dataloader
+from dctnet.data.loader import DevicePrefetcher, EpochSampler, RepeatedAugSampler, ThreadLoader, make_dataloader
 from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
 from dctnet.data.usable import CheckedFiles, check_files, data_kind
 from dctnet.data.verify import format_report, verify_dataset
@@ -56,6 +56,7 @@ __all__ = [
     "CoefficientSample",
     "DevicePrefetcher",
     "EpochSampler",
+    "RepeatedAugSampler",
     "FullImage",
     "ImageFolderDataset",
     "RandomResizedCrop",

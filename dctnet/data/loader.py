@@ -20,7 +20,8 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -30,7 +31,7 @@ from dctnet.data.collate import collate
 from dctnet.data.dataset import ImageFolderDataset
 from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch, as_jpeg_batch
 
-__all__ = ["DevicePrefetcher", "EpochSampler", "ThreadLoader", "make_dataloader"]
+__all__ = ["DevicePrefetcher", "EpochSampler", "REPEAT_SHIFT", "RepeatedAugSampler", "ThreadLoader", "make_dataloader"]
 
 
 class EpochSampler(torch.utils.data.Sampler):
@@ -71,6 +72,74 @@ class EpochSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return self.n // self.world_size if self.drop_last else len(range(self.rank, self.n, self.world_size))
+
+
+#: a key's epoch holds the repeat number above this bit (:class:`RepeatedAugSampler`): repeat ``r`` of
+#: epoch ``e`` draws its crop from the stream ``e | r << 20`` (the crop streams use 32 bits of the epoch)
+REPEAT_SHIFT = 20
+
+
+class RepeatedAugSampler(torch.utils.data.Sampler):
+    """Repeated augmentation: DeiT's ``RASampler`` (timm's ``RepeatAugSampler``; torchvision's
+    reference's ``--ra-sampler --ra-reps``) over ``indices`` (a dataset size, or global indices).
+
+    Each epoch: the indices permuted (seeded ``seed·1000003 + epoch``: with seed 0, timm's own
+    permutation), each repeated ``repeats`` times in a row, the list wrapped to a multiple of the world
+    size and dealt to the ranks by stride (so the repeats of an image land on different ranks), each
+    rank keeping ``floor(n // 256 · 256 / world_size)`` of its share (``ceil(n / world_size)`` below
+    256 samples), timm's rule: an epoch is about ``n`` samples in all, ``n / repeats`` distinct images.
+
+    Yields ``(epoch key, index)``. The key's epoch is ``epoch | r << REPEAT_SHIFT`` for repeat ``r``,
+    so that each repeat of an image draws its own crop (a crop is a pure function of (seed, epoch,
+    index): with the plain epoch every repeat would get the same box); the device augmentation draws
+    per batch row, so the repeats' other draws differ too. ``keys=False``: plain indices, for a
+    DataLoader whose transforms draw their own randomness (the torchvision arm)."""
+
+    def __init__(self, indices: int | Sequence[int], repeats: int = 3, *, shuffle: bool = True, seed: int = 0,
+                 rank: int | None = None, world_size: int | None = None, keys: bool = True,
+                 selected_round: int = 256) -> None:
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats < 1 << (32 - REPEAT_SHIFT):
+            raise ValueError(f"RepeatedAugSampler: repeats must be an int in [1, {1 << (32 - REPEAT_SHIFT)}), "
+                             f"got {repeats!r}")
+        self.rank, self.world_size, _ = placement(rank, world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} outside world size {self.world_size}")
+        self.indices = list(range(indices)) if isinstance(indices, int) else list(indices)
+        self.repeats, self.shuffle, self.seed, self.keys = repeats, shuffle, seed, keys
+        n, w = len(self.indices), self.world_size
+        self.total_size = math.ceil(n * repeats / w) * w
+        if selected_round and n >= selected_round:
+            selected = math.floor(n // selected_round * selected_round / w)
+        else:
+            selected = math.ceil(n / w)
+        self.num_selected = min(selected, self.total_size // w)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if not 0 <= epoch < 1 << REPEAT_SHIFT:
+            raise ValueError(f"RepeatedAugSampler: epoch must be in [0, 2^{REPEAT_SHIFT}), got {epoch}")
+        self.epoch = epoch
+
+    def plan(self) -> list[tuple[int, int]]:
+        """This rank's ``(index, repeat)`` for the epoch, in order."""
+        n = len(self.indices)
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        repeated = [(self.indices[i], r) for i in order for r in range(self.repeats)]
+        picks = range(self.rank, self.total_size, self.world_size)[:self.num_selected]
+        return [repeated[i % len(repeated)] for i in picks] if repeated else []
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.keys:
+            return iter([i for i, _ in self.plan()])
+        return iter([(self.epoch | r << REPEAT_SHIFT, i) for i, r in self.plan()])
+
+    def __len__(self) -> int:
+        return self.num_selected
 
 
 def make_dataloader(dataset: ImageFolderDataset, batch_size: int, *, sampler: EpochSampler | None = None,

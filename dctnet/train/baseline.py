@@ -20,6 +20,7 @@ import torch
 from dctnet import transforms as T
 from dctnet.codec import JpegError
 from dctnet.data.dataset import IMG_EXTENSIONS
+from dctnet.data.loader import RepeatedAugSampler
 from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
 from dctnet.train.inputs import eval_config, limited_indices
 from dctnet.train.recipe import Recipe
@@ -159,8 +160,12 @@ def torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int,
         train_ds = torch.utils.data.Subset(train_ds, limited_indices(len(train_ds), r.data.limit_train))
     if r.data.limit_val:
         val_ds = torch.utils.data.Subset(val_ds, limited_indices(len(val_ds), r.data.limit_val))
-    train_sampler = torch.utils.data.DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True,
-                                                        seed=r.train.seed, drop_last=True)
+    if r.data.repeated_aug > 1:  # torchvision's / DeiT's RASampler (its transforms draw per call: repeats differ)
+        train_sampler = RepeatedAugSampler(len(train_ds), r.data.repeated_aug, seed=r.train.seed, rank=rank,
+                                           world_size=world_size, keys=False)
+    else:
+        train_sampler = torch.utils.data.DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True,
+                                                            seed=r.train.seed, drop_last=True)
     val_sampler = RankSlice(len(val_ds), rank, world_size)
     common = {"batch_size": r.data.batch_size, "num_workers": r.data.workers, "collate_fn": WorkerCpu(),
               "pin_memory": torch.cuda.is_available(), "persistent_workers": r.data.workers > 0}

@@ -260,6 +260,8 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     if r.data.source == "shards":
         if r.data.limit_train or r.data.limit_val:
             raise ValueError("data.limit_train / limit_val need indexable data; shards are streamed (use a cache)")
+        if r.data.repeated_aug > 1:
+            raise ValueError("data.repeated_aug needs indexable data (a folder or a cache); shards are streamed")
         classes = [str(c) for c in range(r.model.num_classes)] if r.model.num_classes else None
         if classes is None:
             raise ValueError("data.source: shards needs model.num_classes (shards carry labels, not class names)")
@@ -269,8 +271,12 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         if list(getattr(val_ds, "classes", train_ds.classes)) != list(train_ds.classes):
             raise ValueError(f"train and val splits have different classes under {root}")
         classes = list(train_ds.classes)
-        train_sampler = D.SubsetSampler(limited_indices(len(train_ds), r.data.limit_train), seed=r.train.seed, rank=rank,
-                                        world_size=world_size, drop_last=True)
+        if r.data.repeated_aug > 1:  # DeiT's / torchvision's RASampler: every repeat its own crop
+            train_sampler = D.RepeatedAugSampler(limited_indices(len(train_ds), r.data.limit_train), r.data.repeated_aug,
+                                                 seed=r.train.seed, rank=rank, world_size=world_size)
+        else:
+            train_sampler = D.SubsetSampler(limited_indices(len(train_ds), r.data.limit_train), seed=r.train.seed,
+                                            rank=rank, world_size=world_size, drop_last=True)
         val_sampler = D.SubsetSampler(limited_indices(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
                                       world_size=world_size)
         train = D.ThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,

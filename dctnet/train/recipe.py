@@ -67,6 +67,9 @@ class DataConfig:
     # the pixel stages' values: float, or 8bit — rounded to 1/255 levels after the crop and after each op
     # the RGB arm runs on 8-bit PIL images (policies, ColorJitter, grayscale), as Pillow hands them over
     pixels: Literal["float", "8bit"] = "float"
+    # repeated augmentation (DeiT's --repeated-aug: 3; torchvision's --ra-sampler --ra-reps 4): each image N
+    # times an epoch, spread over the ranks, each repeat its own crop and draws; 1: off
+    repeated_aug: int = 1
     limit_train: int = 0              # use only the first N training samples (0: all), for smoke tests
     limit_val: int = 0
     synthetic_classes: int = 6        # source: synthetic — classes, images per class, JPEG side range
@@ -219,8 +222,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 FOREIGN_KEYS: dict[str, str] = {
     **{k: "not supported: model EMA (timm's --model-ema, torchvision's --model-ema) is not implemented yet"
        for k in ("model_ema", "model_ema_decay", "model_ema_steps", "ema", "ema_decay", "ema_every")},
-    **{k: "not supported: repeated augmentation (DeiT's --repeated-aug, torchvision's --ra-sampler/--ra-reps) is "
-          "not implemented yet" for k in ("repeated_aug", "ra_sampler", "ra_reps", "sampler")},
+    **{k: "write data.repeated_aug: N (DeiT's --repeated-aug is 3; torchvision's --ra-sampler --ra-reps N)"
+       for k in ("ra_sampler", "ra_reps", "sampler", "repeated_augmentation")},
     **{k: "not supported: a drop-path rate (timm's --drop-path) is not a recipe field yet"
        for k in ("drop_path", "drop_path_rate")},
     "drop": "not supported: a dropout rate (timm's --drop) is not a recipe field",
@@ -360,6 +363,7 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "data.threads": (1, 1024, False, False), "data.workers": (0, 1024, False, False),
     "data.crop_pct": (0, 4, True, False), "data.limit_train": (0, _INF, False, True),
     "data.eval_resize": (16, 8192, False, False), "data.eval_crop": (16, 8192, False, False),
+    "data.repeated_aug": (1, 4095, False, False),
     "data.limit_val": (0, _INF, False, True), "data.synthetic_classes": (2, 100_000, False, False),
     "data.synthetic_train_per_class": (1, _INF, False, True), "data.synthetic_val_per_class": (1, _INF, False, True),
     "model.keep": (1, 64, False, False), "model.stats_batches": (1, _INF, False, True),
