@@ -82,13 +82,14 @@ def test_foreign_options_say_so_and_suggestions_are_only_for_misspellings(tmp_pa
                         ("data: {ra_reps: 4}", r"write data\.repeated_aug"),
                         ("optim: {smoothing: 0.1}", r"write optim\.label_smoothing"),
                         ("data: {reprob: 0.25}", r"as an .augment:. list entry"),
-                        ("model: {drop_path_rate: 0.1}", r"not supported: a drop-path rate"),
+                        ("model: {drop_path: 0.1}", r"write model\.drop_path_rate"),
+                        ("model: {pretrained: true}", r"write model\.init"),
                         ("data: {batchsize: 8}", r"did you mean 'batch_size'"),
                         ("optim: {lr_bach: 8}", r"did you mean 'lr_batch'")]:
         bad.write_text(text)
         with pytest.raises(RecipeError, match=match):
             load_recipe(bad)
-    for text in ("optim: {ema_decay: 0.9}", "data: {sampler: x}", "optim: {warmup_lr: 1e-6}"):
+    for text in ("optim: {ema_decay: 0.9}", "data: {sampler: x}", "optim: {warmup_lr_init: 1e-6}"):
         bad.write_text(text)
         with pytest.raises(RecipeError) as e:
             load_recipe(bad)
@@ -434,3 +435,68 @@ def test_data_wait_counts_only_the_host_loader():
     for _ in timed:
         now[0] += 10.0
     assert owner.wait_seconds == 3.0 and now[0] == 33.0
+
+
+# ---------------------------------------------------------------------- issue 29 item 5: what a run starts from
+def test_lr_schedule_is_timms_cosine_with_min_and_warmup_lr():
+    """optim.min_lr / optim.warmup_lr mean what timm's --min-lr / --warmup-lr mean: its
+    CosineLRScheduler (warmup_prefix, stepped per update) at t = step + 1 during the warm-up, t = step
+    after it."""
+    from timm.scheduler import CosineLRScheduler
+
+    from dctnet.train.optim import lr_at
+
+    total, warm, lr, min_lr, warmup_lr = 120, 20, 0.5, 1e-3, 1e-4
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    sched = CosineLRScheduler(opt, t_initial=total - warm, lr_min=min_lr, warmup_t=warm, warmup_lr_init=warmup_lr,
+                              warmup_prefix=True, t_in_epochs=False)
+    for step in range(total):
+        t = step + 1 if step < warm else step
+        want = sched._get_lr(t)[0]
+        got = lr_at(step, lr=lr, total=total, warmup=warm, min_lr=min_lr, warmup_lr=warmup_lr)
+        assert abs(got - want) < 1e-12, (step, got, want)
+    assert lr_at(0, lr=lr, total=total, warmup=warm) == lr / warm  # the defaults: from 0 to 0, as before
+
+
+def test_drop_path_rate_reaches_the_model():
+    from dctnet.models import build_model
+
+    vit = build_model("timm:vit_tiny_patch16_224", image_size=32, num_classes=3, drop_path_rate=0.1)
+    rates = [m.drop_prob for m in vit.modules() if type(m).__name__ == "DropPath"]
+    assert rates and max(rates) == pytest.approx(0.1)  # timm's linear rule over the blocks
+    convnext = build_model("convnext_tiny", num_classes=3, drop_path_rate=0.2)
+    assert max(m.p for m in convnext.modules() if type(m).__name__ == "StochasticDepth") == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="takes no drop-path rate"):
+        build_model("resnet18", drop_path_rate=0.1)
+
+
+def test_model_init_loads_an_rgb_checkpoint_and_converts_it_into_the_stem(tmp_path):
+    """model.init: a timm state_dict (another class count: the head is left at its init) loaded into the
+    RGB model, then converted into the DCT stem: the converted model gives the checkpoint's features
+    on the same pixels (the unconverted model as the oracle)."""
+    import timm
+
+    from dctnet import functional as F
+    from dctnet.train.recipe_model import build_recipe_model
+
+    torch.manual_seed(0)
+    src = timm.create_model("convnext_atto", pretrained=False, num_classes=1000)
+    path = tmp_path / "rgb.pth"
+    torch.save(src.state_dict(), path)
+    r = load_recipe(None, ["model.arch=timm:convnext_atto", "model.input=dct", "data.image_size=64",
+                           f"model.init={path}"])
+    model = build_recipe_model(r, num_classes=10).eval()
+    assert model.head.fc.out_features == 10
+    rgb = torch.rand(2, 3, 64, 64)
+    mean, std = torch.tensor((0.485, 0.456, 0.406)).view(1, 3, 1, 1), torch.tensor((0.229, 0.224, 0.225)).view(1, 3, 1, 1)
+    coef = F.block_dct(F.rgb_to_ycbcr(rgb * 255, dim=1) - 128.0)       # the coefficient image of those pixels
+    with torch.no_grad():
+        want = src.eval().forward_features((rgb - mean) / std)
+        got = model.forward_features(coef)
+    assert (got - want).abs().max() < 1e-3 * want.abs().max(), float((got - want).abs().max())
+    torch.save({"model": {"bogus": torch.zeros(1)}}, tmp_path / "bad.pt")
+    with pytest.raises(RecipeError, match="does not fit"):
+        build_recipe_model(load_recipe(None, ["model.arch=resnet18", "model.input=device-rgb",
+                                               f"model.init={tmp_path / 'bad.pt'}"]), num_classes=10)
+    with pytest.raises(RecipeError, match="normalize: none"):
+        load_recipe(None, ["model.arch=timm:vit_tiny_patch16_224", "model.input=dct", f"model.init={path}"])

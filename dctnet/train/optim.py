@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import fnmatch
 
 from torch import nn
@@ -9,7 +11,7 @@ from torch import nn
 from dctnet.models import stem_modules
 from dctnet.train.recipe import Recipe
 
-__all__ = ["no_weight_decay", "optimizer_groups", "param_groups"]
+__all__ = ["lr_at", "no_weight_decay", "optimizer_groups", "param_groups"]
 
 #: torchvision models have no ``no_weight_decay()``: their counterparts of timm's names (ViT's class
 #: token and position embeddings, Swin's relative position bias tables)
@@ -25,6 +27,18 @@ def no_weight_decay(model: nn.Module) -> set[str]:
     patterns.update(_TORCHVISION_NO_DECAY)
     return {name for name, p in model.named_parameters()
             if p.ndim <= 1 or name.endswith(".bias") or any(fnmatch.fnmatch(name, pat) for pat in patterns)}
+
+
+def lr_at(step: int, *, lr: float, total: int, warmup: float, min_lr: float = 0.0, warmup_lr: float = 0.0) -> float:
+    """The learning rate of update ``step`` (0-based) of ``total``: a linear warm-up over ``warmup``
+    updates from ``warmup_lr`` to ``lr`` (update ``s`` at ``warmup_lr + (s + 1)·(lr − warmup_lr)/warmup``,
+    timm's ``warmup_lr_init + t·…`` at ``t = s + 1``: no update is spent at the starting rate), then
+    a cosine from ``lr`` to ``min_lr`` over the remaining updates — timm's ``CosineLRScheduler`` with
+    ``lr_min``, ``warmup_lr_init`` and ``warmup_prefix=True``, stepped per update."""
+    if step < warmup:
+        return warmup_lr + (step + 1) * (lr - warmup_lr) / warmup
+    t = min(1.0, (step - warmup) / max(1.0, total - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * t))
 
 
 def param_groups(model: nn.Module, lr: float, *, stem_lr_mult: float = 0.1, weight_decay: float = 0.0,

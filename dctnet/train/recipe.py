@@ -94,6 +94,11 @@ class ModelConfig:
     normalize: Literal["stats", "none"] = "stats"  # input dct + ViT: per-(c,u,v) standardisation from data
     stats_batches: int = 20           # batches used for those statistics
     num_classes: int = 0              # 0: from the data
+    drop_path_rate: float = 0.0       # stochastic depth: timm's --drop-path, torchvision's stochastic_depth_prob
+    # weights to start from: a state_dict (timm / torchvision, or a dctnet run's last.pt); for input dct
+    # an RGB checkpoint is loaded into the RGB model and converted into the stem (exact where the stem is);
+    # a head of another class count is left at its init
+    init: str | None = None
 
 
 @dataclass
@@ -108,6 +113,10 @@ class OptimConfig:
     label_smoothing: float = 0.1
     stem_lr_mult: float = 1.0         # learning-rate multiplier of the DCT stem's parameters
     grad_clip: float = 0.0            # max gradient norm (0: off)
+    # timm's --min-lr / --warmup-lr (absolute, not scaled with the batch): the warm-up climbs linearly from
+    # warmup_lr, the cosine decays to min_lr
+    min_lr: float = 0.0
+    warmup_lr: float = 0.0
 
 
 #: the training augmentation when a recipe names none: a horizontal flip of half the samples
@@ -224,13 +233,12 @@ FOREIGN_KEYS: dict[str, str] = {
        for k in ("model_ema", "model_ema_decay", "model_ema_steps", "ema", "ema_decay", "ema_every")},
     **{k: "write data.repeated_aug: N (DeiT's --repeated-aug is 3; torchvision's --ra-sampler --ra-reps N)"
        for k in ("ra_sampler", "ra_reps", "sampler", "repeated_augmentation")},
-    **{k: "not supported: a drop-path rate (timm's --drop-path) is not a recipe field yet"
-       for k in ("drop_path", "drop_path_rate")},
+    "drop_path": "write model.drop_path_rate (timm's --drop-path)",
     "drop": "not supported: a dropout rate (timm's --drop) is not a recipe field",
-    **{k: "not supported: a minimum or warm-up learning rate (timm's --min-lr / --warmup-lr): the schedule warms up "
-          "linearly from 0 and decays to 0" for k in ("min_lr", "warmup_lr", "lr_min")},
-    **{k: "not supported: weights to start from are not a recipe field yet (load them in Python, or convert a "
-          "checkpoint with `dctnet convert`)" for k in ("pretrained", "initial_checkpoint", "init", "weights")},
+    "lr_min": "write optim.min_lr (timm's --min-lr)",
+    "warmup_lr_init": "write optim.warmup_lr (timm's --warmup-lr)",
+    **{k: "write model.init: PATH (a state_dict file; nothing is downloaded)"
+       for k in ("pretrained", "initial_checkpoint", "weights", "resume_from")},
     **{k: "not supported: the schedule is linear warm-up then cosine (optim.warmup_epochs)"
        for k in ("sched", "lr_scheduler")},
     "opt": "write optim.optimizer (sgd or adamw)",
@@ -372,6 +380,8 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "optim.weight_decay": (0, _INF, False, True), "optim.epochs": (1, _INF, False, True),
     "optim.warmup_epochs": (0, _INF, False, True), "optim.label_smoothing": (0, 1, False, True),
     "optim.stem_lr_mult": (0, _INF, False, True), "optim.grad_clip": (0, _INF, False, True),
+    "optim.min_lr": (0, _INF, False, True), "optim.warmup_lr": (0, _INF, False, True),
+    "model.drop_path_rate": (0, 1, False, True),
     "train.seed": (0, 2**63 - 1, False, False), "train.eval_every": (1, _INF, False, True),
     "train.log_every": (1, _INF, False, True), "train.torch_threads": (0, 4096, False, False),
     "train.max_steps": (0, _INF, False, True),
@@ -450,6 +460,9 @@ def _check(r: Recipe, where: str) -> None:
         except (TypeError, ValueError) as exc:
             bad(f"augment[{i}] ({spec.get('name')}): {_pointer(exc, spec)}")
     _check_augment_order(r, bad)
+    if r.model.init is not None and input_stats(r):
+        bad("model.init with model.normalize: stats — the stem converted from the checkpoint expects raw coefficients; "
+            "set model.normalize: none to start from it")
     if r.data.source in ("cache", "shards") and r.model.input == "rgb":
         bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
             "baseline) reads image folders — use 'dct' or 'device-rgb'")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import random
 import sys
@@ -29,7 +28,7 @@ from torch import nn
 
 from dctnet.distributed import placement
 from dctnet.train.recipe_model import build_recipe_model
-from dctnet.train.optim import optimizer_groups
+from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics
 from dctnet.train.recipe import Recipe
@@ -79,10 +78,9 @@ class Trainer:
         total = max(1, r.optim.epochs * self.steps_per_epoch)
         warm = r.optim.warmup_epochs * self.steps_per_epoch
 
-        def factor(step: int) -> float:
-            if step < warm:
-                return (step + 1) / warm
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1.0, total - warm))))
+        def factor(step: int) -> float:  # each group's lr (stem multipliers included) times this
+            return lr_at(step, lr=self.lr, total=total, warmup=warm, min_lr=r.optim.min_lr,
+                         warmup_lr=r.optim.warmup_lr) / self.lr
 
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
