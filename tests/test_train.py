@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 
 from dctnet import data as D
 from dctnet import transforms as T
@@ -317,7 +318,7 @@ def test_resume_continues_exactly(shapes, tmp_path):
 
 
 def test_torchrun_two_process_training(shapes, tmp_path):
-    path = tiny(shapes, tmp_path, optim__epochs=2, train__max_steps=3)
+    path = tiny(shapes, tmp_path, optim__epochs=2, train__max_steps=3, train__ema={"decay": 0.9})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
            "--rdzv-endpoint=localhost:0", "-m", "dctnet", "train", str(path)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -326,6 +327,7 @@ def test_torchrun_two_process_training(shapes, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2  # written once (rank 0)
     assert rows[-1]["val_images"] == 60  # every val image counted once over the two ranks
+    assert 0.0 <= rows[-1]["val_top1_ema"] <= 1.0  # the EMA evaluated beside the model, under DDP
     assert "val top-1" in r.stdout
     # resumed for one more epoch: rank-0-only messages, and a clean exit on both ranks
     r = subprocess.run(cmd[:-1] + [str(path), "--resume", "--set", "optim.epochs=3"], capture_output=True, text=True,
@@ -500,3 +502,68 @@ def test_model_init_loads_an_rgb_checkpoint_and_converts_it_into_the_stem(tmp_pa
                                                f"model.init={tmp_path / 'bad.pt'}"]), num_classes=10)
     with pytest.raises(RecipeError, match="normalize: none"):
         load_recipe(None, ["model.arch=timm:vit_tiny_patch16_224", "model.input=dct", f"model.init={path}"])
+
+
+# ---------------------------------------------------------------------- issue 29 item 2: model EMA
+@pytest.mark.parametrize("warmup", [False, True])
+def test_model_ema_is_timms_model_ema_v3(warmup):
+    """The same averages as timm's ModelEmaV3 (its update after each optimizer step, with the step count
+    timm's train.py passes), with and without its decay warm-up."""
+    from timm.utils import ModelEmaV3
+
+    from dctnet.train.ema import ModelEma
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    ours = ModelEma(model, 0.99, warmup=warmup)
+    theirs = ModelEmaV3(model, decay=0.99, use_warmup=warmup)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for step in range(1, 30):
+        loss = model(torch.randn(16, 4)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ours.step(model, step)
+        theirs.update(model, step=step)
+        for (k, a), b in zip(ours.module.state_dict().items(), theirs.module.state_dict().values()):
+            assert torch.allclose(a, b, atol=1e-6, rtol=0), (step, k)
+
+
+def test_model_ema_every_and_torchvisions_adjust():
+    """torchvision's reference: ``adjust = world_size·batch_size·model_ema_steps/epochs``, ``alpha =
+    min(1, (1 − decay)·adjust)``, the EMA updated every ``model_ema_steps`` iterations."""
+    from dctnet.train.ema import ModelEma, adjusted_decay
+
+    world, batch, steps, epochs, decay = 8, 128, 32, 600, 0.99998  # the "new recipe"
+    alpha = min(1.0, (1.0 - decay) * (world * batch * steps / epochs))
+    assert adjusted_decay(decay, world_size=world, batch_size=batch, every=steps, epochs=epochs) == 1.0 - alpha
+    model = nn.Linear(2, 2)
+    ema = ModelEma(model, 0.5, every=3)
+    for step in range(1, 10):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        ema.step(model, step)
+    assert ema.updates == 3  # steps 3, 6, 9
+
+
+def test_ema_is_evaluated_saved_and_resumed_exactly(shapes, tmp_path):
+    ema = {"decay": 0.8, "every": 2, "warmup": True}
+    a = tiny(shapes, tmp_path / "a", optim__epochs=2, train__max_steps=3, train__ema=ema)
+    Trainer(load_recipe(a)).fit()
+    c = tiny(shapes, tmp_path / "c", optim__epochs=2, train__max_steps=3, train__ema=ema)
+    t = Trainer(load_recipe(c))
+    t.pipe.set_epoch(0)
+    t.history.append({"epoch": 1, **t.train_epoch(0)})
+    t._save(t.out / "last.pt", 0)
+    resumed = Trainer(load_recipe(c), resume=True)
+    assert resumed.ema.updates == t.ema.updates > 0
+    resumed.fit()
+    ea = torch.load(tmp_path / "a" / "run" / "last.pt", weights_only=True)["ema"]
+    ec = torch.load(tmp_path / "c" / "run" / "last.pt", weights_only=True)["ema"]
+    assert ea["updates"] == ec["updates"] == 3  # 6 updates, every 2nd averaged
+    for k in ea["module"]:
+        assert torch.equal(ea["module"][k], ec["module"][k]), k
+    rows = [json.loads(x) for x in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert "val_top1_ema" in rows[-1] and "val_loss_ema" in rows[-1]
+    with pytest.raises(RecipeError, match=r"train\.ema\.decay"):
+        load_recipe(None, {"train": {"ema": {"decay": 1.0}}})

@@ -124,6 +124,14 @@ DEFAULT_AUGMENT: tuple[dict[str, Any], ...] = ({"name": "RandomHorizontalFlip", 
 
 
 @dataclass
+class EmaConfig:
+    decay: float = 0.0                # 0: no EMA; timm's --model-ema-decay (0.9998), torchvision's (0.99998)
+    every: int = 1                    # average every N optimizer updates (torchvision's --model-ema-steps: 32)
+    warmup: bool = False              # timm ModelEmaV3's warm-up of the decay (--model-ema-warmup)
+    adjust: bool = False              # torchvision's rescaling of the decay by world size, batch, every and epochs
+
+
+@dataclass
 class TrainConfig:
     seed: int = 0
     out: str = "runs/${name}"         # run directory: metrics.jsonl, plot.png, last.pt, recipe.yaml
@@ -136,6 +144,9 @@ class TrainConfig:
     log_every: int = 20               # steps between step records in metrics.jsonl
     torch_threads: int = 0            # intra-op threads (0: torch's default)
     max_steps: int = 0                # stop each epoch after N steps (0: full epochs), for smoke tests
+    # model EMA (timm's --model-ema, torchvision's --model-ema): evaluated each epoch beside the model
+    # (val_top1_ema), saved in the checkpoint and resumed
+    ema: EmaConfig = field(default_factory=EmaConfig)
 
 
 @dataclass
@@ -229,8 +240,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 #: does not have under that name: key → what to write instead, or why it is not there. Checked
 #: before any "did you mean", so that an option dctnet lacks is not mistaken for a misspelt field.
 FOREIGN_KEYS: dict[str, str] = {
-    **{k: "not supported: model EMA (timm's --model-ema, torchvision's --model-ema) is not implemented yet"
-       for k in ("model_ema", "model_ema_decay", "model_ema_steps", "ema", "ema_decay", "ema_every")},
+    **{k: "write train.ema: {decay: D, every: N, warmup: true|false, adjust: true|false} (timm's --model-ema "
+          "--model-ema-decay D --model-ema-warmup; torchvision's --model-ema --model-ema-decay D --model-ema-steps N)"
+       for k in ("model_ema", "model_ema_decay", "model_ema_steps", "model_ema_warmup", "ema_decay", "ema_every")},
     **{k: "write data.repeated_aug: N (DeiT's --repeated-aug is 3; torchvision's --ra-sampler --ra-reps N)"
        for k in ("ra_sampler", "ra_reps", "sampler", "repeated_augmentation")},
     "drop_path": "write model.drop_path_rate (timm's --drop-path)",
@@ -440,6 +452,10 @@ def _check(r: Recipe, where: str) -> None:
             bad(f"{key} must be in {span}, got {value}")
     if r.data.image_size % 16:
         bad(f"data.image_size must be a positive multiple of 16, got {r.data.image_size}")
+    if not 0.0 <= r.train.ema.decay < 1.0:
+        bad(f"train.ema.decay must be in [0, 1), got {r.train.ema.decay}")
+    if r.train.ema.every < 1:
+        bad(f"train.ema.every must be >= 1, got {r.train.ema.every}")
     if r.data.eval_crop is not None and r.data.eval_crop % 16:
         bad(f"data.eval_crop must be a positive multiple of 16, got {r.data.eval_crop}")
     if r.data.eval_resize is not None and r.data.crop_pct is not None:

@@ -28,6 +28,7 @@ from torch import nn
 
 from dctnet.distributed import placement
 from dctnet.train.recipe_model import build_recipe_model
+from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics
@@ -89,6 +90,14 @@ class Trainer:
         # timm's Mixup puts optim.label_smoothing into its targets: the loss must not smooth them again
         smoothing = 0.0 if self.pipe.targets_smoothed else r.optim.label_smoothing
         self.criterion = nn.CrossEntropyLoss(label_smoothing=smoothing)
+        #: model EMA (train.ema), averaged after optimizer updates, evaluated beside the model
+        self.ema: ModelEma | None = None
+        if r.train.ema.decay > 0:
+            e = r.train.ema
+            decay = adjusted_decay(e.decay, world_size=self.world_size, batch_size=r.data.batch_size, every=e.every,
+                                   epochs=r.optim.epochs) if e.adjust else e.decay
+            self.ema = ModelEma(model, decay, warmup=e.warmup, every=e.every)
+        self.updates = 0  # optimizer updates so far (the EMA's clock)
         self.train_model: nn.Module = model
         if self.world_size > 1:
             self.train_model = nn.parallel.DistributedDataParallel(
@@ -195,6 +204,9 @@ class Trainer:
             self.scaler.step(self.opt)
             self.scaler.update()
             self.sched.step()
+            self.updates += 1
+            if self.ema is not None:
+                self.ema.step(self.model, self.updates)
             n = labels.shape[0]
             hard = labels.long()
             sums += torch.stack([loss.detach().double() * n, (out.argmax(1) == hard).sum().double(),
@@ -226,12 +238,14 @@ class Trainer:
                 "lr": self.opt.param_groups[0]["lr"], "train_seconds": stats[1] / self.world_size}
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        self.model.eval()
+    def evaluate(self, model: nn.Module | None = None, suffix: str = "") -> dict[str, float]:
+        """Top-1/top-5 and loss of ``model`` (default: the model) on the val split, keys with ``suffix``."""
+        model = self.model if model is None else model
+        model.eval()
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss·n, top1, top5, n
         for x, target, labels in self.pipe.batches(train=False):
             with self._autocast():
-                out = self.model(x).float()
+                out = model(x).float()
             k = min(5, out.shape[1])
             top = out.topk(k, dim=1).indices
             hit = top == target[:, None]
@@ -240,7 +254,8 @@ class Trainer:
                                  torch.tensor(float(len(target)), dtype=torch.float64, device=self.device)])
         s = self._all_reduce(sums).tolist()
         n = max(s[3], 1)
-        return {"val_loss": s[0] / n, "val_top1": s[1] / n, "val_top5": s[2] / n, "val_images": int(s[3])}
+        out = {"val_loss": s[0] / n, "val_top1": s[1] / n, "val_top5": s[2] / n, "val_images": int(s[3])}
+        return {f"{k}{suffix}": v for k, v in out.items() if not (suffix and k == "val_images")}
 
     def fit(self) -> dict[str, Any]:
         """Train from ``start_epoch`` to the recipe's epochs; returns the last epoch's record."""
@@ -251,6 +266,8 @@ class Trainer:
             record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
             if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
                 record.update(self.evaluate())
+                if self.ema is not None:
+                    record.update(self.evaluate(self.ema.module, "_ema"))
             record.update(self._skipped(epoch))
             record["epoch_seconds"] = time.perf_counter() - t
             self.history.append(record)
@@ -278,7 +295,8 @@ class Trainer:
                  "scaler": self.scaler.state_dict(), "epoch": epoch, "history": self.history,
                  "recipe": self.recipe.to_dict(), "classes": self.pipe.classes,
                  "normalize": {"mean": norm.mean.cpu(), "std": norm.std.cpu()} if norm is not None else None,
-                 "torch_rng": torch.get_rng_state()}
+                 "torch_rng": torch.get_rng_state(), "updates": self.updates,
+                 "ema": self.ema.state() if self.ema is not None else None}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path)  # atomic: a killed run leaves the previous checkpoint intact
@@ -298,6 +316,11 @@ class Trainer:
                              f"({first}); use another --out or the recipe it came from") from None
         self.sched.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+        self.updates = int(state.get("updates", 0))
+        if self.ema is not None:
+            if state.get("ema") is None:
+                raise ValueError(f"--resume: {path} has no EMA (train.ema was off when it was written)")
+            self.ema.load(state["ema"])
         if state.get("normalize") is not None and self.pipe.normalize is not None:
             dev = self.pipe.normalize.mean.device  # the statistics live on the device (no per-step copies)
             self.pipe.normalize.mean = state["normalize"]["mean"].to(dev)
