@@ -19,7 +19,8 @@ from dctnet.train.recipe import load_recipe
 from dctnet.transforms.normalization import input_mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted([ROOT / "recipes" / "quickstart.yaml", *(ROOT / "recipes" / "imagenette").glob("*.yaml")])
+RECIPES = sorted([ROOT / "recipes" / "quickstart.yaml", *(ROOT / "recipes" / "imagenette").glob("*.yaml"),
+                  *(ROOT / "recipes" / "reference").glob("*.yaml")])
 DEVICE_RECIPES = [p for p in RECIPES if load_recipe(p).model.input != "rgb" and load_recipe(p).augment]
 
 

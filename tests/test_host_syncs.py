@@ -419,7 +419,8 @@ def _shipped_recipes() -> list[Path]:
     """Every shipped recipe with a device step (``rgb`` inputs run torchvision's pipeline instead)."""
     from dctnet.train import load_recipe
 
-    paths = [ROOT / "recipes" / "quickstart.yaml", *sorted((ROOT / "recipes" / "imagenette").glob("*.yaml"))]
+    paths = [ROOT / "recipes" / "quickstart.yaml", *sorted((ROOT / "recipes" / "imagenette").glob("*.yaml")),
+             *sorted((ROOT / "recipes" / "reference").glob("*.yaml"))]
     return [p for p in paths if load_recipe(p).model.input != "rgb"]
 
 
@@ -655,7 +656,12 @@ def test_every_registered_transform_makes_no_host_sync(name, rep):
     """Every transform a recipe can name, on pixels and (where it takes them) on coefficients."""
     from dctnet.transforms.registry import TRANSFORMS
 
-    t = TRANSFORMS[name](**_ARGS.get(name, {}))
+    if name in ("RandomChoice", "RandomApply"):  # containers: of per-sample ops, and of mixers
+        per_sample = TRANSFORMS[name]([T.RandomHorizontalFlip(), T.RandomGrayscale(p=0.5)])
+        mixers = TRANSFORMS[name]([T.MixUp(num_classes=3), T.CutMix(num_classes=3)])
+        t = T.Compose([per_sample, mixers], seed=0)
+    else:
+        t = TRANSFORMS[name](**_ARGS.get(name, {}))
     tracer = DeviceTracer()
     tracer.mark(t)
     x = torch.rand(6, 3, 32, 32)

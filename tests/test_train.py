@@ -77,8 +77,8 @@ def test_foreign_options_say_so_and_suggestions_are_only_for_misspellings(tmp_pa
     is offered only for a close misspelling, never for an unrelated field (issue 29: ema_decay → weight_decay,
     sampler → scale)."""
     bad = tmp_path / "bad.yaml"
-    for text, match in [("train: {model_ema: true}", r"unknown key 'model_ema': not supported: model EMA"),
-                        ("optim: {ema_decay: 0.9998}", r"not supported: model EMA"),
+    for text, match in [("train: {model_ema: true}", r"unknown key 'model_ema': write train\.ema: "),
+                        ("optim: {ema_decay: 0.9998}", r"write train\.ema"),
                         ("data: {sampler: ra}", r"write data\.repeated_aug"),
                         ("data: {ra_reps: 4}", r"write data\.repeated_aug"),
                         ("optim: {smoothing: 0.1}", r"write optim\.label_smoothing"),
@@ -567,3 +567,35 @@ def test_ema_is_evaluated_saved_and_resumed_exactly(shapes, tmp_path):
     assert "val_top1_ema" in rows[-1] and "val_loss_ema" in rows[-1]
     with pytest.raises(RecipeError, match=r"train\.ema\.decay"):
         load_recipe(None, {"train": {"ema": {"decay": 1.0}}})
+
+
+# ---------------------------------------------------------------------- the reference recipes (issue 29)
+def test_reference_recipes_mean_what_their_command_lines_mean():
+    """torchvision's "new recipe" and DeiT-S, shipped: each line read back as the reference's flag means it."""
+    from dctnet import transforms as T
+    from dctnet.train.ema import adjusted_decay
+    from dctnet.train.inputs import eval_config
+    from dctnet.train.recipe_model import build_recipe_model
+
+    tv = load_recipe(ROOT / "recipes" / "reference" / "torchvision_new_recipe_resnet50.yaml")
+    cfg = eval_config(tv)
+    assert (tv.data.image_size, cfg["resize"], cfg["input_size"][1:]) == (176, 232, (224, 224))
+    assert tv.data.repeated_aug == 4 and tv.optim.label_smoothing == 0.1 and tv.optim.weight_decay == 2e-5
+    assert (tv.train.ema.decay, tv.train.ema.every, tv.train.ema.adjust) == (0.99998, 32, True)
+    # torchvision's adjust at 8 x 128, 600 epochs: alpha = 2e-5 · 1024 · 32 / 600
+    assert adjusted_decay(0.99998, world_size=8, batch_size=128, every=32, epochs=600) == pytest.approx(
+        1 - 2e-5 * 1024 * 32 / 600)
+    aug = T.build_transform(tv.augment, num_classes=10, seed=0)
+    names = [type(t).__name__ for t in aug.transforms]
+    assert names == ["RandomHorizontalFlip", "TrivialAugmentWide", "RandomErasing", "RandomChoice"]
+    choice = aug.transforms[-1]
+    assert choice.batch_level and [(type(t).__name__, t.alpha) for t in choice.transforms] == [("MixUp", 0.2),
+                                                                                              ("CutMix", 1.0)]
+    assert aug.transforms[2].p == 0.1 and aug.transforms[2].mode is None  # torchvision's erasing
+    deit = load_recipe(ROOT / "recipes" / "reference" / "deit_s.yaml")
+    assert (deit.data.repeated_aug, deit.model.drop_path_rate, deit.optim.min_lr, deit.optim.warmup_lr) == (
+        3, 0.1, 1e-5, 1e-6)
+    mix = T.build_transform(deit.augment, num_classes=10, seed=0).transforms[-1]
+    assert (mix.mixup_alpha, mix.cutmix_alpha, mix.switch_prob, mix.label_smoothing) == (0.8, 1.0, 0.5, 0.1)
+    model = build_recipe_model(deit, num_classes=10)
+    assert max(m.drop_prob for m in model.modules() if type(m).__name__ == "DropPath") == pytest.approx(0.1)

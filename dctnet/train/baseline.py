@@ -52,14 +52,14 @@ def baseline_op(spec: dict, r: Recipe, num_classes: int):
 def baseline_augment(r: Recipe) -> tuple[list, list]:
     """Per-sample ops for the workers: (on the PIL crop, after normalisation — erasing, which timm and
     torchvision run on the normalised tensor)."""
-    ops = [(s["name"], baseline_op(s, r, 0)) for s in r.augment if s["name"] not in T.MIXERS]
+    ops = [(s["name"], baseline_op(s, r, 0)) for s in r.augment if not T.is_mixer_spec(s)]
     return [op for n, op in ops if n != "RandomErasing"], [op for n, op in ops if n == "RandomErasing"]
 
 
 def baseline_mixing(r: Recipe, num_classes: int) -> list:
     """Batch-level mixing for the baseline (with the data's class count): timm's ``Mixup`` or
     torchvision's ``MixUp`` / ``CutMix`` (a recipe names at most one mixer)."""
-    return [baseline_op(s, r, num_classes) for s in r.augment if s["name"] in T.MIXERS]
+    return [baseline_op(s, r, num_classes) for s in r.augment if T.is_mixer_spec(s)]
 
 
 def train_transform(r: Recipe):

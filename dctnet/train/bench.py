@@ -122,7 +122,7 @@ def _mappable(r) -> tuple[list[dict], list[str]]:
     those left out (dctnet-only transforms)."""
     kept, left = [], []
     for spec in r.augment:
-        if spec["name"] in T.MIXERS:
+        if T.is_mixer_spec(spec):
             continue
         try:
             baseline_op(spec, r, 0)
@@ -244,7 +244,7 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
         "files_found": found, "files_sampled": len(found_files), "files_used": len(files), "skipped": skipped,
         "warnings": warned, "census": census([facts[f] for f in files])})
     batch = max(1, min(batch_size, len(files)))
-    if any(s["name"] in T.MIXERS for s in r.augment) and batch % 2:
+    if any(T.is_mixer_spec(s) for s in r.augment) and batch % 2:
         batch = max(2, batch - 1)  # timm's Mixup mixes each sample with its mirror: even batches
     report["batch_size"] = batch
     _, left = _mappable(r)
@@ -314,7 +314,7 @@ def _time_pipelines(r, files: list[str], root: Path, batch: int, dev: torch.devi
         timm_loader = None if timm_tf is None else torch.utils.data.DataLoader(
             PilFolder(files, timm_tf), batch_size=batch, num_workers=0)
         # the device step's input: the host side's batches (full ones only under a mixer: even sizes)
-        drop = any(s["name"] in T.MIXERS for s in r.augment) and len(files) >= batch
+        drop = any(T.is_mixer_spec(s) for s in r.augment) and len(files) >= batch
         step_loader = D.ThreadLoader(ds, batch, threads=1, pin_memory=pin, drop_last=drop)
         n_classes = max(2, r.model.num_classes or sum(1 for p in Path(root).iterdir() if p.is_dir()) or 2)
         step = _device_step_timer(r, step_loader, dev, n_classes)

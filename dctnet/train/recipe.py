@@ -27,7 +27,7 @@ from torch import nn
 
 from dctnet.models import build_model, default_stem, stems_for
 from dctnet.models.surgery import check_stem, check_swap, family, stem_error
-from dctnet.transforms import MIXERS, build_transform
+from dctnet.transforms import build_transform, is_mixer_spec
 
 __all__ = ["Recipe", "RecipeError", "load_recipe", "parse_overrides"]
 
@@ -426,11 +426,11 @@ def _check_augment_order(r: Recipe, bad) -> None:
         if r.model.input == "rgb" and name in _NO_BASELINE:
             bad(f"augment[{i}] ({name}) has no torchvision or timm counterpart for model.input 'rgb' (the baseline); "
                 "use it with input 'dct' or 'device-rgb'")
-    mixers = [n for n in names if n in MIXERS]
+    mixers = [n for n, s in zip(names, r.augment) if is_mixer_spec(s)]
     if len(mixers) > 1:
         bad(f"augment names {len(mixers)} mixers ({', '.join(mixers)}): use one — timm's Mixup with mixup_alpha, "
             "cutmix_alpha and switch_prob mixes with one or the other per batch (or per sample in mode elem)")
-    if mixers and names[-1] not in MIXERS:
+    if mixers and not is_mixer_spec(r.augment[-1]):
         bad(f"augment: {mixers[0]} must come last: mixing acts on the batch after every per-sample op "
             f"({names[-1]} follows it); timm and torchvision erase before they mix")
     if mixers and r.data.batch_size % 2:

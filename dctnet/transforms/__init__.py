@@ -34,12 +34,14 @@ from dctnet.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugm
 from dctnet.transforms.timm_augment import ThreeAugment, TimmAugment
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup
+from dctnet.transforms.choice import RandomApply, RandomChoice
 from dctnet.transforms.registry import (
     MIXERS,
     TRANSFORMS,
     build_transform,
     counterpart,
     describe_transforms,
+    is_mixer_spec,
     op_table,
     spec_arguments,
     timm_kwargs,
@@ -59,7 +61,8 @@ from dctnet.transforms.step import DeviceStep, normalize_input
 
 __all__ = [
     "MIXERS", "TRANSFORMS", "BaselineContext", "build_transform", "compile_step", "counterpart", "describe_transforms",
-    "op_table", "spec_arguments", "step_generator", "timm_kwargs", "data_config", "input_mean_std",
+    "op_table", "spec_arguments", "step_generator", "timm_kwargs", "data_config", "input_mean_std", "is_mixer_spec",
+    "RandomApply", "RandomChoice",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",
     "FrequencyDropout", "JpegBatch", "MixUp", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomChromaRotation",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",

@@ -27,11 +27,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 # the modules that declare the ops (imported for their registration in RECIPE_OPS), in the op table's order
-from dctnet.transforms import augment, auto_augment, erasing, mixing, model_input, timm_augment  # noqa: F401
+from dctnet.transforms import augment, auto_augment, choice, erasing, mixing, model_input, timm_augment  # noqa: F401
 from dctnet.transforms.base import RECIPE_OPS, BaselineContext, Compose, Transform
 
-__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "counterpart", "describe_transforms", "op_table",
-           "spec_arguments", "timm_kwargs"]
+__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "counterpart", "describe_transforms", "is_mixer_spec",
+           "op_table", "spec_arguments", "timm_kwargs"]
 
 #: every transform a recipe can name → its class: the classes that declare a ``summary`` (the live
 #: registry :data:`~dctnet.transforms.base.RECIPE_OPS`; ``Normalize`` takes tensors and
@@ -42,6 +42,18 @@ TRANSFORMS: dict[str, type[Transform]] = RECIPE_OPS
 #: the batch-level mixers: they act on the collated batch and come last in an augment list (after
 #: erasing, as timm and torchvision run them)
 MIXERS = ("Mixup", "MixUp", "CutMix")
+
+def is_mixer_spec(spec: Mapping[str, Any]) -> bool:
+    """Whether a recipe's augment entry acts on the batch: a mixer, or a RandomChoice / RandomApply of
+    mixers (torchvision's reference: ``RandomChoice([MixUp, CutMix])`` on the collated batch)."""
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    if name in MIXERS:
+        return True
+    cls = TRANSFORMS.get(name) if isinstance(name, str) else None
+    inner = spec.get("transforms")
+    return bool(getattr(cls, "takes_transforms", False) and isinstance(inner, Sequence) and inner
+                and all(is_mixer_spec(s) for s in inner))
+
 
 #: set by build_transform's arguments, never by a spec (a recipe states label smoothing once, in
 #: optim.label_smoothing, as timm's train.py passes --smoothing to its Mixup)
@@ -178,6 +190,11 @@ def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, nu
     allowed = _recipe_parameters(cls)
     hints = typing.get_type_hints(cls.__init__)
     kwargs = {}
+    if getattr(cls, "takes_transforms", False):  # RandomChoice / RandomApply: a list of specs, built alike
+        inner = spec.pop("transforms", None)
+        if not isinstance(inner, Sequence) or isinstance(inner, (str, bytes)) or not inner:
+            raise ValueError(f"{name}: argument 'transforms' must be a non-empty list of specs, got {inner!r}")
+        kwargs["transforms"] = [build_transform(s, **inject) for s in inner]
     for arg, value in spec.items():
         if arg in _INJECTED:
             where = {"label_smoothing": "optim.label_smoothing", "mean": "the model's normalisation",
@@ -226,6 +243,8 @@ def counterpart(spec: Mapping[str, Any], ctx: BaselineContext) -> Any:
     there). ``ValueError`` for an op neither library has."""
     cls = TRANSFORMS[spec["name"]]
     args = spec_arguments(spec)
+    if getattr(cls, "takes_transforms", False):
+        args["transforms"] = list(spec["transforms"])  # specs: the container's counterpart maps each
     if getattr(cls, "interpolation_from_crop", False) and "interpolation" not in spec:
         args["interpolation"] = ctx.interpolation
     return cls.counterpart(args, ctx)
