@@ -67,6 +67,21 @@ class _Container(Transform):
                              for t, p in zip(self.transforms, params["children"])],
                 "keep": params["keep"].to(device, non_blocking=True)}
 
+    def apply_transform(self, x, labels, params):
+        return self._run_children(x, labels, params)
+
+    def execute(self, x, labels, prepared):
+        return self._run_children(x, labels, prepared)
+
+    @classmethod
+    def counterpart(cls, args: dict[str, Any], ctx):
+        """torchvision v2's class of the same name over each child's counterpart, with the same ``p``."""
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        from dctnet.transforms.registry import counterpart as one  # (a cycle otherwise: the registry imports us)
+
+        return getattr(v2, cls.__name__)([one(s, ctx) for s in args["transforms"]], p=args["p"])
+
     def _run_children(self, x: Tensor, labels: Tensor | None, prepared: dict) -> tuple[Tensor, Tensor | None]:
         """Each child on the whole batch; ``keep (K, B)``: sample b keeps child k's output (at most one k
         per sample for a choice; for an apply, the children run in order and each keeps or not)."""
@@ -117,19 +132,6 @@ class RandomChoice(_Container):
         keep = k[None, :] == torch.arange(len(self.transforms))[:, None]
         return {"choice": k, "keep": keep, "children": self._child_params(shape, gen)}
 
-    def apply_transform(self, x, labels, params):
-        return self._run_children(x, labels, params)
-
-    def execute(self, x, labels, prepared):
-        return self._run_children(x, labels, prepared)
-
-    @classmethod
-    def counterpart(cls, args: dict[str, Any], ctx):
-        from torchvision.transforms import v2  # optional dependency (the baseline's)
-
-        from dctnet.transforms.registry import counterpart as one  # (a cycle otherwise: the registry imports us)
-
-        return v2.RandomChoice([one(s, ctx) for s in args["transforms"]], p=args["p"])
 
 
 class RandomApply(_Container):
@@ -150,17 +152,3 @@ class RandomApply(_Container):
         on = (torch.rand(n, generator=gen, dtype=torch.float64) < self.p_apply).expand(shape[0])
         return {"keep": on[None, :].expand(len(self.transforms), shape[0]).clone(),
                 "children": self._child_params(shape, gen)}
-
-    def apply_transform(self, x, labels, params):
-        return self._run_children(x, labels, params)
-
-    def execute(self, x, labels, prepared):
-        return self._run_children(x, labels, prepared)
-
-    @classmethod
-    def counterpart(cls, args: dict[str, Any], ctx):
-        from torchvision.transforms import v2  # optional dependency (the baseline's)
-
-        from dctnet.transforms.registry import counterpart as one  # (a cycle otherwise: the registry imports us)
-
-        return v2.RandomApply([one(s, ctx) for s in args["transforms"]], p=args["p"])
