@@ -84,6 +84,7 @@ def test_per_sample_choice_and_apply_follow_torchvisions_law():
     ours = params["choice"].tolist()
     assert chi2_p([counts(ours, 2), counts(torchvision_choices([0.3, 0.7], 4000), 2)]) > P_MIN
     ra = T.RandomApply([T.RandomHorizontalFlip(p=1.0)], p=0.25, seed=0)
+    assert "p=0.25" in repr(ra) and "p=[0.3, 0.7]" in repr(rc)  # what pipeline.txt shows
     out = ra(x, generator=torch.Generator().manual_seed(1))
     rate = float((out[:, 0, 0, 0] == 1).float().mean())
     torch.manual_seed(0)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dctnet.transforms.base import Transform, _in_domain
+from dctnet.transforms.base import Transform, _in_domain, _representation
 
 __all__ = ["RandomApply", "RandomChoice"]
 
@@ -67,11 +67,11 @@ class _Container(Transform):
                              for t, p in zip(self.transforms, params["children"])],
                 "keep": params["keep"].to(device, non_blocking=True)}
 
-    def apply_transform(self, x, labels, params):
-        return self._run_children(x, labels, params)
-
     def execute(self, x, labels, prepared):
         return self._run_children(x, labels, prepared)
+
+    def extra_repr(self) -> str:  # the base's reads self.p, the per-sample coin these classes do not use
+        return f"p={getattr(self, 'p_choice', getattr(self, 'p_apply', None))!r}"
 
     @classmethod
     def counterpart(cls, args: dict[str, Any], ctx):
@@ -90,16 +90,12 @@ class _Container(Transform):
         for k, (t, p) in enumerate(zip(self.transforms, prepared["children"])):
             inp = _in_domain(x, t.domain)
             out, out_labels = t.execute(inp, labels, p)
-            out = _in_domain(out, self.domain) if self.domain != "any" else _in_domain(out, _rep(x))
+            out = _in_domain(out, _representation(x))  # back to the batch's representation
             m = keep[k]
             x = torch.where(m.reshape(-1, *([1] * (x.dim() - 1))), out.to(x.dtype), x)
             if out_labels is not None and labels is not None and out_labels is not labels:
                 labels = torch.where(m.reshape(-1, *([1] * (labels.dim() - 1))), out_labels.to(labels.dtype), labels)
         return x, labels
-
-
-def _rep(x: Tensor) -> str:
-    return "coefficient" if x.dim() == 5 else "pixel"
 
 
 class RandomChoice(_Container):
