@@ -127,3 +127,78 @@ def test_the_choice_runs_the_same_kernels_whatever_is_drawn():
             rc.execute(x, y, prepared)
         seqs.append([(n, sh) for n, sh in rec.ops if "local_scalar" not in n and "min" not in n and "max" not in n])
     assert seqs[1] == seqs[2] == seqs[3]
+
+
+def torchvision_orders(n_children: int, n: int) -> list[tuple[int, ...]]:
+    """The orders torchvision's own RandomOrder runs its children in, ``n`` calls."""
+    log: list[int] = []
+    tv = v2.RandomOrder([_Record(k, log) for k in range(n_children)])
+    torch.manual_seed(0)
+    for _ in range(n):
+        tv(torch.zeros(1))
+    return [tuple(log[i:i + n_children]) for i in range(0, len(log), n_children)]
+
+
+def test_random_order_follows_torchvisions_law_and_each_sample_runs_its_own_order():
+    """Uniform over the 3! orders like torchvision's class (chi-square against its draws), drawn per
+    sample; each sample's result is its children composed in its drawn order — checked against
+    torchvision's own ops composed in that order, on ops that do not commute."""
+    from itertools import permutations
+
+    kids = [T.ColorJitter(brightness=(1.6, 1.6)), T.ColorJitter(contrast=(0.4, 0.4)), T.ColorJitter(hue=(0.2, 0.2))]
+    ro = T.RandomOrder(kids, seed=0)
+    orders = list(permutations(range(3)))
+    params = ro.draw_params((6000, 3, 4, 4), torch.Generator().manual_seed(0))
+    ours = [orders.index(tuple(o)) for o in params["order"].tolist()]
+    theirs = [orders.index(o) for o in torchvision_orders(3, 6000)]
+    assert chi2_p([counts(ours, 6), counts(theirs, 6)]) > P_MIN
+    assert min(counts(ours, 6)) > 800  # every order occurs (1,000 expected)
+
+    x = torch.rand(24, 3, 16, 16)
+    params = ro.draw_params(x.shape, torch.Generator().manual_seed(1))
+    out = ro(x, params=params)
+    tv_ops = [v2.ColorJitter(brightness=(1.6, 1.6)), v2.ColorJitter(contrast=(0.4, 0.4)),
+              v2.ColorJitter(hue=(0.2, 0.2))]
+    seen = set()
+    for b, order in enumerate(params["order"].tolist()):
+        want = x[b]
+        for k in order:
+            want = tv_ops[k](want)
+        seen.add(tuple(order))
+        torch.testing.assert_close(out[b], want, atol=2e-6, rtol=0)
+    assert len(seen) >= 4  # the orders differ within the batch
+    results = []  # and the order matters: the six orders give six different images
+    for order in orders:
+        want = x[0]
+        for k in order:
+            want = tv_ops[k](want)
+        results.append(want)
+    assert all(not torch.allclose(a, b, atol=1e-3) for i, a in enumerate(results) for b in results[i + 1:])
+
+
+def test_random_order_refuses_mixers_and_reads_from_a_recipe():
+    with pytest.raises(ValueError, match="RandomChoice"):
+        T.RandomOrder([T.MixUp(0.2, num_classes=3), T.CutMix(1.0, num_classes=3)])
+    built = T.build_transform({"name": "RandomOrder", "transforms": [{"name": "RandomHorizontalFlip"},
+                                                                     {"name": "ColorJitter", "brightness": 0.4}]},
+                              num_classes=3, seed=0)
+    assert isinstance(built, T.RandomOrder) and "n=2" in repr(built)
+    from dctnet.train.recipe import load_recipe
+
+    load_recipe(None, {"augment": [{"name": "RandomOrder", "transforms": [{"name": "RandomGrayscale"},
+                                                                          {"name": "RandomVerticalFlip"}]}]})
+
+
+def test_the_order_runs_the_same_kernels_whatever_is_drawn():
+    from test_fixed_shapes import OpRecorder
+
+    ro = T.Compose([T.RandomOrder([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4), T.RandomGrayscale(0.5)])],
+                   seed=0)
+    seqs = []
+    for s in range(3):
+        x = torch.rand(8, 3, 16, 16)
+        prepared = ro.prepare(ro.draw_params(x.shape, torch.Generator().manual_seed(s)), x.shape, x.device)
+        with OpRecorder() as rec:
+            ro.execute(x, None, prepared)
+        seqs.append(rec.ops)
+    assert seqs[0] == seqs[1] == seqs[2]

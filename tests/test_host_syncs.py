@@ -656,10 +656,10 @@ def test_every_registered_transform_makes_no_host_sync(name, rep):
     """Every transform a recipe can name, on pixels and (where it takes them) on coefficients."""
     from dctnet.transforms.registry import TRANSFORMS
 
-    if name in ("RandomChoice", "RandomApply"):  # containers: of per-sample ops, and of mixers
+    if TRANSFORMS[name].takes_transforms:  # containers: of per-sample ops, and of mixers (where they take them)
         per_sample = TRANSFORMS[name]([T.RandomHorizontalFlip(), T.RandomGrayscale(p=0.5)])
-        mixers = TRANSFORMS[name]([T.MixUp(num_classes=3), T.CutMix(num_classes=3)])
-        t = T.Compose([per_sample, mixers], seed=0)
+        mixers = [] if name == "RandomOrder" else [TRANSFORMS[name]([T.MixUp(num_classes=3), T.CutMix(num_classes=3)])]
+        t = T.Compose([per_sample, *mixers], seed=0)
     else:
         t = TRANSFORMS[name](**_ARGS.get(name, {}))
     tracer = DeviceTracer()

@@ -298,7 +298,7 @@ def test_build_transform_and_describe():
     assert comp(x, y)[1].shape == (4, 10)
     for name in T.TRANSFORMS:  # every registered transform builds from its defaults
         kw = {"zigzag": 6} if name == "SelectFrequencies" else {}
-        if name in ("RandomChoice", "RandomApply"):  # containers: their transforms are required
+        if T.TRANSFORMS[name].takes_transforms:  # containers: their transforms are required
             kw = {"transforms": [{"name": "RandomHorizontalFlip"}, {"name": "RandomGrayscale"}]}
         assert isinstance(T.build_transform({"name": name, **kw}, num_classes=3, seed=0), T.TRANSFORMS[name])
     for must in ("RandomHorizontalFlip", "ColorJitter", "RandomChromaRotation", "RandAugment", "TrivialAugmentWide",
@@ -371,10 +371,10 @@ def test_every_op_declares_its_counterpart_or_has_none():
                 "TrivialAugmentWide": v2.TrivialAugmentWide, "AutoAugment": v2.AutoAugment,
                 "RandomErasing": v2.RandomErasing, "MixUp": v2.MixUp, "CutMix": v2.CutMix,
                 "RandomRequantize": v2.RandomApply}
-    expected.update({"RandomChoice": v2.RandomChoice, "RandomApply": v2.RandomApply})
+    expected.update({"RandomChoice": v2.RandomChoice, "RandomApply": v2.RandomApply, "RandomOrder": v2.RandomOrder})
     for name in T.TRANSFORMS:
         spec = {"name": name}
-        if name in ("RandomChoice", "RandomApply"):
+        if T.TRANSFORMS[name].takes_transforms:
             spec["transforms"] = [{"name": "RandomHorizontalFlip"}, {"name": "ColorJitter", "brightness": 0.2}]
         if name in dct_only:
             with pytest.raises(ValueError, match="no torchvision or timm counterpart"):

@@ -34,7 +34,7 @@ from dctnet.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugm
 from dctnet.transforms.timm_augment import ThreeAugment, TimmAugment
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup
-from dctnet.transforms.choice import RandomApply, RandomChoice
+from dctnet.transforms.choice import RandomApply, RandomChoice, RandomOrder
 from dctnet.transforms.registry import (
     MIXERS,
     TRANSFORMS,
@@ -62,7 +62,7 @@ from dctnet.transforms.step import DeviceStep, normalize_input
 __all__ = [
     "MIXERS", "TRANSFORMS", "BaselineContext", "build_transform", "compile_step", "counterpart", "describe_transforms",
     "op_table", "spec_arguments", "step_generator", "timm_kwargs", "data_config", "input_mean_std", "is_mixer_spec",
-    "RandomApply", "RandomChoice",
+    "RandomApply", "RandomChoice", "RandomOrder",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",
     "FrequencyDropout", "JpegBatch", "MixUp", "Mixup", "PlaneGroup", "Normalize", "RandAugment", "RandomChromaRotation",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomRequantize", "RandomTranspose",

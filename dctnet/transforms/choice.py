@@ -1,16 +1,18 @@
-r"""torchvision v2's ``RandomChoice`` and ``RandomApply`` over dctnet transforms.
+r"""torchvision v2's ``RandomChoice``, ``RandomApply`` and ``RandomOrder`` over dctnet transforms.
 
 torchvision calls a transform once per image for the per-sample ops (in its DataLoader workers) and
 once per batch for the mixers (its reference's ``RandomChoice([MixUp, CutMix])`` on the collated
 batch). So here a container of per-sample transforms draws **per sample** — which transform
 (``RandomChoice``: index ``k`` with probability ``p[k]``, uniform by default, torchvision's
-``multinomial``), or whether the list runs (``RandomApply``: with probability ``p``) — and a container
-of mixers draws **once per batch**. Mixing the two kinds in one container is refused.
+``multinomial``), whether the list runs (``RandomApply``: with probability ``p``), or in which order
+(``RandomOrder``: a uniform permutation, torchvision's ``randperm``) — and a container of mixers draws
+**once per batch**. Mixing the two kinds in one container is refused.
 
 Batched and with fixed shapes: every child runs on the whole batch with its own draws, and each
 sample keeps the result of what it drew (a ``where`` per child; labels too, for mixers' soft
 targets), so every batch runs the same kernels whatever was drawn. The cost is every child on every
-sample: these containers are for short lists (torchvision's reference: two mixers).
+sample — and for ``RandomOrder`` every child in every slot of the order, ``n²`` runs for ``n``
+children: these containers are for short lists (torchvision's reference: two mixers).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import Tensor, nn
 
 from dctnet.transforms.base import Transform, _in_domain, _representation
 
-__all__ = ["RandomApply", "RandomChoice"]
+__all__ = ["RandomApply", "RandomChoice", "RandomOrder"]
 
 #: the batch-level transforms (they act on the collated batch; torchvision and timm call them per batch)
 MIXER_NAMES = ("Mixup", "MixUp", "CutMix")
@@ -68,7 +70,7 @@ class _Container(Transform):
                 "keep": params["keep"].to(device, non_blocking=True)}
 
     def execute(self, x, labels, prepared):
-        return self._run_children(x, labels, prepared)
+        return self._run_children(x, labels, prepared["children"], prepared["keep"])
 
     def extra_repr(self) -> str:  # the base's reads self.p, the per-sample coin these classes do not use
         return f"p={getattr(self, 'p_choice', getattr(self, 'p_apply', None))!r}"
@@ -82,12 +84,13 @@ class _Container(Transform):
 
         return getattr(v2, cls.__name__)([one(s, ctx) for s in args["transforms"]], p=args["p"])
 
-    def _run_children(self, x: Tensor, labels: Tensor | None, prepared: dict) -> tuple[Tensor, Tensor | None]:
-        """Each child on the whole batch; ``keep (K, B)``: sample b keeps child k's output (at most one k
-        per sample for a choice; for an apply, the children run in order and each keeps or not)."""
+    def _run_children(self, x: Tensor, labels: Tensor | None, children: list,
+                      keep: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Each child on the whole batch with its prepared parameters ``children[k]``; ``keep (K, B)``:
+        sample b keeps child k's output (at most one k per sample for a choice and for one slot of an
+        order; for an apply, the children run in order and each keeps or not)."""
         labels = self._prepare_labels(labels)
-        keep = prepared["keep"]
-        for k, (t, p) in enumerate(zip(self.transforms, prepared["children"])):
+        for k, (t, p) in enumerate(zip(self.transforms, children)):
             inp = _in_domain(x, t.domain)
             out, out_labels = t.execute(inp, labels, p)
             out = _in_domain(out, _representation(x))  # back to the batch's representation
@@ -148,3 +151,46 @@ class RandomApply(_Container):
         on = (torch.rand(n, generator=gen, dtype=torch.float64) < self.p_apply).expand(shape[0])
         return {"keep": on[None, :].expand(len(self.transforms), shape[0]).clone(),
                 "children": self._child_params(shape, gen)}
+
+
+class RandomOrder(_Container):
+    """torchvision v2's ``RandomOrder(transforms)``: every one of ``transforms``, in a uniformly random
+    order (torchvision's ``randperm``) drawn per sample. Each transform's parameters are drawn once,
+    so a sample meets each transform exactly once, with the same draw whatever its position.
+
+    Per-sample transforms only: torchvision's ``MixUp`` / ``CutMix`` take class indices, so a second
+    mixer after the first fails there too."""
+
+    summary = "torchvision's `v2.RandomOrder`: all of `transforms`, in a uniformly random order per sample"
+    runs_on = "its transforms'"
+
+    def __init__(self, transforms: Sequence[Transform], seed: int | None = None) -> None:
+        super().__init__(transforms, seed)
+        if self.batch_level:
+            raise ValueError("RandomOrder: mixers take class indices (torchvision's too), so one cannot follow "
+                             "another; use RandomChoice to pick one mixer per batch")
+
+    def extra_repr(self) -> str:
+        return f"n={len(self.transforms)}"
+
+    @classmethod
+    def counterpart(cls, args: dict[str, Any], ctx):
+        """torchvision v2's ``RandomOrder`` over each child's counterpart."""
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        from dctnet.transforms.registry import counterpart as one  # (a cycle otherwise: the registry imports us)
+
+        return v2.RandomOrder([one(s, ctx) for s in args["transforms"]])
+
+    def draw(self, shape, gen):
+        n = len(self.transforms)
+        # argsort of i.i.d. uniforms: each of the n! orders equally likely (ties have probability ~0)
+        order = torch.rand(shape[0], n, generator=gen, dtype=torch.float64).argsort(dim=1)
+        # keep[s, k, b]: at slot s, sample b runs child k
+        keep = order.T[:, None, :] == torch.arange(n)[None, :, None]
+        return {"order": order, "keep": keep, "children": self._child_params(shape, gen)}
+
+    def execute(self, x, labels, prepared):
+        for keep in prepared["keep"]:  # one slot of the order after another: n passes of every child
+            x, labels = self._run_children(x, labels, prepared["children"], keep)
+        return x, labels

@@ -51,7 +51,7 @@ def is_mixer_spec(spec: Mapping[str, Any]) -> bool:
         return True
     cls = TRANSFORMS.get(name) if isinstance(name, str) else None
     inner = spec.get("transforms")
-    return bool(getattr(cls, "takes_transforms", False) and isinstance(inner, Sequence) and inner
+    return bool(cls is not None and cls.takes_transforms and isinstance(inner, Sequence) and inner
                 and all(is_mixer_spec(s) for s in inner))
 
 
@@ -190,7 +190,7 @@ def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, nu
     allowed = _recipe_parameters(cls)
     hints = typing.get_type_hints(cls.__init__)
     kwargs = {}
-    if getattr(cls, "takes_transforms", False):  # RandomChoice / RandomApply: a list of specs, built alike
+    if cls.takes_transforms:  # RandomChoice / RandomApply / RandomOrder: a list of specs, built alike
         inner = spec.pop("transforms", None)
         if not isinstance(inner, Sequence) or isinstance(inner, (str, bytes)) or not inner:
             raise ValueError(f"{name}: argument 'transforms' must be a non-empty list of specs, got {inner!r}")
@@ -243,7 +243,7 @@ def counterpart(spec: Mapping[str, Any], ctx: BaselineContext) -> Any:
     there). ``ValueError`` for an op neither library has."""
     cls = TRANSFORMS[spec["name"]]
     args = spec_arguments(spec)
-    if getattr(cls, "takes_transforms", False):
+    if cls.takes_transforms:
         args["transforms"] = list(spec["transforms"])  # specs: the container's counterpart maps each
     if getattr(cls, "interpolation_from_crop", False) and "interpolation" not in spec:
         args["interpolation"] = ctx.interpolation

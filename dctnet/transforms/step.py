@@ -178,7 +178,6 @@ class DeviceStep(nn.Module):
     def extra_repr(self) -> str:
         return (f"size={self.size}, eval_size={self.eval_size}, input={self.input!r}, chroma={self.chroma!r}, "
                 f"exact={self.exact}, "
-                f"exact={self.exact}, "
                 f"interpolation={self.interpolation!r}, eval_interpolation={self.eval_interpolation!r}, "
                 f"pixels={'8bit' if self.pixel_levels else 'float'}, "
                 f"compiled={self._compiled is not None}")
