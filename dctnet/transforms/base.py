@@ -262,6 +262,9 @@ class Transform(nn.Module):
     #: an op PIL runs on 8-bit images in a torchvision/timm pipeline (policies, ColorJitter, grayscale):
     #: with ``pixel_levels`` set, its pixel results are rounded to those levels after each op
     eight_bit_op: bool = False
+    #: False where a coefficient output is no longer the image's coefficients (a standardisation):
+    #: the public call then hands back a plain tensor, not a ``DCTImage`` (:func:`_as_public`)
+    keeps_coefficients: bool = True
     #: a container (RandomChoice, RandomApply, RandomOrder): its first argument is a list of transforms,
     #: in a recipe a list of specs
     takes_transforms: bool = False
@@ -372,6 +375,8 @@ class Transform(nn.Module):
         _check_input(self, x)
         gen = generator if generator is not None else self.generator
         out, out_labels, params = self._run(x, labels, params, gen, keep_domain=False)
+        if self.keeps_coefficients:
+            out = _as_public(out, given=x, made_here=self.converter)
         result = (out,) if labels is None else (out, out_labels)
         if return_params:
             result += (params,)
@@ -456,6 +461,24 @@ class Transform(nn.Module):
         return ", ".join(parts)
 
 
+def _as_public(out: Tensor, given: Tensor, made_here: bool) -> Tensor:
+    """What a public call hands back: a coefficient image ``(B, 3, Hb, Wb, 64)`` that this call made
+    (a converter: :class:`ToCoefficients`, a Compose ending in one) or that came in as one, as
+    torchvision's tensor type :class:`dctnet.transforms.tv.DCTImage` — on which torchvision v2's ops
+    run dctnet's DCT-domain kernels or raise, instead of treating coefficients as pixels and
+    altering them silently. Pixels, and everything without torchvision, stay plain tensors. (The
+    device half, :meth:`Transform.execute`, stays plain: what a compiled step feeds a model.)"""
+    if out.dim() != 5 or out.shape[1] != 3 or out.shape[-1] != 64:
+        return out
+    try:
+        from dctnet.transforms.tv import DCTImage  # optional dependency (torchvision); registers its kernels
+    except ImportError:
+        return out
+    if made_here or isinstance(given, DCTImage):
+        return out.as_subclass(DCTImage)
+    return out
+
+
 def _check_input(t: Transform, x: object) -> None:
     """A clear TypeError for what loaders hand out before the device crop (a ``JpegBatch`` and its
     packed/sparse forms) or anything else that is not a pixel or coefficient batch."""
@@ -496,6 +519,10 @@ class Compose(Transform):
     @property
     def converter(self) -> bool:  # type: ignore[override]
         return bool(len(self.transforms)) and self.transforms[-1].converter
+
+    @property
+    def keeps_coefficients(self) -> bool:  # type: ignore[override]
+        return all(t.keeps_coefficients for t in self.transforms)
 
     def draw_params(self, shape: Sequence[int], generator: torch.Generator | None = None) -> Params:
         shape = torch.Size(shape)

@@ -23,6 +23,8 @@ class Normalize(Transform):
     :func:`dctnet.data.compute_stats`, or a file saved by :meth:`save`. ``mean`` and ``std`` are
     buffers (float32 by default): in the ``state_dict``, moved and cast by ``.to()``."""
 
+    keeps_coefficients = False  # standardised values: torchvision's DCT-domain kernels no longer apply
+
     def __init__(self, mean: Tensor, std: Tensor) -> None:
         super().__init__(0)
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32).reshape(3, 64).clone())
@@ -111,7 +113,13 @@ class ToRGB(Transform):
 class ToCoefficients(Transform):
     """Pixels ``(B, 3, H, W)`` in [0, 1] (H, W multiples of 8) → coefficient image
     ``(B, 3, H/8, W/8, 64)``: the forward DCT a coefficient model's input takes, once, after the
-    pixel ops (a coefficient image passes unchanged)."""
+    pixel ops (a coefficient image passes unchanged).
+
+    Called directly (or as the end of a :class:`Compose`), it returns a
+    :class:`dctnet.transforms.tv.DCTImage` when torchvision is installed: torchvision v2's ops on it
+    run dctnet's DCT-domain kernels (flips, ColorJitter's brightness/contrast/saturation, grayscale,
+    JPEG, aligned crops) or raise a ``TypeError`` naming dctnet's op — never treat the coefficients as
+    pixels. Models take it as any tensor (torch ops on it return plain tensors)."""
 
     domain = "any"
     converter = True

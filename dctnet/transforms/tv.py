@@ -8,7 +8,7 @@ v2 functional / transform    DCT-domain kernel
 ===========================  ===================================================
 horizontal_flip, vertical_flip  exact flips (:func:`dctnet.transforms.dct_kernels.hflip` …)
 adjust_brightness / contrast / saturation  exact up to torchvision's clamp (ColorJitter)
-rgb_to_grayscale (3 channels) zero chroma (Grayscale, RandomGrayscale)
+rgb_to_grayscale (3 channels) zero chroma (Grayscale(num_output_channels=3))
 jpeg                         requantization with libjpeg's tables (v2.JPEG)
 crop                         block slicing, for 8-pixel-aligned boxes
 get_size / get_dimensions    sizes in pixels (8 per block)
@@ -20,9 +20,12 @@ naming the dctnet alternative, instead of torchvision's default for unknown tens
 ``TrivialAugmentWide``, ``AutoAugment``, ``AugMix``) look for an image among their own types
 before any kernel runs; for a ``DCTImage`` they raise a ``TypeError`` naming dctnet's class of the
 same policy (per sample, on the device) instead of torchvision's "Found no image in the sample".
-Transforms that first query the image size through torchvision's own type list (``RandomCrop``,
-``RandomResizedCrop``) stop with torchvision's "No image … was found" ``TypeError``: crops belong
-to the loader (``dctnet.data``).
+Transforms that first query the image size or channels through torchvision's own type list
+(``RandomCrop``, ``RandomResizedCrop``, ``RandomGrayscale``) stop with torchvision's "No image … was
+found" ``TypeError``: crops belong to the loader (``dctnet.data``), and dctnet's
+``RandomGrayscale`` is the per-sample op. Every v2 transform is held to this in
+``tests/test_tv_tensor.py``: it raises, passes the input through, or computes what it computes on
+the pixels.
 """
 
 from __future__ import annotations
