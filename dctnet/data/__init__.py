@@ -27,6 +27,7 @@ from dctnet.data.dataset import (
     apply_orientation,
     sample_from_coefficients,
 )
+from dctnet.data.coco import CocoDataset, collate_detection
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.collate import collate
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, RepeatedAugSampler, ThreadLoader, make_dataloader
@@ -53,6 +54,7 @@ __all__ = [
     "build_cache",
     "open_cache",
     "CenterCrop",
+    "CocoDataset",
     "CoefficientSample",
     "DevicePrefetcher",
     "EpochSampler",
@@ -67,6 +69,7 @@ __all__ = [
     "WdsDecode",
     "apply_orientation",
     "collate",
+    "collate_detection",
     "compute_stats",
     "make_dataloader",
     "mcu_window",
