@@ -1,0 +1,674 @@
+r"""Detection and segmentation geometry: torchvision's ops on images, boxes and masks, drawn per
+sample on the host and applied batched on the device.
+
+A detection sample is a whole image with a target (``boxes`` XYXY in pixels, ``labels``, and
+optionally ``masks (N, H, W)``, ``iscrowd``, ``area``). Its augmentation is geometric — flips,
+resizes, crops, padding — so it is a short per-sample program, not a per-pixel op:
+
+1. **Host, per sample** (boxes are few): each op draws its parameters from the sample's own
+   generator exactly as torchvision's class draws them from torch's global one (the same calls in
+   the same order: seeded alike, the two give the same parameters), moves the boxes with
+   torchvision's rules (``tv_tensors.BoundingBoxes``: flips, resizes scale, crops and pads shift
+   and clamp to the canvas; :class:`RandomIoUCrop` zeroes the boxes whose centre left the crop;
+   :class:`SanitizeBoundingBoxes` drops degenerate ones with their labels and masks), and folds
+   the image geometry into **stages**. A stage is one resampling of its input canvas — resize the
+   whole canvas to ``resized`` (antialiased bilinear, torchvision's ``resize``), keep the window
+   ``(top, left, height, width)`` of that (outside the resized canvas: ``fill``), then mirror the
+   window if flipped. Crops, pads and flips join the current stage; a resize after any of them
+   starts a new one, because torchvision resamples the already cropped pixels again.
+2. **Device, batched**: stage 1 decodes every window and resamples it in one pass
+   (:func:`dctnet.transforms.crops_to_rgb` with the stage's per-sample resize), later stages
+   resample the previous output (:func:`dctnet.resize.resized_crop`); flips are a per-sample
+   column gather. Masks follow torchvision's nearest-neighbour resize (``interpolate(mode=
+   "nearest")``: source ``min(floor(k·in/out), in − 1)`` in float32), their pads are 0, and every
+   stage's index map is composed on the host into one gather per axis: the masks are gathered once.
+
+Shapes: images come out as a list of ``(3, h_b, w_b)`` float tensors in [0, 1] — what
+torchvision's detectors take — views into one batch tensor padded to the batch's largest canvas.
+``fill`` values are in 8-bit levels (0–255), as torchvision's detection references state them
+(``fill=mean`` with ``mean = (123, 117, 104)``); masks are always padded with 0, as the references'
+``{tv_tensors.Mask: 0}`` fill does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dctnet import resize as RS
+from dctnet.transforms.device_crop import crops_to_rgb
+
+__all__ = [
+    "DetectionCompose", "DetectionPlan", "DetectionStep", "FixedSizeCrop", "RandomHorizontalFlip", "RandomIoUCrop",
+    "RandomShortestSize", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan",
+    "detection_preset", "resized_output_size", "sample_generator",
+]
+
+#: per-box fields of a target, dropped together with their boxes
+BOX_FIELDS = ("boxes", "labels", "masks", "iscrowd", "area")
+
+
+def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` that is a pure function of ``(seed, epoch, index)``: one sample's
+    draws, whatever the batch, worker or thread it is drawn in (a keyed BLAKE2b hash of the three)."""
+    digest = hashlib.blake2b(repr((int(seed), int(epoch), int(index))).encode(), digest_size=8,
+                             person=b"dctnet.detect").digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+# ---------------------------------------------------------------------------------------------- geometry
+@dataclass
+class _Stage:
+    """One resampling: the input canvas ``src`` (h, w) resized to ``resized`` (h, w), the window
+    ``(top, left, h, w)`` of that kept (outside ``[0, resized)``: ``fill``), then mirrored if ``flip``."""
+
+    src: tuple[int, int]
+    resized: tuple[int, int]
+    window: tuple[int, int, int, int]
+    flip: bool = False
+    fill: tuple[float, float, float] | None = None
+
+    @classmethod
+    def identity(cls, size: tuple[int, int]) -> "_Stage":
+        return cls(src=size, resized=size, window=(0, 0, *size))
+
+    @property
+    def is_identity(self) -> bool:
+        return self.resized == self.src and self.window == (0, 0, *self.src) and not self.flip
+
+    @property
+    def canvas(self) -> tuple[int, int]:
+        return self.window[2], self.window[3]
+
+
+@dataclass
+class Geometry:
+    """One sample's image geometry so far: its stages (the last one open)."""
+
+    stages: list[_Stage]
+
+    @classmethod
+    def of(cls, height: int, width: int) -> "Geometry":
+        return cls([_Stage.identity((int(height), int(width)))])
+
+    @property
+    def canvas(self) -> tuple[int, int]:
+        """The current image size (h, w)."""
+        return self.stages[-1].canvas
+
+    def _open(self) -> _Stage:
+        return self.stages[-1]
+
+    def _new_stage(self) -> _Stage:
+        self.stages.append(_Stage.identity(self.canvas))
+        return self.stages[-1]
+
+    def resize(self, height: int, width: int) -> None:
+        """torchvision's ``resize`` of the current canvas to ``(height, width)``."""
+        if (height, width) == self.canvas:  # torchvision returns the input unchanged
+            return
+        s = self._open() if self._open().is_identity else self._new_stage()
+        s.resized, s.window = (height, width), (0, 0, height, width)
+
+    def crop(self, top: int, left: int, height: int, width: int) -> None:
+        """``crop`` of the current canvas; the box lies inside it (the ops here only crop inside)."""
+        h, w = self.canvas
+        if top < 0 or left < 0 or top + height > h or left + width > w or height <= 0 or width <= 0:
+            raise ValueError(f"crop ({top}, {left}, {height}, {width}) outside the canvas {h}×{w}")
+        s = self._open()
+        if s.flip:  # the window is kept in unmirrored coordinates: mirror the crop's columns
+            left = w - left - width
+        t0, l0 = s.window[:2]
+        s.window = (t0 + top, l0 + left, height, width)
+
+    def pad(self, left: int, top: int, right: int, bottom: int, fill: tuple[float, float, float]) -> None:
+        """``pad`` of the current canvas with ``fill`` (RGB in [0, 1])."""
+        if not (left or top or right or bottom):
+            return
+        s = self._open()
+        # the window is unmirrored: on a flipped stage, the canvas's left is the window's right
+        wl, wr = (right, left) if s.flip else (left, right)
+        t0, l0, h, w = s.window
+        rh, rw = s.resized
+        # padding joins this stage only where the window still reaches the resized canvas's edge
+        # (beyond it is this stage's fill) and the fill is the same; else it pads a new stage's
+        # canvas (unflipped: the flip happened in the stage before)
+        joins = ((not top or t0 <= 0) and (not bottom or t0 + h >= rh) and (not wl or l0 <= 0)
+                 and (not wr or l0 + w >= rw) and (s.fill is None or s.fill == fill))
+        if not joins:
+            s = self._new_stage()
+            t0, l0, h, w = s.window
+            wl, wr = left, right
+        s.window = (t0 - top, l0 - wl, h + top + bottom, w + wl + wr)
+        s.fill = fill
+
+    def hflip(self) -> None:
+        s = self._open()
+        s.flip = not s.flip
+
+    def mask_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Row and column index maps ``int64 (h,)``, ``(w,)`` from the output canvas into the source
+        image: torchvision's nearest resizes, crops, pads (−1: padding, 0 in a mask) and flips,
+        composed over the stages."""
+        rows = cols = None
+        for s in self.stages:
+            r = _nearest_map(s.src[0], s.resized[0], s.window[0], s.window[2], False)
+            c = _nearest_map(s.src[1], s.resized[1], s.window[1], s.window[3], s.flip)
+            rows = r if rows is None else _compose(rows, r)
+            cols = c if cols is None else _compose(cols, c)
+        return rows, cols
+
+
+def _nearest_map(in_size: int, resized: int, offset: int, length: int, flip: bool) -> np.ndarray:
+    """Output k of a stage's window → source index: torch's ``interpolate(mode="nearest")``
+    (``min(floor(j·scale), in − 1)``, ``scale = in/out`` in float32; same size: identity; twice:
+    ``j >> 1``) of resized index ``j = offset + k`` (mirrored if ``flip``), −1 outside."""
+    k = np.arange(length, dtype=np.int64)
+    j = offset + (length - 1 - k if flip else k)
+    if resized == in_size:
+        src = j.copy()
+    elif resized == 2 * in_size:
+        src = j >> 1
+    else:
+        scale = np.float32(in_size) / np.float32(resized)
+        src = np.minimum(np.floor(j.astype(np.float32) * scale).astype(np.int64), in_size - 1)
+    return np.where((j >= 0) & (j < resized), src, -1)
+
+
+def _compose(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Index map of ``second`` applied after ``first`` (−1 stays −1)."""
+    return np.where(second >= 0, first[np.clip(second, 0, None)], -1)
+
+
+# ---------------------------------------------------------------------------------------------- boxes
+def _clamp(boxes: Tensor, canvas: tuple[int, int]) -> Tensor:
+    """torchvision's ``clamp_bounding_boxes`` for XYXY: x to [0, W], y to [0, H]."""
+    out = boxes.clone()
+    out[:, 0::2] = out[:, 0::2].clamp(0, canvas[1])
+    out[:, 1::2] = out[:, 1::2].clamp(0, canvas[0])
+    return out
+
+
+def _keep(target: dict[str, Any], keep: Tensor) -> None:
+    """Drop the boxes (and their per-box fields) where ``keep`` is False."""
+    for k in BOX_FIELDS:
+        if k in target and target[k] is not None:
+            target[k] = target[k][keep]
+    target["_kept"] = target["_kept"][keep]
+
+
+def _box_iou(a: Tensor, b: Tensor) -> Tensor:
+    """IoU of XYXY boxes ``a (N, 4)`` with ``b (M, 4)``: ``(N, M)``."""
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    lt = torch.maximum(a[:, None, :2], b[None, :, :2])
+    rb = torch.minimum(a[:, None, 2:], b[None, :, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[..., 0] * wh[..., 1]
+    return inter / (area_a[:, None] + area_b[None, :] - inter)
+
+
+def resized_output_size(canvas: tuple[int, int], size: int | Sequence[int] | None,
+                        max_size: int | None = None) -> tuple[int, int]:
+    """torchvision's ``Resize`` output size ``(h, w)``: ``size`` (h, w), or an int (one-element
+    sequence) for the shorter side — ``int(size·long/short)`` for the longer, then capped at
+    ``max_size`` (``int(max_size·short/long)``) — or ``None`` with ``max_size``: the longer side."""
+    h, w = canvas
+    short, long = (w, h) if w <= h else (h, w)
+    if size is None:
+        if not isinstance(max_size, int):
+            raise ValueError(f"max_size must be an int when size is None, got {max_size!r}")
+        new_short, new_long = int(max_size * short / long), max_size
+    else:
+        size = [size] if isinstance(size, int) else list(size)
+        if len(size) == 2:
+            return int(size[0]), int(size[1])
+        new_short, new_long = size[0], int(size[0] * long / short)
+        if max_size is not None:
+            if max_size <= size[0]:
+                raise ValueError(f"max_size = {max_size} must be greater than the shorter side's size {size[0]}")
+            if new_long > max_size:
+                new_short, new_long = int(max_size * new_short / new_long), max_size
+    new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+    return new_h, new_w
+
+
+def _resize_boxes(target: dict[str, Any], old: tuple[int, int], new: tuple[int, int]) -> None:
+    """torchvision's ``resize_bounding_boxes``: x·(new_w/old_w), y·(new_h/old_h), the ratios as
+    torchvision builds them (a float32 tensor), no clamp."""
+    if new == old:
+        return
+    ratios = torch.tensor([new[1] / old[1], new[0] / old[0]] * 2)  # float32, as torchvision's
+    target["boxes"] = target["boxes"].mul(ratios).to(target["boxes"].dtype)
+
+
+# ---------------------------------------------------------------------------------------------- ops
+class DetectionOp:
+    """An op on one sample: ``op(geometry, target, generator)`` draws as torchvision's class of the
+    same name and updates the geometry and the target in place."""
+
+    def __call__(self, geom: Geometry, target: dict[str, Any], gen: torch.Generator) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+def _fill(fill: float | Sequence[float]) -> tuple[float, float, float]:
+    """An 8-bit fill (one value or RGB) as RGB in [0, 1]."""
+    values = [float(fill)] * 3 if isinstance(fill, (int, float)) else [float(v) for v in fill]
+    if len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"fill must be one value or three (RGB, 8-bit levels), got {fill!r}")
+    return tuple(v / 255.0 for v in values)
+
+
+class RandomHorizontalFlip(DetectionOp):
+    """torchvision v2's ``RandomHorizontalFlip(p)``: boxes ``x ↦ W − x``, masks and image mirrored."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = float(p)
+
+    def __call__(self, geom, target, gen):
+        if torch.rand(1, generator=gen) >= self.p:  # torchvision's _RandomApplyTransform
+            return
+        w = geom.canvas[1]
+        b = target["boxes"]
+        target["boxes"] = torch.stack([w - b[:, 2], b[:, 1], w - b[:, 0], b[:, 3]], dim=1)
+        geom.hflip()
+
+
+class Resize(DetectionOp):
+    """torchvision v2's ``Resize(size, max_size)`` (antialiased bilinear)."""
+
+    def __init__(self, size: int | Sequence[int] | None, max_size: int | None = None) -> None:
+        self.size, self.max_size = size, max_size
+
+    def __call__(self, geom, target, gen):
+        old = geom.canvas
+        new = resized_output_size(old, self.size, self.max_size)
+        _resize_boxes(target, old, new)
+        geom.resize(*new)
+
+
+class RandomShortestSize(DetectionOp):
+    """torchvision v2's ``RandomShortestSize(min_size, max_size)``: the shorter side becomes one of
+    ``min_size`` (uniform), capped so that the longer stays within ``max_size``."""
+
+    def __init__(self, min_size: int | Sequence[int], max_size: int | None = None) -> None:
+        self.min_size = [int(min_size)] if isinstance(min_size, int) else [int(v) for v in min_size]
+        self.max_size = max_size
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        min_size = self.min_size[int(torch.randint(len(self.min_size), (), generator=gen))]
+        r = min_size / min(h, w)
+        if self.max_size is not None:
+            r = min(r, self.max_size / max(h, w))
+        new = (int(h * r), int(w * r))
+        _resize_boxes(target, (h, w), new)
+        geom.resize(*new)
+
+
+class ScaleJitter(DetectionOp):
+    """torchvision v2's ``ScaleJitter(target_size, scale_range)`` (large scale jitter): the image is
+    resized by ``min(target_h/h, target_w/w) · U(scale_range)``, keeping its aspect ratio."""
+
+    def __init__(self, target_size: Sequence[int], scale_range: Sequence[float] = (0.1, 2.0)) -> None:
+        self.target_size = (int(target_size[0]), int(target_size[1]))
+        self.scale_range = (float(scale_range[0]), float(scale_range[1]))
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        lo, hi = self.scale_range
+        scale = lo + torch.rand(1, generator=gen) * (hi - lo)   # float32, as torchvision's
+        # torchvision's (sic): target_size[1] against the height, [0] against the width
+        r = min(self.target_size[1] / h, self.target_size[0] / w) * scale
+        new = (int(h * r), int(w * r))
+        _resize_boxes(target, (h, w), new)
+        geom.resize(*new)
+
+
+class FixedSizeCrop(DetectionOp):
+    """torchvision's detection references' ``FixedSizeCrop(size, fill)`` (their LSJ preset): a crop
+    of at most ``size`` at a random offset (one draw for both axes, as theirs), boxes shifted, clamped
+    and the empty ones dropped with their labels and masks; then padding at the bottom and right up
+    to ``size`` with ``fill`` (8-bit levels; masks 0)."""
+
+    def __init__(self, size: int | Sequence[int], fill: float | Sequence[float] = 0) -> None:
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        self.size = (int(size[0]), int(size[1]))
+        self.fill = fill
+        self._fill = _fill(fill)
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        ch, cw = self.size
+        nh, nw = min(h, ch), min(w, cw)
+        if (nh, nw) != (h, w):
+            r = torch.rand(1, generator=gen)
+            top, left = int(max(h - ch, 0) * r), int(max(w - cw, 0) * r)
+            b = target["boxes"].clone()
+            b[:, 0::2] -= left
+            b[:, 1::2] -= top
+            b[:, 0::2] = b[:, 0::2].clamp(0, nw)
+            b[:, 1::2] = b[:, 1::2].clamp(0, nh)
+            target["boxes"] = b
+            _keep(target, (b[:, 0] < b[:, 2]) & (b[:, 1] < b[:, 3]))
+            geom.crop(top, left, nh, nw)
+        geom.pad(0, 0, max(cw - nw, 0), max(ch - nh, 0), self._fill)
+
+
+class RandomZoomOut(DetectionOp):
+    """torchvision v2's ``RandomZoomOut(fill, side_range, p)``: with probability ``p``, the image is
+    placed at a random offset on a canvas ``U(side_range)`` times its size, filled with ``fill``
+    (8-bit levels; masks 0); boxes shifted."""
+
+    def __init__(self, fill: float | Sequence[float] = 0, side_range: Sequence[float] = (1.0, 4.0),
+                 p: float = 0.5) -> None:
+        if side_range[0] < 1.0 or side_range[0] > side_range[1]:
+            raise ValueError(f"Invalid side range provided {side_range}.")
+        self.fill, self.side_range, self.p = fill, (float(side_range[0]), float(side_range[1])), float(p)
+        self._fill = _fill(fill)
+
+    def __call__(self, geom, target, gen):
+        if torch.rand(1, generator=gen) >= self.p:
+            return
+        h, w = geom.canvas
+        r = self.side_range[0] + torch.rand(1, generator=gen) * (self.side_range[1] - self.side_range[0])
+        canvas_w, canvas_h = int(w * r), int(h * r)
+        r = torch.rand(2, generator=gen)
+        left, top = int((canvas_w - w) * r[0]), int((canvas_h - h) * r[1])
+        right, bottom = canvas_w - (left + w), canvas_h - (top + h)
+        b = target["boxes"] + torch.tensor([left, top, left, top], dtype=target["boxes"].dtype)
+        target["boxes"] = _clamp(b, (canvas_h, canvas_w))
+        geom.pad(left, top, right, bottom, self._fill)
+
+
+class RandomIoUCrop(DetectionOp):
+    """torchvision v2's ``RandomIoUCrop`` (SSD's sampler): draws a minimum IoU among
+    ``sampler_options`` (1.0 or more: no crop), then up to ``trials`` crops of scale
+    ``U(min_scale, max_scale)`` per side within the aspect range, until one contains a box centre
+    and overlaps a contained box by at least that IoU; boxes whose centre left the crop become
+    ``(0, 0, 0, 0)`` (for :class:`SanitizeBoundingBoxes` to drop)."""
+
+    def __init__(self, min_scale: float = 0.3, max_scale: float = 1.0, min_aspect_ratio: float = 0.5,
+                 max_aspect_ratio: float = 2.0, sampler_options: Sequence[float] | None = None,
+                 trials: int = 40) -> None:
+        self.min_scale, self.max_scale = float(min_scale), float(max_scale)
+        self.min_aspect_ratio, self.max_aspect_ratio = float(min_aspect_ratio), float(max_aspect_ratio)
+        self.sampler_options = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0] if sampler_options is None else list(sampler_options)
+        self.trials = int(trials)
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        boxes = target["boxes"]
+        while True:
+            idx = int(torch.randint(low=0, high=len(self.sampler_options), size=(1,), generator=gen))
+            min_iou = self.sampler_options[idx]
+            if min_iou >= 1.0:
+                return
+            for _ in range(self.trials):
+                r = self.min_scale + (self.max_scale - self.min_scale) * torch.rand(2, generator=gen)
+                new_w, new_h = int(w * r[0]), int(h * r[1])
+                if not (self.min_aspect_ratio <= new_w / new_h <= self.max_aspect_ratio):
+                    continue
+                r = torch.rand(2, generator=gen)
+                left, top = int((w - new_w) * r[0]), int((h - new_h) * r[1])
+                right, bottom = left + new_w, top + new_h
+                if left == right or top == bottom:
+                    continue
+                cx = 0.5 * (boxes[:, 0] + boxes[:, 2])
+                cy = 0.5 * (boxes[:, 1] + boxes[:, 3])
+                inside = (left < cx) & (cx < right) & (top < cy) & (cy < bottom)
+                if not inside.any():
+                    continue
+                crop = torch.tensor([[left, top, right, bottom]], dtype=boxes.dtype)
+                if _box_iou(boxes[inside], crop).max() < min_iou:
+                    continue
+                b = boxes - torch.tensor([left, top, left, top], dtype=boxes.dtype)
+                b = _clamp(b, (new_h, new_w))
+                b[~inside] = 0
+                target["boxes"] = b
+                geom.crop(top, left, new_h, new_w)
+                return
+
+
+class SanitizeBoundingBoxes(DetectionOp):
+    """torchvision v2's ``SanitizeBoundingBoxes(min_size, min_area)``: drops boxes narrower or
+    lower than ``min_size``, smaller than ``min_area``, or outside the canvas, with their labels,
+    masks and other per-box fields."""
+
+    def __init__(self, min_size: float = 1.0, min_area: float = 1.0) -> None:
+        if min_size < 1 or min_area < 1:
+            raise ValueError(f"min_size and min_area must be >= 1, got {min_size}, {min_area}")
+        self.min_size, self.min_area = float(min_size), float(min_area)
+
+    def __call__(self, geom, target, gen):
+        b = target["boxes"]
+        h, w = geom.canvas
+        ws, hs = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+        valid = (ws >= self.min_size) & (hs >= self.min_size) & (b >= 0).all(dim=-1) & (ws * hs >= self.min_area)
+        valid &= (b[:, 0] <= w) & (b[:, 2] <= w) & (b[:, 1] <= h) & (b[:, 3] <= h)
+        _keep(target, valid)
+
+
+# ---------------------------------------------------------------------------------------------- plans
+@dataclass
+class DetectionPlan:
+    """A batch's drawn geometry (host).
+
+    Attributes:
+        sizes: ``int64 (B, 2)`` each sample's output (h, w).
+        stages: ``int64 (S, B, 6)`` per stage and sample: ``(resized_h, resized_w, top, left,
+            out_h, out_w)``; input sizes are the previous stage's ``out`` (stage 0: the image).
+        flips: ``bool (S, B)``.
+        fills: per stage, RGB in [0, 1] of its padding.
+        targets: per sample, the target moved (boxes float64 XYXY; ``_kept``: the indices of the
+            source boxes that remain, in order).
+        mask_maps: per sample, the (rows, cols) index maps of its masks into the source (−1: 0).
+    """
+
+    sizes: Tensor
+    stages: Tensor
+    flips: Tensor
+    fills: list[tuple[float, float, float]]
+    targets: list[dict[str, Any]]
+    mask_maps: list[tuple[np.ndarray, np.ndarray]] = field(repr=False)
+
+
+class DetectionCompose:
+    """torchvision-style ``Compose`` of detection ops, drawn per sample from
+    :func:`sample_generator` ``(seed, epoch, index)``."""
+
+    def __init__(self, ops: Sequence[DetectionOp], seed: int = 0) -> None:
+        ops = list(ops)
+        if not all(isinstance(o, DetectionOp) for o in ops):
+            raise TypeError("DetectionCompose takes dctnet.transforms.detection ops")
+        self.ops, self.seed = ops, int(seed)
+
+    def __repr__(self) -> str:
+        return "DetectionCompose(\n" + "".join(f"    {o!r}\n" for o in self.ops) + ")"
+
+    def draw_one(self, size: tuple[int, int], target: dict[str, Any],
+                 gen: torch.Generator) -> tuple[Geometry, dict[str, Any]]:
+        """One sample: its geometry and its moved target (a copy; the input is not changed)."""
+        t = {k: v for k, v in target.items() if k != "masks"}  # masks: gathered on the device by apply_plan
+        t["boxes"] = torch.as_tensor(t.get("boxes", torch.zeros(0, 4)), dtype=torch.float64).reshape(-1, 4)
+        t["_kept"] = torch.arange(t["boxes"].shape[0])
+        geom = Geometry.of(*size)
+        for op in self.ops:
+            op(geom, t, gen)
+        return geom, t
+
+    def draw(self, sizes: Sequence[tuple[int, int]], targets: Sequence[dict[str, Any]], indices: Sequence[int],
+             epoch: int = 0) -> DetectionPlan:
+        """The plan of a batch: ``sizes`` (h, w) of the images, their ``targets``, dataset ``indices``."""
+        geoms, moved = [], []
+        for size, target, index in zip(sizes, targets, indices):
+            g, t = self.draw_one(tuple(size), target, sample_generator(self.seed, epoch, index))
+            geoms.append(g)
+            moved.append(t)
+        return plan_of(geoms, moved)
+
+
+def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> DetectionPlan:
+    """Stack per-sample geometries into a :class:`DetectionPlan` (samples with fewer stages get
+    identity stages at the end)."""
+    n = max(len(g.stages) for g in geoms)
+    stages = np.zeros((n, len(geoms), 6), np.int64)
+    flips = np.zeros((n, len(geoms)), bool)
+    fills: list[tuple[float, float, float] | None] = [None] * n
+    for b, g in enumerate(geoms):
+        seq = g.stages + [_Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
+        for s, st in enumerate(seq):
+            stages[s, b] = (*st.resized, *st.window)
+            flips[s, b] = st.flip
+            if st.fill is not None:
+                if fills[s] is not None and fills[s] != st.fill:
+                    raise ValueError(f"stage {s}: samples pad with different fills ({fills[s]} and {st.fill})")
+                fills[s] = st.fill
+    return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
+                         stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
+                         fills=[f or (0.0, 0.0, 0.0) for f in fills], targets=list(targets),
+                         mask_maps=[g.mask_maps() for g in geoms])
+
+
+# ---------------------------------------------------------------------------------------------- device
+def _flip_columns(x: Tensor, widths: Tensor, flips: Tensor) -> Tensor:
+    """Mirror columns ``[0, w_b)`` of the samples with ``flips[b]`` (the rest as they are)."""
+    j = torch.arange(x.shape[-1], device=x.device)[None, :]
+    w = widths[:, None]
+    idx = torch.where(flips[:, None] & (j < w), w - 1 - j, j)                          # (B, W)
+    return torch.gather(x, -1, idx[:, None, None, :].expand(x.shape))
+
+
+def _stage_size(stage: Tensor) -> tuple[int, int]:
+    return int(stage[:, 4].max()), int(stage[:, 5].max())
+
+
+def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] | None = None, *,
+               exact: bool = False) -> tuple[list[Tensor], list[Tensor | None]]:
+    """The images (and masks) of ``batch`` — whole-image windows (:class:`dctnet.data.FullImage`),
+    on any device — through ``plan``: ``(images, masks)``, ``images[b]`` float ``(3, h_b, w_b)`` in
+    [0, 1] (views into one padded batch), ``masks[b]`` uint8 ``(N_b, h_b, w_b)`` of the boxes kept.
+
+    Stage sizes come from the host plan (no host sync). ``exact``: decode in libjpeg's integer
+    arithmetic (Pillow's pixels)."""
+    device = batch.valid.device
+    stages = plan.stages.to(device, non_blocking=True)
+    flips = plan.flips.to(device, non_blocking=True)
+    # stage 0 decodes and resamples in one pass: each window is the whole image, so its box is the image
+    first = dataclasses.replace(batch, boxes=torch.cat([torch.zeros_like(batch.valid), batch.valid], 1),
+                                resize=stages[0, :, :4])
+    x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
+                     fill=plan.fills[0])
+    x = _flip_columns(x, stages[0, :, 5], flips[0])
+    for s in range(1, stages.shape[0]):
+        prev = stages[s - 1, :, 4:6]
+        boxes = torch.cat([torch.zeros_like(prev), prev], 1)
+        x = RS.resized_crop(x, boxes, _stage_size(plan.stages[s]), resize=stages[s, :, :4],
+                            fill=plan.fills[s]).clamp(0.0, 1.0)
+        x = _flip_columns(x, stages[s, :, 5], flips[s])
+    sizes = plan.sizes.tolist()
+    images = [x[b, :, :h, :w] for b, (h, w) in enumerate(sizes)]
+    out_masks: list[Tensor | None] = []
+    for b, (h, w) in enumerate(sizes):
+        m = None if masks is None else masks[b]
+        if m is None:
+            out_masks.append(None)
+            continue
+        kept = plan.targets[b]["_kept"].to(m.device, non_blocking=True)
+        m = m.index_select(0, kept)
+        rows, cols = plan.mask_maps[b]
+        # a zero row and column at the end: index −1 reads them (padding is 0 in a mask)
+        m = torch.nn.functional.pad(m, (0, 1, 0, 1))
+        r = torch.from_numpy(rows).to(m.device, non_blocking=True)
+        c = torch.from_numpy(cols).to(m.device, non_blocking=True)
+        r = torch.where(r < 0, m.shape[1] - 1, r)
+        c = torch.where(c < 0, m.shape[2] - 1, c)
+        out_masks.append(m.index_select(1, r).index_select(2, c))
+    return images, out_masks
+
+
+class DetectionStep:
+    """The detection device step: the batch's geometry drawn on the host from its targets, then the
+    images (and instance masks) decoded and transformed on the batch's device.
+
+    ``step(batch, targets, epoch)`` → ``(images, targets)``: ``images[b]`` float ``(3, h_b, w_b)`` in
+    [0, 1] — the list torchvision's detectors take — and ``targets[b]`` on the batch's device with
+    ``boxes`` float32 XYXY in those pixels, ``labels`` int64, ``masks`` uint8 ``(N_b, h_b, w_b)``
+    (when the input target has masks), ``iscrowd``/``area`` where given (``area`` as the file
+    states it, not rescaled), ``image_id``. Each sample's draws come from
+    :func:`sample_generator` ``(seed, epoch, key)``, ``key`` its ``image_id`` (else its position
+    ``index`` in the batch's dataset order, ``targets[b]["index"]``). ``targets[b]["size"]`` (h, w)
+    is the image's size, a host value (:class:`dctnet.data.CocoDataset` sets it): the step reads
+    nothing back from the device."""
+
+    def __init__(self, ops: Sequence[DetectionOp] | DetectionCompose, seed: int = 0, *, exact: bool = False) -> None:
+        self.compose = ops if isinstance(ops, DetectionCompose) else DetectionCompose(ops, seed)
+        self.exact = bool(exact)
+
+    def __repr__(self) -> str:
+        return f"DetectionStep(exact={self.exact}, {self.compose!r})"
+
+    def plan(self, targets: Sequence[dict[str, Any]], epoch: int = 0) -> DetectionPlan:
+        """The host half: the batch's geometry and moved targets."""
+        keys = []
+        for b, t in enumerate(targets):
+            key = t.get("image_id", t.get("index"))
+            if key is None or "size" not in t:
+                raise ValueError(f"DetectionStep: target {b} needs 'size' (h, w) and an 'image_id' or 'index' "
+                                 "(dctnet.data.CocoDataset's targets have both)")
+            keys.append(int(key))
+        return self.compose.draw([tuple(t["size"]) for t in targets], targets, keys, epoch)
+
+    def __call__(self, batch: Any, targets: Sequence[dict[str, Any]],
+                 epoch: int = 0) -> tuple[list[Tensor], list[dict[str, Any]]]:
+        plan = self.plan(targets, epoch)
+        device = batch.valid.device
+        has_masks = [t.get("masks") is not None for t in targets]
+        masks = [t["masks"].to(device, non_blocking=True) if m else None for t, m in zip(targets, has_masks)]
+        images, out_masks = apply_plan(batch, plan, masks if any(has_masks) else None, exact=self.exact)
+        out = []
+        for b, t in enumerate(plan.targets):
+            moved = {"boxes": t["boxes"].to(torch.float32).to(device, non_blocking=True),
+                     "labels": torch.as_tensor(t["labels"], dtype=torch.int64).to(device, non_blocking=True)}
+            for k in ("iscrowd", "area"):
+                if t.get(k) is not None:
+                    moved[k] = t[k].to(device, non_blocking=True)
+            if out_masks[b] is not None:
+                moved["masks"] = out_masks[b]
+            if "image_id" in t:
+                moved["image_id"] = t["image_id"]
+            out.append(moved)
+        return images, out
+
+
+def detection_preset(name: str, hflip_prob: float = 0.5,
+                     mean: Sequence[float] = (123.0, 117.0, 104.0)) -> list[DetectionOp]:
+    """torchvision's detection references' training presets (``DetectionPresetTrain``), then
+    ``SanitizeBoundingBoxes`` as their v2 path ends: ``hflip``, ``lsj``, ``multiscale``, ``ssd``
+    (without its ``RandomPhotometricDistort``, which dctnet does not have yet), ``ssdlite``."""
+    flip = RandomHorizontalFlip(p=hflip_prob)
+    presets = {
+        "hflip": [flip],
+        "lsj": [ScaleJitter(target_size=(1024, 1024)), FixedSizeCrop(size=(1024, 1024), fill=list(mean)), flip],
+        "multiscale": [RandomShortestSize(min_size=(480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800),
+                                          max_size=1333), flip],
+        "ssdlite": [RandomIoUCrop(), flip],
+    }
+    if name == "ssd":
+        raise ValueError("detection preset 'ssd' starts with RandomPhotometricDistort, which dctnet does not have yet; "
+                         "'ssdlite' is the same geometry without it")
+    if name not in presets:
+        raise ValueError(f"unknown detection preset {name!r} (known: {', '.join(presets)})")
+    return [*presets[name], SanitizeBoundingBoxes()]

@@ -1,0 +1,343 @@
+"""Detection geometry against torchvision v2 with tv_tensors: the same draws (the sample's
+generator and torch's global one seeded alike) give the same boxes (≤ 1e-4 px), the same labels,
+the same nearest-neighbour masks (exactly) and the same pixels (float, up to rounding) — on real
+photos of every JPEG layout, with boxes that leave the canvas, degenerate boxes and images with no
+boxes. torchvision's references' ``FixedSizeCrop`` is not in the torchvision package: the oracle
+here runs its code on torchvision's own crop and pad kernels.
+
+Because every op consumes its generator exactly as torchvision's class consumes torch's, equal
+parameters over many seeds are the presets' draw laws, checked in the strongest form.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageDraw
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TVF
+
+import dctnet
+from dctnet.data.collate import collate
+from dctnet.data.crop import FullImage
+from dctnet.data.dataset import sample_from_coefficients
+from dctnet.transforms import detection as TD
+
+from conftest import SHARED, imagenette_files
+
+TREES = SHARED / "data" / "trees"
+BOX_TOL = 1e-4
+
+
+# ---------------------------------------------------------------------------------------------- data
+def _encode(img: Image.Image, layout: str) -> bytes:
+    buf = io.BytesIO()
+    if layout == "gray":
+        img.convert("L").save(buf, "JPEG", quality=90)
+    elif layout == "cmyk":
+        img.convert("CMYK").save(buf, "JPEG", quality=90)
+    elif layout == "progressive":
+        img.save(buf, "JPEG", quality=90, progressive=True)
+    else:
+        img.save(buf, "JPEG", quality=90, subsampling={"444": 0, "422": 1, "420": 2}[layout])
+    return buf.getvalue()
+
+
+def _masks_for(boxes: np.ndarray, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """An ellipse inside each box (some masks empty: degenerate boxes)."""
+    out = np.zeros((len(boxes), h, w), np.uint8)
+    for i, (x1, y1, x2, y2) in enumerate(boxes):
+        m = Image.new("L", (w, h))
+        ImageDraw.Draw(m).ellipse([x1, y1, max(x1, x2 - 1), max(y1, y2 - 1)], fill=1)
+        out[i] = np.asarray(m)
+    return out
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> list[dict]:
+    """Real photos in every layout with boxes and masks: the trees tiles (their own boxes) and
+    Imagenette photos re-encoded at non-square sizes with boxes drawn here, one of them touching
+    every edge, one degenerate, and one image with no boxes."""
+    rng = np.random.default_rng(0)
+    d = tmp_path_factory.mktemp("det")
+    out = []
+    if (TREES / "val.json").exists():
+        meta = json.loads((TREES / "val.json").read_text())
+        by_image: dict[int, list] = {}
+        for a in meta["annotations"]:
+            by_image.setdefault(a["image_id"], []).append(a["bbox"])
+        for im in meta["images"][:4]:
+            xywh = np.array(by_image.get(im["id"], []), np.float64).reshape(-1, 4)
+            boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1)
+            out.append({"path": str(TREES / "val" / im["file_name"]), "boxes": boxes})
+    photos = imagenette_files("val", every=500)[:5]
+    sources = [Image.open(p).convert("RGB") for p in photos] or [
+        Image.fromarray(rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)) for _ in range(5)]
+    for i, (img, layout) in enumerate(zip(sources, ("444", "422", "gray", "cmyk", "progressive"))):
+        img = img.resize((300 + 40 * i, 200 + 24 * i))
+        w, h = img.size
+        path = d / f"{layout}.jpg"
+        path.write_bytes(_encode(img, layout))
+        if i == 4:
+            boxes = np.zeros((0, 4))
+        else:
+            xy = rng.uniform(0, [w * 0.7, h * 0.7], (6, 2))
+            wh = rng.uniform(8, [w * 0.5, h * 0.5], (6, 2))
+            boxes = np.concatenate([xy, np.minimum(xy + wh, [w, h])], 1)
+            boxes[0] = (0, 0, w, h)                     # the whole image: every edge
+            boxes[1] = (w / 3, h / 3, w / 3, h / 2)     # degenerate: zero width
+        out.append({"path": str(path), "boxes": boxes})
+    for s in out:
+        with Image.open(s["path"]) as im:
+            s["pixels"] = torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).float() / 255
+        h, w = s["pixels"].shape[-2:]
+        s["masks"] = _masks_for(s["boxes"], h, w, rng)
+        s["labels"] = torch.arange(1, len(s["boxes"]) + 1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- oracle
+class RefFixedSizeCrop(torch.nn.Module):
+    """torchvision's detection references' FixedSizeCrop (references/detection/transforms.py), on
+    v2 tv_tensors with torchvision's crop and pad kernels."""
+
+    def __init__(self, size: int, fill) -> None:
+        super().__init__()
+        self.h = self.w = size
+        self.fill = [f / 255 for f in fill]
+
+    def forward(self, s: dict) -> dict:
+        img = s["image"]
+        h, w = img.shape[-2:]
+        nh, nw = min(h, self.h), min(w, self.w)
+        if (nh, nw) != (h, w):
+            r = torch.rand(1)
+            top, left = int(max(h - self.h, 0) * r), int(max(w - self.w, 0) * r)
+            b = s["boxes"].as_subclass(torch.Tensor).clone()
+            b[:, 0::2] -= left
+            b[:, 1::2] -= top
+            b[:, 0::2].clamp_(min=0, max=nw)
+            b[:, 1::2].clamp_(min=0, max=nh)
+            ok = (b[:, 0] < b[:, 2]) & (b[:, 1] < b[:, 3])
+            s = {**s, "image": TVF.crop(img, top, left, nh, nw), "labels": s["labels"][ok],
+                 "boxes": tv_tensors.BoundingBoxes(b[ok], format="XYXY", canvas_size=(nh, nw))}
+            if "masks" in s:
+                s["masks"] = TVF.crop(tv_tensors.Mask(s["masks"][ok]), top, left, nh, nw)
+        pb, pr = max(self.h - nh, 0), max(self.w - nw, 0)
+        if pb or pr:
+            b = s["boxes"].as_subclass(torch.Tensor)
+            s = {**s, "image": TVF.pad(s["image"], [0, 0, pr, pb], fill=self.fill),
+                 "boxes": tv_tensors.BoundingBoxes(b, format="XYXY", canvas_size=(nh + pb, nw + pr))}
+            if "masks" in s:
+                s["masks"] = TVF.pad(s["masks"], [0, 0, pr, pb], fill=0)
+        return s
+
+
+def tv_sample(s: dict) -> dict:
+    h, w = s["pixels"].shape[-2:]
+    return {"image": tv_tensors.Image(s["pixels"]),
+            "boxes": tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"], dtype=torch.float64), format="XYXY",
+                                              canvas_size=(h, w)),
+            "masks": tv_tensors.Mask(torch.from_numpy(s["masks"])), "labels": s["labels"]}
+
+
+def ours(ops: list, samples: list[dict], seeds: list[int]):
+    comp = TD.DetectionCompose(ops)
+    geoms, targets = [], []
+    for s, k in zip(samples, seeds):
+        g, t = comp.draw_one(tuple(s["pixels"].shape[-2:]), {"boxes": s["boxes"], "labels": s["labels"]},
+                             torch.Generator().manual_seed(k))
+        geoms.append(g)
+        targets.append(t)
+    plan = TD.plan_of(geoms, targets)
+    batch = collate([sample_from_coefficients(dctnet.read_coefficients(s["path"]), FullImage(), 0, i)
+                     for i, s in enumerate(samples)], pin_memory=False)
+    images, masks = TD.apply_plan(batch, plan, [torch.from_numpy(s["masks"]) for s in samples], exact=True)
+    return plan, images, masks
+
+
+def check(ops: list, tv_ops: list, samples: list[dict], seeds: list[int], *, pixel_tol: float = 5e-5) -> None:
+    plan, images, masks = ours(ops, samples, seeds)
+    for b, (s, k) in enumerate(zip(samples, seeds)):
+        torch.manual_seed(k)
+        want = v2.Compose(tv_ops)(tv_sample(s))
+        t = plan.targets[b]
+        wb = want["boxes"].as_subclass(torch.Tensor)
+        where = f"{s['path']} seed {k}"
+        assert t["boxes"].shape == wb.shape, where
+        assert (t["boxes"] - wb).abs().max().item() <= BOX_TOL if len(wb) else True, where
+        assert torch.equal(t["labels"], want["labels"]), where
+        assert tuple(images[b].shape) == tuple(want["image"].shape), where
+        assert (images[b] - want["image"].as_subclass(torch.Tensor)).abs().max().item() <= pixel_tol, where
+        assert torch.equal(masks[b], want["masks"].as_subclass(torch.Tensor)), where
+
+
+SEEDS = [0, 1, 2, 3, 5, 8]
+
+
+def seeds_for(n: int, round_: int) -> list[int]:
+    return [SEEDS[round_ % len(SEEDS)] * 1000 + i for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------- per op
+@pytest.mark.parametrize("round_", range(3))
+def test_horizontal_flip(samples, round_):
+    check([TD.RandomHorizontalFlip(0.5)], [v2.RandomHorizontalFlip(0.5)], samples, seeds_for(len(samples), round_))
+
+
+@pytest.mark.parametrize("size,max_size", [(256, None), ([200, 330], None), (320, 400), (600, None)])
+def test_resize(samples, size, max_size):
+    check([TD.Resize(size, max_size)], [v2.Resize(size, max_size=max_size)], samples, seeds_for(len(samples), 0))
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_random_shortest_size_and_scale_jitter(samples, round_):
+    seeds = seeds_for(len(samples), round_)
+    check([TD.RandomShortestSize((160, 224, 288), max_size=400)],
+          [v2.RandomShortestSize((160, 224, 288), max_size=400)], samples, seeds)
+    check([TD.ScaleJitter((256, 256), (0.5, 1.5))], [v2.ScaleJitter((256, 256), (0.5, 1.5))], samples, seeds)
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_zoom_out_then_iou_crop_then_flip(samples, round_):
+    """ssd's geometry: padding with the mean, a crop of the padded canvas, a flip, one stage."""
+    mean = (123.0, 117.0, 104.0)
+    fill = {tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}
+    check([TD.RandomZoomOut(mean, p=1.0), TD.RandomIoUCrop(), TD.RandomHorizontalFlip(0.5), TD.SanitizeBoundingBoxes()],
+          [v2.RandomZoomOut(fill, p=1.0), v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5), v2.SanitizeBoundingBoxes()],
+          [s for s in samples if len(s["boxes"])], seeds_for(len(samples), round_))
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_fixed_size_crop_crops_and_pads(samples, round_):
+    mean = (123.0, 117.0, 104.0)
+    seeds = seeds_for(len(samples), round_)
+    check([TD.ScaleJitter((320, 320), (0.5, 1.5)), TD.FixedSizeCrop(256, fill=mean), TD.RandomHorizontalFlip(0.5)],
+          [v2.ScaleJitter((320, 320), (0.5, 1.5)), RefFixedSizeCrop(256, mean), v2.RandomHorizontalFlip(0.5)],
+          samples, seeds)
+
+
+def test_a_resize_after_a_crop_resamples_the_crop_again(samples):
+    """Two stages: torchvision resamples the cropped, padded, flipped canvas once more."""
+    mean = (123.0, 117.0, 104.0)
+    check([TD.RandomZoomOut(mean, side_range=(1.0, 2.0), p=1.0), TD.RandomHorizontalFlip(1.0), TD.Resize(200),
+           TD.RandomHorizontalFlip(0.5)],
+          [v2.RandomZoomOut({tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}, side_range=(1.0, 2.0), p=1.0),
+           v2.RandomHorizontalFlip(1.0), v2.Resize(200), v2.RandomHorizontalFlip(0.5)],
+          samples, seeds_for(len(samples), 1))
+
+
+def test_crops_and_pads_after_a_flip_act_on_the_mirrored_canvas(samples):
+    """A flip, then a crop and a pad of one side, in one stage: the window is kept unmirrored, so
+    the crop's columns and the pad's sides are mirrored into it."""
+    mean = (123.0, 117.0, 104.0)
+    s = [x for x in samples if len(x["boxes"])]
+    check([TD.RandomHorizontalFlip(1.0), TD.RandomIoUCrop(), TD.RandomZoomOut(mean, side_range=(1.2, 1.6), p=1.0),
+           TD.FixedSizeCrop(288, fill=mean), TD.RandomHorizontalFlip(0.5)],
+          [v2.RandomHorizontalFlip(1.0), v2.RandomIoUCrop(),
+           v2.RandomZoomOut({tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}, side_range=(1.2, 1.6),
+                            p=1.0),
+           RefFixedSizeCrop(288, mean), v2.RandomHorizontalFlip(0.5)], s, seeds_for(len(s), 3))
+
+
+def test_sanitize_drops_degenerate_boxes_with_labels_and_masks(samples):
+    s = [x for x in samples if len(x["boxes"]) > 1]
+    check([TD.SanitizeBoundingBoxes()], [v2.SanitizeBoundingBoxes()], s, seeds_for(len(s), 0))
+    plan, _, masks = ours([TD.SanitizeBoundingBoxes()], s, seeds_for(len(s), 0))
+    synthetic = [b for b, x in enumerate(s) if "trees" not in x["path"]]
+    assert synthetic and all(1 not in plan.targets[b]["_kept"].tolist() for b in synthetic)  # the zero-width box
+
+
+# ---------------------------------------------------------------------------------------------- presets
+@pytest.mark.parametrize("name", ["hflip", "multiscale", "ssdlite", "lsj"])
+def test_presets_follow_torchvisions_references(samples, name):
+    mean = (123.0, 117.0, 104.0)
+    tv = {"hflip": [v2.RandomHorizontalFlip(0.5)],
+          "multiscale": [v2.RandomShortestSize((480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), 1333),
+                         v2.RandomHorizontalFlip(0.5)],
+          "ssdlite": [v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)],
+          "lsj": [v2.ScaleJitter((1024, 1024)), RefFixedSizeCrop(1024, mean), v2.RandomHorizontalFlip(0.5)]}[name]
+    chosen = [s for s in samples if len(s["boxes"])] if name == "ssdlite" else samples
+    check(TD.detection_preset(name), [*tv, v2.SanitizeBoundingBoxes()], chosen[:4], seeds_for(4, 2))
+
+
+def test_preset_draw_laws_equal_torchvisions_over_many_seeds(samples):
+    """ssdlite's sampler (the preset with the most draws) over 300 seeds: every crop equals
+    torchvision's, so the distributions are the same; the crops vary."""
+    s = next(x for x in samples if len(x["boxes"]) > 3)
+    comp = TD.DetectionCompose(TD.detection_preset("ssdlite"))
+    tv = v2.Compose([v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5), v2.SanitizeBoundingBoxes()])
+    sizes = set()
+    h, w = s["pixels"].shape[-2:]
+    for k in range(300):
+        g, t = comp.draw_one((h, w), {"boxes": s["boxes"], "labels": s["labels"]}, torch.Generator().manual_seed(k))
+        torch.manual_seed(k)
+        boxes = tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"]), format="XYXY", canvas_size=(h, w))
+        want = tv({"image": tv_tensors.Image(torch.zeros(1, h, w)), "boxes": boxes, "labels": s["labels"]})
+        assert g.canvas == tuple(want["image"].shape[-2:])
+        assert torch.allclose(t["boxes"], want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL, rtol=0)
+        sizes.add(g.canvas)
+    assert len(sizes) > 100
+
+
+def test_unknown_and_unsupported_presets_say_so():
+    with pytest.raises(ValueError, match="RandomPhotometricDistort"):
+        TD.detection_preset("ssd")
+    with pytest.raises(ValueError, match="known: hflip"):
+        TD.detection_preset("nope")
+
+
+# ---------------------------------------------------------------------------------------------- the step
+@pytest.mark.skipif(not (TREES / "val.json").exists(), reason="needs ../shared/data/trees")
+@pytest.mark.parametrize("preset", ["hflip", "lsj"])
+def test_detection_step_on_the_coco_trees_set_matches_torchvision(preset):
+    """CocoDataset → collate_detection → DetectionStep: each sample's draws are
+    sample_generator(seed, epoch, image_id), so torchvision replays them from that seed; boxes,
+    labels and pixels equal its on every tile (five JPEG layouts in the set)."""
+    from dctnet.data import CocoDataset, collate_detection
+
+    ds = CocoDataset(TREES / "val", TREES / "val.json")
+    batch, targets = collate_detection([ds[i] for i in range(len(ds))], pin_memory=False)
+    step = TD.DetectionStep(TD.detection_preset(preset), seed=7, exact=True)
+    images, out = step(batch, targets, epoch=3)
+    mean = (123.0, 117.0, 104.0)
+    tv_ops = {"hflip": [v2.RandomHorizontalFlip(0.5)],
+              "lsj": [v2.ScaleJitter((1024, 1024)), RefFixedSizeCrop(1024, mean), v2.RandomHorizontalFlip(0.5)]}[preset]
+    tv = v2.Compose([*tv_ops, v2.SanitizeBoundingBoxes()])
+    for b, t in enumerate(targets):
+        path = ds.paths[int(batch.index[b])]
+        with Image.open(path) as im:
+            pixels = torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).float() / 255
+        torch.manual_seed(TD.sample_generator(7, 3, t["image_id"]).initial_seed())
+        want = tv({"image": tv_tensors.Image(pixels), "labels": t["labels"],
+                   "boxes": tv_tensors.BoundingBoxes(t["boxes"], format="XYXY", canvas_size=t["size"])})
+        assert images[b].shape == want["image"].shape, path
+        assert (images[b] - want["image"].as_subclass(torch.Tensor)).abs().max() <= 5e-5, path
+        assert torch.allclose(out[b]["boxes"].double(), want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL), path
+        assert torch.equal(out[b]["labels"], want["labels"]) and out[b]["boxes"].dtype == torch.float32
+        assert out[b]["image_id"] == t["image_id"] and len(out[b]["iscrowd"]) == len(out[b]["boxes"])
+
+
+def test_the_detection_step_makes_no_host_sync(samples):
+    """The device half reads nothing back: the batch, its masks and everything made from them are
+    device memory (the tracer of the device-step tests); sizes and boxes are host values."""
+    from test_host_syncs import DeviceTracer
+
+    chosen = [s for s in samples if len(s["boxes"])][:4]
+    batch = collate([sample_from_coefficients(dctnet.read_coefficients(s["path"]), FullImage(), 0, i)
+                     for i, s in enumerate(chosen)], pin_memory=False)
+    targets = [{"boxes": torch.as_tensor(s["boxes"]), "labels": s["labels"], "masks": torch.from_numpy(s["masks"]),
+                "size": tuple(s["pixels"].shape[-2:]), "index": i} for i, s in enumerate(chosen)]
+    for preset in ("lsj", "ssdlite", "multiscale"):
+        tracer = DeviceTracer()
+        tracer.mark(batch)
+        tracer.mark([t["masks"] for t in targets])
+        step = TD.DetectionStep(TD.detection_preset(preset), seed=1)
+        with tracer:
+            images, out = step(batch, targets)
+        assert len(images) == len(chosen) and all(o["masks"].shape[1:] == i.shape[1:] for o, i in zip(out, images))
