@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 
-__all__ = ["RESIZE_SUPPORT", "resize_matrices", "resized_crop"]
+__all__ = ["RESIZE_SUPPORT", "apply_matrices", "plain_bilinear_matrices", "resize_matrices", "resized_crop"]
 
 
 #: what :func:`resize_matrices` offers: each filter's half-width in input pixels when the axis is
@@ -104,8 +104,33 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
     return out.scatter_add_(2, index, w.to(dtype))
 
 
+def plain_bilinear_matrices(lengths: Tensor, resized: Tensor, offsets: Tensor, in_size: int, out_size: int, *,
+                            dtype: torch.dtype = torch.float32) -> Tensor:
+    """``(B, out_size, in_size)`` matrices of torch's **non-antialiased** bilinear resize
+    (``interpolate(mode="bilinear", align_corners=False)`` given the output size, or a scale factor
+    with ``recompute_scale_factor=True`` — what torchvision's detectors' ``GeneralizedRCNNTransform``
+    runs): the first ``lengths[b]`` pixels of an axis resized to ``resized[b]``, outputs ``offsets[b]
+    + i`` kept; outputs outside ``[0, resized)`` get an all-zero row (padding, filled by the caller).
+
+    As ATen computes it, in float32: ``scale = in/out``, source ``max(scale·(j + ½) − ½, 0)``, taps
+    ``i0 = ⌊src⌋`` and ``min(i0 + 1, in − 1)`` with weights ``1 − λ`` and ``λ = src − i0``. Two taps,
+    however much the axis shrinks: no antialiasing."""
+    device = lengths.device
+    scale = lengths.to(torch.float32) / resized.to(torch.float32)                  # (B,)
+    j = torch.arange(out_size, device=device, dtype=torch.int64)[None, :] + offsets[:, None]   # (B, out)
+    src = torch.clamp(scale[:, None] * (j.to(torch.float32) + 0.5) - 0.5, min=0.0)
+    i0 = src.to(torch.int64)                                                       # trunc = floor (src ≥ 0)
+    lam = src - i0.to(torch.float32)
+    i1 = torch.where(i0 < lengths[:, None] - 1, i0 + 1, i0)
+    inside = ((j >= 0) & (j < resized[:, None])).to(torch.float32)
+    out = torch.zeros(lengths.shape[0], out_size, in_size, dtype=torch.float32, device=device)
+    out.scatter_add_(2, i0.clamp(0, in_size - 1)[..., None], ((1.0 - lam) * inside)[..., None])
+    out.scatter_add_(2, i1.clamp(0, in_size - 1)[..., None], (lam * inside)[..., None])
+    return out.to(dtype)
+
+
 def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
-                 resize: Tensor | None = None, fill: float | Sequence[float] = 0.0) -> Tensor:
+                 resize: Tensor | None = None, fill: float | Sequence[float] = 0.0, antialias: bool = True) -> Tensor:
     """Crop ``boxes (B, 4)`` = (top, left, height, width) — each inside the image tensor, as a training
     crop's box lies in its window — out of ``images (B, C, H, W)`` and
     resize each to ``size`` = (h, w) with antialiased ``interpolation`` (``"bilinear"`` or
@@ -119,8 +144,17 @@ def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interp
     the box (:attr:`dctnet.batch.JpegBatch.resize`). The box may then reach outside the image
     tensor (it is the whole image, of which ``images`` holds a window); taps are clipped to it.
     Output pixels outside the resized box (a crop larger than it) are ``fill`` (a float, or one
-    per channel), as a padding centre crop gives."""
+    per channel), as a padding centre crop gives.
+
+    ``antialias=False`` (bilinear, with ``resize``, boxes at the origin): torch's plain bilinear
+    weights instead (:func:`plain_bilinear_matrices`), as torchvision's detectors resize."""
     th, tw = size
+    if not antialias:
+        if resize is None or interpolation != "bilinear":
+            raise ValueError("antialias=False is for bilinear resizes given resize= (a detector's own resize)")
+        my = plain_bilinear_matrices(boxes[:, 2], resize[:, 0], resize[:, 2], images.shape[-2], th, dtype=images.dtype)
+        mx = plain_bilinear_matrices(boxes[:, 3], resize[:, 1], resize[:, 3], images.shape[-1], tw, dtype=images.dtype)
+        return apply_matrices(images, my, mx, fill)
     ry = rx = None
     if resize is not None:
         ry, rx = (resize[:, 0], resize[:, 2]), (resize[:, 1], resize[:, 3])
@@ -128,9 +162,14 @@ def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interp
                          resized=None if ry is None else ry[0], offsets=None if ry is None else ry[1], dtype=images.dtype)
     mx = resize_matrices(boxes[:, 1], boxes[:, 3], images.shape[-1], tw, interpolation=interpolation,
                          resized=None if rx is None else rx[0], offsets=None if rx is None else rx[1], dtype=images.dtype)
+    return apply_matrices(images, my, mx, fill if resize is not None else 0.0)
+
+
+def apply_matrices(images: Tensor, my: Tensor, mx: Tensor, fill: float | Sequence[float]) -> Tensor:
+    """``M_y @ img @ M_xᵀ`` per sample; outputs where either axis has no taps (padding) are ``fill``."""
     out = torch.einsum("bih,bchw,bjw->bcij", my, images, mx)
     fills = [float(v) for v in fill] if isinstance(fill, Sequence) else [float(fill)]
-    if resize is not None and any(fills):  # padding (zero so far): where either axis has no taps
+    if any(fills):  # padding (zero so far): where either axis has no taps
         inside = (my.abs().sum(-1) > 0)[:, :, None] & (mx.abs().sum(-1) > 0)[:, None, :]   # (B, h, w)
         value = torch.tensor(fills, dtype=images.dtype).to(images.device, non_blocking=True)
         out = torch.where(inside[:, None], out, value.reshape(1, -1, 1, 1).expand(1, images.shape[1], 1, 1))

@@ -341,3 +341,68 @@ def test_the_detection_step_makes_no_host_sync(samples):
         with tracer:
             images, out = step(batch, targets)
         assert len(images) == len(chosen) and all(o["masks"].shape[1:] == i.shape[1:] for o, i in zip(out, images))
+
+
+# ---------------------------------------------------------------------------------------------- the model's resize
+@pytest.mark.parametrize("train", [False, True])
+def test_detector_resize_is_the_models_own_and_leaves_its_transform_nothing_to_resample(samples, train):
+    """DetectorResize equals a torchvision detector's GeneralizedRCNNTransform resize (boxes, masks,
+    pixels after its normalisation, sizes; in training with its torch_choice of min_size); after
+    prepare_detector the model's transform only normalises: its input size is its output size."""
+    from dctnet.models.detection import build_detector, prepare_detector
+
+    model = build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", num_classes=3, min_size=(288, 320, 352),
+                           max_size=448)
+    model.train(train)
+    ref = model.transform
+    chosen = samples[:6]
+    seeds = seeds_for(len(chosen), 4)
+    plan, images, masks = ours([TD.DetectorResize.from_model(model, train=train)], chosen, seeds)
+    want_images, want_targets = [], []
+    for s, k in zip(chosen, seeds):
+        torch.manual_seed(k)
+        t = {"boxes": torch.as_tensor(s["boxes"], dtype=torch.float32), "labels": s["labels"],
+             "masks": torch.from_numpy(s["masks"])}
+        il, tt = ref([s["pixels"]], [t])
+        want_images.append(il.tensors[0, :, :il.image_sizes[0][0], :il.image_sizes[0][1]])
+        want_targets.append(tt[0])
+    prepare_detector(model)
+    got, _ = model.transform(images)
+    for b, s in enumerate(chosen):
+        h, w = got.image_sizes[b]
+        assert (h, w) == tuple(images[b].shape[-2:]) == tuple(want_images[b].shape[-2:]), s["path"]
+        normalised = (images[b] - torch.tensor(ref.image_mean)[:, None, None]) / torch.tensor(ref.image_std)[:, None, None]
+        assert torch.equal(got.tensors[b, :, :h, :w], normalised), s["path"]  # nothing resampled again
+        assert (normalised - want_images[b]).abs().max() <= 2e-4, s["path"]  # (its std divides by ~0.225)
+        assert torch.allclose(plan.targets[b]["boxes"], want_targets[b]["boxes"].double(), atol=BOX_TOL, rtol=0)
+        assert torch.equal(masks[b], want_targets[b]["masks"]), s["path"]
+
+
+def test_a_preset_then_the_detectors_resize_in_stages_of_both_kinds(samples):
+    """A zoom-out drawn for some samples and not others, torchvision's Resize, then the detector's
+    own resize: stage 1 is antialiased for some samples and plain for others (each keeps its own
+    weights); the result equals torchvision's ops followed by the model's transform."""
+    from dctnet.models.detection import build_detector
+
+    model = build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", num_classes=3).eval()
+    mean = (123.0, 117.0, 104.0)
+    chosen = samples[:6]
+    seeds = seeds_for(len(chosen), 5)
+    ops = [TD.RandomZoomOut(mean, side_range=(1.0, 1.5)), TD.Resize(300), TD.DetectorResize.from_model(model, train=False)]
+    plan, images, masks = ours(ops, chosen, seeds)
+    assert not plan.antialias[1].all() and plan.antialias[1].any()  # both kinds in stage 1
+    tv = v2.Compose([v2.RandomZoomOut({tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0},
+                                      side_range=(1.0, 1.5)), v2.Resize(300)])
+    for b, (s, k) in enumerate(zip(chosen, seeds)):
+        torch.manual_seed(k)
+        mid = tv(tv_sample(s))
+        t = {"boxes": mid["boxes"].as_subclass(torch.Tensor).float(), "labels": mid["labels"],
+             "masks": mid["masks"].as_subclass(torch.Tensor)}
+        il, tt = model.transform([mid["image"].as_subclass(torch.Tensor)], [t])
+        h, w = il.image_sizes[0]
+        assert (h, w) == tuple(images[b].shape[-2:]), s["path"]
+        std = torch.tensor(model.transform.image_std)[:, None, None]
+        want = il.tensors[0, :, :h, :w] * std + torch.tensor(model.transform.image_mean)[:, None, None]
+        assert (images[b] - want).abs().max() <= 5e-5, s["path"]
+        assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"].double(), atol=BOX_TOL, rtol=0), s["path"]
+        assert torch.equal(masks[b], tt[0]["masks"]), s["path"]

@@ -47,8 +47,8 @@ from dctnet import resize as RS
 from dctnet.transforms.device_crop import crops_to_rgb
 
 __all__ = [
-    "DetectionCompose", "DetectionPlan", "DetectionStep", "FixedSizeCrop", "RandomHorizontalFlip", "RandomIoUCrop",
-    "RandomShortestSize", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan",
+    "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "RandomHorizontalFlip",
+    "RandomIoUCrop", "RandomShortestSize", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan",
     "detection_preset", "resized_output_size", "sample_generator",
 ]
 
@@ -75,6 +75,8 @@ class _Stage:
     window: tuple[int, int, int, int]
     flip: bool = False
     fill: tuple[float, float, float] | None = None
+    #: antialiased resampling (torchvision's ``resize``), or torch's plain bilinear (a detector's own)
+    antialias: bool = True
 
     @classmethod
     def identity(cls, size: tuple[int, int]) -> "_Stage":
@@ -111,12 +113,15 @@ class Geometry:
         self.stages.append(_Stage.identity(self.canvas))
         return self.stages[-1]
 
-    def resize(self, height: int, width: int) -> None:
-        """torchvision's ``resize`` of the current canvas to ``(height, width)``."""
+    def resize(self, height: int, width: int, antialias: bool = True) -> None:
+        """torchvision's ``resize`` of the current canvas to ``(height, width)`` (``antialias=False``:
+        torch's plain bilinear, as a detector's ``GeneralizedRCNNTransform`` resizes)."""
         if (height, width) == self.canvas:  # torchvision returns the input unchanged
             return
-        s = self._open() if self._open().is_identity else self._new_stage()
-        s.resized, s.window = (height, width), (0, 0, height, width)
+        # stage 0 decodes with antialiased weights: a plain resize of the image is a stage of its own
+        reuse = self._open().is_identity and (antialias or len(self.stages) > 1)
+        s = self._open() if reuse else self._new_stage()
+        s.resized, s.window, s.antialias = (height, width), (0, 0, height, width), antialias
 
     def crop(self, top: int, left: int, height: int, width: int) -> None:
         """``crop`` of the current canvas; the box lies inside it (the ops here only crop inside)."""
@@ -442,6 +447,49 @@ class RandomIoUCrop(DetectionOp):
                 return
 
 
+class DetectorResize(DetectionOp):
+    """What a torchvision detector's ``GeneralizedRCNNTransform`` does to its input, done in the
+    device step so that the model's own transform no longer resamples
+    (:func:`dctnet.models.detection.prepare_detector` turns it off): the scale
+    ``min(min_size/short, max_size/long)`` with ``min_size`` drawn uniformly from the tuple in
+    training (its ``torch_choice``) and the last one in eval, output ``floor(side·scale)``, torch's
+    plain (non-antialiased) bilinear; boxes by its ``resize_boxes`` (float32 ratios), masks nearest.
+    ``fixed_size`` (SSD's transform): exactly that ``(w, h)``, as torchvision's argument reads."""
+
+    def __init__(self, min_size: int | Sequence[int], max_size: int, *, train: bool = True,
+                 fixed_size: Sequence[int] | None = None) -> None:
+        self.min_size = (int(min_size),) if isinstance(min_size, int) else tuple(int(v) for v in min_size)
+        self.max_size, self.train = int(max_size), bool(train)
+        self.fixed_size = None if fixed_size is None else (int(fixed_size[0]), int(fixed_size[1]))
+
+    @classmethod
+    def from_model(cls, model: Any, *, train: bool = True) -> "DetectorResize":
+        """The resize of ``model.transform`` (a torchvision detector's ``GeneralizedRCNNTransform``)."""
+        t = getattr(model, "transform", None)
+        if t is None or not hasattr(t, "min_size") or not hasattr(t, "max_size"):
+            raise ValueError(f"{type(model).__name__} has no GeneralizedRCNNTransform (model.transform) to take "
+                             "its min_size/max_size from")
+        return cls(tuple(t.min_size), t.max_size, train=train, fixed_size=getattr(t, "fixed_size", None))
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        if self.fixed_size is not None:
+            new = (self.fixed_size[1], self.fixed_size[0])
+        else:
+            if self.train:  # torchvision's torch_choice
+                size = self.min_size[int(torch.empty(1).uniform_(0.0, float(len(self.min_size)), generator=gen).item())]
+            else:
+                size = self.min_size[-1]
+            scale = min(size / min(h, w), self.max_size / max(h, w))
+            new = (int(math.floor(h * scale)), int(math.floor(w * scale)))
+        # its resize_boxes: ratios of float32 sizes
+        ratio_h = float(torch.tensor(new[0], dtype=torch.float32) / torch.tensor(h, dtype=torch.float32))
+        ratio_w = float(torch.tensor(new[1], dtype=torch.float32) / torch.tensor(w, dtype=torch.float32))
+        b = target["boxes"]
+        target["boxes"] = b * torch.tensor([ratio_w, ratio_h, ratio_w, ratio_h], dtype=torch.float32).to(b.dtype)
+        geom.resize(*new, antialias=False)
+
+
 class SanitizeBoundingBoxes(DetectionOp):
     """torchvision v2's ``SanitizeBoundingBoxes(min_size, min_area)``: drops boxes narrower or
     lower than ``min_size``, smaller than ``min_area``, or outside the canvas, with their labels,
@@ -471,6 +519,7 @@ class DetectionPlan:
         stages: ``int64 (S, B, 6)`` per stage and sample: ``(resized_h, resized_w, top, left,
             out_h, out_w)``; input sizes are the previous stage's ``out`` (stage 0: the image).
         flips: ``bool (S, B)``.
+        antialias: ``bool (S, B)``: antialiased resampling, or torch's plain bilinear.
         fills: per stage, RGB in [0, 1] of its padding.
         targets: per sample, the target moved (boxes float64 XYXY; ``_kept``: the indices of the
             source boxes that remain, in order).
@@ -480,6 +529,7 @@ class DetectionPlan:
     sizes: Tensor
     stages: Tensor
     flips: Tensor
+    antialias: Tensor
     fills: list[tuple[float, float, float]]
     targets: list[dict[str, Any]]
     mask_maps: list[tuple[np.ndarray, np.ndarray]] = field(repr=False)
@@ -526,18 +576,21 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
     n = max(len(g.stages) for g in geoms)
     stages = np.zeros((n, len(geoms), 6), np.int64)
     flips = np.zeros((n, len(geoms)), bool)
+    antialias = np.ones((n, len(geoms)), bool)
     fills: list[tuple[float, float, float] | None] = [None] * n
     for b, g in enumerate(geoms):
         seq = g.stages + [_Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
         for s, st in enumerate(seq):
             stages[s, b] = (*st.resized, *st.window)
             flips[s, b] = st.flip
+            antialias[s, b] = st.antialias
             if st.fill is not None:
                 if fills[s] is not None and fills[s] != st.fill:
                     raise ValueError(f"stage {s}: samples pad with different fills ({fills[s]} and {st.fill})")
                 fills[s] = st.fill
     return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
                          stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
+                         antialias=torch.from_numpy(antialias),
                          fills=[f or (0.0, 0.0, 0.0) for f in fills], targets=list(targets),
                          mask_maps=[g.mask_maps() for g in geoms])
 
@@ -549,6 +602,29 @@ def _flip_columns(x: Tensor, widths: Tensor, flips: Tensor) -> Tensor:
     w = widths[:, None]
     idx = torch.where(flips[:, None] & (j < w), w - 1 - j, j)                          # (B, W)
     return torch.gather(x, -1, idx[:, None, None, :].expand(x.shape))
+
+
+def _resample(x: Tensor, prev: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int],
+              fill: tuple[float, float, float]) -> Tensor:
+    """One later stage on the device: each sample's canvas ``prev (B, 2)`` of ``x`` resized to the
+    stage's ``resized``, its window kept (``fill`` outside), as antialiased (torchvision's ``resize``)
+    or plain bilinear matrices (a detector's own resize) per sample — ``antialias`` is a host mask."""
+    zeros = torch.zeros_like(prev[:, 0])
+    mats = []
+    for axis in (0, 1):
+        n_in, n_out = x.shape[-2 + axis], size[axis]
+        length, resized, offset = prev[:, axis], stage[:, axis], stage[:, 2 + axis]
+        if bool(antialias.all()):
+            m = RS.resize_matrices(zeros, length, n_in, n_out, resized=resized, offsets=offset, dtype=x.dtype)
+        elif not bool(antialias.any()):
+            m = RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype)
+        else:  # both kinds in one stage: each sample keeps its own (a host mask, moved without a sync)
+            keep = antialias.to(x.device, non_blocking=True)[:, None, None]
+            m = torch.where(keep, RS.resize_matrices(zeros, length, n_in, n_out, resized=resized, offsets=offset,
+                                                     dtype=x.dtype),
+                            RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype))
+        mats.append(m)
+    return RS.apply_matrices(x, mats[0], mats[1], fill).clamp(0.0, 1.0)
 
 
 def _stage_size(stage: Tensor) -> tuple[int, int]:
@@ -573,10 +649,8 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
                      fill=plan.fills[0])
     x = _flip_columns(x, stages[0, :, 5], flips[0])
     for s in range(1, stages.shape[0]):
-        prev = stages[s - 1, :, 4:6]
-        boxes = torch.cat([torch.zeros_like(prev), prev], 1)
-        x = RS.resized_crop(x, boxes, _stage_size(plan.stages[s]), resize=stages[s, :, :4],
-                            fill=plan.fills[s]).clamp(0.0, 1.0)
+        x = _resample(x, stages[s - 1, :, 4:6], stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
+                      plan.fills[s])
         x = _flip_columns(x, stages[s, :, 5], flips[s])
     sizes = plan.sizes.tolist()
     images = [x[b, :, :h, :w] for b, (h, w) in enumerate(sizes)]

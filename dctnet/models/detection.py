@@ -1,0 +1,62 @@
+"""torchvision's detectors and segmenters by name, prepared for dctnet's detection device step.
+
+A torchvision detector resizes and normalises its input itself (``model.transform``, a
+``GeneralizedRCNNTransform``): the device step does the resize instead
+(:class:`dctnet.transforms.detection.DetectorResize`, the same rule and weights), so
+:func:`prepare_detector` turns the model's own resize off — its transform then only normalises and
+batches, and its input size is its output size. Predictions come back in the step's canvas; the
+caller maps them to the file's pixels (:func:`boxes_to_image`).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["DETECTORS", "boxes_to_image", "build_detector", "prepare_detector"]
+
+#: torchvision's detection and segmentation builders dctnet has been checked with
+DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
+             "fasterrcnn_resnet50_fpn_v2", "retinanet_resnet50_fpn", "fcos_resnet50_fpn", "ssdlite320_mobilenet_v3_large",
+             "maskrcnn_resnet50_fpn")
+
+
+def build_detector(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
+    """torchvision's detector ``name`` (``torchvision.models.get_model``) with ``num_classes``
+    (background included) and no downloaded weights (``weights=None``, ``weights_backbone=None``
+    unless given); ``kwargs`` reach the builder (``min_size``, ``max_size``, ``trainable_backbone_layers`` …)."""
+    import torchvision  # optional dependency (torchvision's detectors)
+
+    if name not in torchvision.models.list_models(module=torchvision.models.detection):
+        known = ", ".join(torchvision.models.list_models(module=torchvision.models.detection))
+        raise ValueError(f"unknown torchvision detector {name!r} (torchvision has: {known})")
+    kwargs.setdefault("weights", None)
+    kwargs.setdefault("weights_backbone", None)
+    return torchvision.models.get_model(name, num_classes=int(num_classes), **kwargs)
+
+
+def _no_resize(self: nn.Module, image: Tensor, target: dict[str, Tensor] | None = None):
+    return image, target
+
+
+def prepare_detector(model: nn.Module) -> nn.Module:
+    """Turn off ``model.transform``'s resize (train and eval) — the device step's
+    :class:`~dctnet.transforms.detection.DetectorResize` has done it — so the transform only
+    normalises and pads the batch. Returns ``model`` (changed in place; idempotent)."""
+    t = getattr(model, "transform", None)
+    if t is None or not hasattr(t, "resize") or not hasattr(t, "min_size"):
+        raise ValueError(f"{type(model).__name__} has no GeneralizedRCNNTransform (model.transform) to prepare")
+    t.resize = types.MethodType(_no_resize, t)
+    return model
+
+
+def boxes_to_image(boxes: Tensor, canvas: tuple[int, int], image: tuple[int, int]) -> Tensor:
+    """Boxes ``(N, 4)`` XYXY in a resized canvas ``(h, w)`` back in the image's ``(H, W)`` pixels
+    (what the model's own ``postprocess`` does: float32 ratios)."""
+    ratios = [torch.tensor(s, dtype=torch.float32) / torch.tensor(c, dtype=torch.float32)
+              for s, c in zip(image, canvas)]
+    ratio_h, ratio_w = (float(r) for r in ratios)
+    return boxes * torch.tensor([ratio_w, ratio_h, ratio_w, ratio_h], dtype=boxes.dtype, device=boxes.device)
