@@ -26,7 +26,6 @@ from conftest import SHARED, imagenette_files
 TREES = SHARED / "data" / "trees"
 
 # pycocotools' mask decoder, built for numpy 1, warns under numpy 2 on every call (its own code)
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
 
 
 def load_coco(path: Path) -> COCO:

@@ -337,7 +337,7 @@ def test_the_detection_step_makes_no_host_sync(samples):
         tracer = DeviceTracer()
         tracer.mark(batch)
         tracer.mark([t["masks"] for t in targets])
-        step = TD.DetectionStep(TD.detection_preset(preset), seed=1)
+        step = TD.DetectionStep([*TD.detection_preset(preset), TD.DetectorResize((288, 320), 480)], seed=1)
         with tracer:
             images, out = step(batch, targets)
         assert len(images) == len(chosen) and all(o["masks"].shape[1:] == i.shape[1:] for o, i in zip(out, images))

@@ -16,12 +16,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["DETECTORS", "boxes_to_image", "build_detector", "prepare_detector"]
+__all__ = ["DETECTORS", "boxes_to_image", "build_detector", "detector_names", "prepare_detector"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
              "fasterrcnn_resnet50_fpn_v2", "retinanet_resnet50_fpn", "fcos_resnet50_fpn", "ssdlite320_mobilenet_v3_large",
              "maskrcnn_resnet50_fpn")
+
+
+def detector_names() -> list[str]:
+    """torchvision's detection and instance-segmentation builders (``list_models``)."""
+    import torchvision  # optional dependency (torchvision's detectors)
+
+    return list(torchvision.models.list_models(module=torchvision.models.detection))
 
 
 def build_detector(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
@@ -30,9 +37,8 @@ def build_detector(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
     unless given); ``kwargs`` reach the builder (``min_size``, ``max_size``, ``trainable_backbone_layers`` …)."""
     import torchvision  # optional dependency (torchvision's detectors)
 
-    if name not in torchvision.models.list_models(module=torchvision.models.detection):
-        known = ", ".join(torchvision.models.list_models(module=torchvision.models.detection))
-        raise ValueError(f"unknown torchvision detector {name!r} (torchvision has: {known})")
+    if name not in detector_names():
+        raise ValueError(f"unknown torchvision detector {name!r} (torchvision has: {', '.join(detector_names())})")
     kwargs.setdefault("weights", None)
     kwargs.setdefault("weights_backbone", None)
     return torchvision.models.get_model(name, num_classes=int(num_classes), **kwargs)

@@ -38,10 +38,12 @@ class RecipeError(ValueError):
 
 @dataclass
 class DataConfig:
-    source: Literal["folder", "cache", "shards", "synthetic"] = "folder"
+    source: Literal["folder", "cache", "shards", "synthetic", "coco"] = "folder"
     root: str = "${DCTNET_DATA:../shared/data/imagenette}"  # folder root, or synthetic output dir
-    train: str = "train"              # under root: subfolder, cache directory, or shard glob (train-*.tar)
-    val: str = "val"
+    # under root: subfolder, cache directory, or shard glob (train-*.tar); source coco: {images: DIR,
+    # annotations: FILE.json} (relative to root unless absolute)
+    train: str | dict[str, str] = "train"
+    val: str | dict[str, str] = "val"
     on_error: Literal["raise", "skip"] = "raise"  # unreadable files: stop naming the file, or skip and report them
     # which libjpeg warnings make a file unreadable: raise = those that lost data (truncated, corrupt
     # entropy-coded data), accept = none (train on libjpeg's fill-in), strict = all
@@ -149,6 +151,22 @@ class TrainConfig:
     ema: EmaConfig = field(default_factory=EmaConfig)
 
 
+#: torchvision's detection references' training presets (DetectionPresetTrain's data_augmentation)
+DETECTION_PRESETS = ("hflip", "lsj", "multiscale", "ssdlite")
+
+
+@dataclass
+class DetectConfig:
+    """Detection recipes (``data.source: coco``): the training geometry and the detector's own resize."""
+
+    preset: Literal["hflip", "lsj", "multiscale", "ssdlite"] = "hflip"  # torchvision's --data-augmentation
+    hflip_prob: float = 0.5
+    masks: bool = False               # instance masks in the targets (Mask R-CNN)
+    # the detector's GeneralizedRCNNTransform: shorter side / longer side cap; 0 keeps the model's default
+    min_size: int = 0
+    max_size: int = 0
+
+
 @dataclass
 class Recipe:
     name: str = "run"
@@ -158,6 +176,12 @@ class Recipe:
     # training augmentation on the device: dctnet.transforms by name with their arguments, in order
     augment: list[dict[str, Any]] = field(default_factory=lambda: [dict(t) for t in DEFAULT_AUGMENT])
     train: TrainConfig = field(default_factory=TrainConfig)
+    detect: DetectConfig = field(default_factory=DetectConfig)
+
+    @property
+    def detection(self) -> bool:
+        """A detection recipe (COCO data, a torchvision detector)."""
+        return self.data.source == "coco"
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
@@ -204,7 +228,14 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None and type(None) in typing.get_args(tp):
             return None
+        mapping = next((a for a in args if typing.get_origin(a) is dict), None)
+        if mapping is not None and isinstance(value, dict):
+            return _coerce(value, mapping, where)
         return _coerce(value, args[0], where)
+    if origin is dict:  # a mapping of string fields (source coco's {images, annotations})
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise RecipeError(f"{where}: expected a mapping, got {value!r}")
+        return {k: _coerce(v, typing.get_args(tp)[1], f"{where}.{k}") for k, v in value.items()}
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
@@ -336,11 +367,14 @@ def _expand_strings(recipe: Recipe) -> None:
     """``${VAR:default}`` and ``${name}`` expanded in every string field of every section and in the
     string arguments of the augment list (the name first, so that it may use the environment too)."""
     recipe.name = _expand(recipe.name, "run")
-    for section in (recipe.data, recipe.model, recipe.optim, recipe.train):
+    for section in (recipe.data, recipe.model, recipe.optim, recipe.train, recipe.detect):
         for f in dataclasses.fields(section):
             value = getattr(section, f.name)
             if isinstance(value, str):
                 setattr(section, f.name, _expand(value, recipe.name))
+            elif isinstance(value, dict):
+                setattr(section, f.name, {k: _expand(v, recipe.name) if isinstance(v, str) else v
+                                          for k, v in value.items()})
     for spec in recipe.augment:
         if isinstance(spec, dict):
             for k, v in spec.items():
@@ -397,6 +431,8 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "train.seed": (0, 2**63 - 1, False, False), "train.eval_every": (1, _INF, False, True),
     "train.log_every": (1, _INF, False, True), "train.torch_threads": (0, 4096, False, False),
     "train.max_steps": (0, _INF, False, True),
+    "detect.hflip_prob": (0, 1, False, False), "detect.min_size": (0, 8192, False, False),
+    "detect.max_size": (0, 8192, False, False),
 }
 
 
@@ -469,6 +505,9 @@ def _check(r: Recipe, where: str) -> None:
     if not 8 <= r.data.synthetic_size[0] <= r.data.synthetic_size[1]:
         bad(f"data.synthetic_size must satisfy 8 <= lo <= hi, got {r.data.synthetic_size}")
 
+    if r.detection or any(isinstance(v, dict) for v in (r.data.train, r.data.val)):
+        _check_detection(r, bad)
+        return
     for i, spec in enumerate(r.augment):  # built once here, so a typo fails before any data is read
         try:
             build_transform(spec, num_classes=max(2, r.model.num_classes), seed=0,
@@ -494,6 +533,38 @@ def _check(r: Recipe, where: str) -> None:
             check_recipe_model(r)
         except ValueError as exc:
             bad(str(exc))
+
+
+def _check_detection(r: Recipe, bad) -> None:
+    """A detection recipe: COCO splits as {images, annotations}, a torchvision detector, the
+    geometry in ``detect`` (not ``augment``)."""
+    from dctnet.models.detection import detector_names  # (torchvision: the detection recipes' dependency)
+
+    if not r.detection:
+        bad(f"data.train / data.val as {{images, annotations}} are for data.source: coco, not {r.data.source!r}")
+    for split in ("train", "val"):
+        v = getattr(r.data, split)
+        if not isinstance(v, dict) or set(v) != {"images", "annotations"}:
+            bad(f"data.{split}: source coco takes {{images: DIR, annotations: FILE.json}}, got {v!r}")
+    arch = r.model.arch
+    if not arch.startswith("torchvision:"):
+        bad(f"model.arch: a detection recipe names a torchvision detector as torchvision:NAME "
+            f"(e.g. torchvision:fasterrcnn_mobilenet_v3_large_320_fpn), got {arch!r}")
+    names = detector_names()
+    if arch.split(":", 1)[1] not in names:
+        close = difflib.get_close_matches(arch.split(":", 1)[1], names, n=1, cutoff=SUGGEST_CUTOFF)
+        bad(f"model.arch: {arch!r} is not a torchvision detector" + (f" (did you mean 'torchvision:{close[0]}'?)"
+                                                                     if close else f" (known: {', '.join(names)})"))
+    if r.model.input == "dct":
+        bad("model.input: 'dct' for detectors (a DCT stem on the backbone) is not available yet; "
+            "use 'device-rgb' (plan A: the unchanged detector, the decode and geometry on the device) or 'rgb'")
+    if [dict(a) for a in r.augment] != [dict(a) for a in DEFAULT_AUGMENT]:
+        bad("augment: a detection recipe's training geometry is detect.preset (torchvision's detection presets: "
+            f"{', '.join(DETECTION_PRESETS)}), not an augment list")
+    if r.detect.masks and "mask" not in arch:
+        bad(f"detect.masks: true is for a mask head (torchvision:maskrcnn_*), not {arch!r}")
+    if r.detect.max_size and r.detect.min_size and r.detect.max_size < r.detect.min_size:
+        bad(f"detect.max_size ({r.detect.max_size}) must be at least detect.min_size ({r.detect.min_size})")
 
 
 # ---------------------------------------------------------------- the model a recipe names

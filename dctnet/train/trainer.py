@@ -334,6 +334,10 @@ class Trainer:
 
 def train(recipe: Recipe, *, resume: bool = False) -> dict[str, Any]:
     """Train ``recipe`` (one process, or one rank under torchrun); returns the last epoch's record."""
+    if recipe.detection:
+        from dctnet.train.detection import train_detection  # (torchvision's detectors, pycocotools: detection only)
+
+        return train_detection(recipe, resume=resume)
     trainer = None
     try:
         trainer = Trainer(recipe, resume=resume)

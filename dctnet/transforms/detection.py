@@ -707,7 +707,11 @@ class DetectionStep:
 
     def __call__(self, batch: Any, targets: Sequence[dict[str, Any]],
                  epoch: int = 0) -> tuple[list[Tensor], list[dict[str, Any]]]:
-        plan = self.plan(targets, epoch)
+        return self.apply(batch, targets, self.plan(targets, epoch))
+
+    def apply(self, batch: Any, targets: Sequence[dict[str, Any]],
+              plan: DetectionPlan) -> tuple[list[Tensor], list[dict[str, Any]]]:
+        """The device half: ``plan`` (:meth:`plan` of these ``targets``) applied to ``batch``."""
         device = batch.valid.device
         has_masks = [t.get("masks") is not None for t in targets]
         masks = [t["masks"].to(device, non_blocking=True) if m else None for t, m in zip(targets, has_masks)]

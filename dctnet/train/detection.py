@@ -1,0 +1,348 @@
+"""Training and evaluating torchvision's detectors from a recipe (``data.source: coco``).
+
+Two arms, as for classifiers:
+
+- ``input: rgb`` — torchvision's detection reference pipeline, the baseline: Pillow decodes each
+  image in DataLoader workers, torchvision v2's ops of the preset move image, boxes and masks
+  there, and the detector resizes its input itself (``GeneralizedRCNNTransform``).
+- ``input: device-rgb`` (plan A) — the workers only read coefficients (:class:`dctnet.data.CocoDataset`);
+  the host draws each sample's geometry with torchvision's draw laws and moves its boxes
+  (:class:`dctnet.transforms.detection.DetectionStep`), the device decodes and resamples the
+  images and masks, including the detector's own resize
+  (:class:`~dctnet.transforms.detection.DetectorResize`); the model's transform only normalises
+  (:func:`dctnet.models.detection.prepare_detector`).
+
+Each epoch: the summed detection losses, then COCO evaluation of the val split (pycocotools'
+``COCOeval`` on the predictions of every rank, gathered), ``metrics.json`` (one record per epoch:
+``bbox_AP``, ``bbox_AP50``, …, ``segm_AP`` with masks), ``predictions_val.json`` (COCO's results
+format, in the files' pixels) and ``last.pt`` for ``--resume``. Host CPU per sample (workers and
+the host's geometry draw) is recorded for both arms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dctnet.data import CocoDataset, EpochSampler, collate_detection
+from dctnet.distributed import placement
+from dctnet.models.detection import boxes_to_image, build_detector, prepare_detector
+from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results
+from dctnet.train.optim import lr_at
+from dctnet.train.recipe import Recipe
+from dctnet.transforms import detection as TD
+
+__all__ = ["DetectionTrainer", "train_detection"]
+
+
+def _split(recipe: Recipe, split: str) -> tuple[Path, Path]:
+    spec = getattr(recipe.data, split)
+    root = Path(recipe.data.root)
+    return tuple(Path(p) if os.path.isabs(p) else root / p for p in (spec["images"], spec["annotations"]))
+
+
+class _StampedCollate:
+    """A DataLoader collate that also returns its worker's id and CPU seconds so far, so the host
+    CPU of the input pipeline can be read off the batches (0 workers: the main thread's)."""
+
+    def __init__(self, collate) -> None:
+        self.collate = collate
+
+    def __call__(self, items):
+        info = torch.utils.data.get_worker_info()
+        return self.collate(items), (info.id if info else -1, time.process_time() if info else 0.0)
+
+
+class _PillowCoco(torch.utils.data.Dataset):
+    """The torchvision arm's dataset: Pillow's decode of each image of a :class:`CocoDataset` (its
+    targets as ``tv_tensors``), then torchvision v2's ops of the preset, in the DataLoader worker."""
+
+    def __init__(self, coco: CocoDataset, transforms: Any) -> None:
+        self.coco, self.transforms = coco, transforms
+
+    def __len__(self) -> int:
+        return len(self.coco)
+
+    def __getitem__(self, key):
+        from PIL import Image  # optional dependency (Pillow: the baseline's decoder)
+        from torchvision import tv_tensors  # optional dependency (the baseline's)
+        from torchvision.transforms.v2 import functional as TVF  # (as above)
+
+        index = key[1] if isinstance(key, tuple) else key
+        path = self.coco.paths[index]
+        with Image.open(path) as im:
+            image = TVF.pil_to_tensor(im.convert("RGB"))
+        h, w = image.shape[-2:]
+        t = self.coco._target(index, h, w, None)
+        sample = {"image": tv_tensors.Image(image), "labels": t["labels"], "iscrowd": t["iscrowd"], "area": t["area"],
+                  "boxes": tv_tensors.BoundingBoxes(t["boxes"].float(), format="XYXY", canvas_size=(h, w))}
+        if "masks" in t:
+            sample["masks"] = tv_tensors.Mask(t["masks"])
+        if self.transforms is not None:
+            sample = self.transforms(sample)
+        image = TVF.to_dtype(sample.pop("image"), torch.float32, scale=True).as_subclass(torch.Tensor)
+        target = {k: (v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v) for k, v in sample.items()}
+        target.update(image_id=t["image_id"], size=t["size"])
+        return image, target
+
+
+def _list_collate(items):
+    return [i[0] for i in items], [i[1] for i in items]
+
+
+def torchvision_preset(name: str, hflip_prob: float) -> Any:
+    """torchvision's own ops of a detection preset (the ``rgb`` arm), ending in ``SanitizeBoundingBoxes``."""
+    from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+    flip = v2.RandomHorizontalFlip(hflip_prob)
+    ops = {"hflip": [flip],
+           "multiscale": [v2.RandomShortestSize((480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), 1333), flip],
+           "ssdlite": [v2.RandomIoUCrop(), flip]}
+    if name not in ops:
+        raise ValueError(f"detect.preset {name!r} with input 'rgb': its FixedSizeCrop lives in torchvision's "
+                         "references, not in the torchvision package; use input 'device-rgb' or another preset")
+    return v2.Compose([*ops[name], v2.SanitizeBoundingBoxes()])
+
+
+class DetectionTrainer:
+    """Builds what a detection recipe names and trains it: ``DetectionTrainer(recipe).fit()``."""
+
+    def __init__(self, recipe: Recipe, *, resume: bool = False, log=None) -> None:
+        self.recipe = r = recipe
+        self.rank, self.world_size, local = placement()
+        want = r.train.device
+        if want == "auto":
+            want = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(want)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if self.world_size > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        if r.train.torch_threads:
+            torch.set_num_threads(r.train.torch_threads)
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.out = Path(r.train.out)
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.plan_a = r.model.input == "device-rgb"
+        self._worker_cpu: dict[int, dict[int, float]] = {}
+        masks = "instance" if r.detect.masks else "none"
+        common = dict(masks=masks, seed=r.train.seed, on_error=r.data.on_error, warnings=r.data.warnings)
+        self.train_set = CocoDataset(*_split(r, "train"), **common)
+        self.val_set = CocoDataset(*_split(r, "val"), **common)
+        for ds in (self.train_set, self.val_set):
+            ds.check()
+        if r.data.limit_train:
+            self.train_set.ids = self.train_set.ids[: r.data.limit_train]
+            self.train_set.paths = self.train_set.paths[: r.data.limit_train]
+        if r.data.limit_val:
+            self.val_set.ids = self.val_set.ids[: r.data.limit_val]
+            self.val_set.paths = self.val_set.paths[: r.data.limit_val]
+        num_classes = r.model.num_classes or len(self.train_set.classes) + 1
+        torch.manual_seed(r.train.seed)
+        kwargs = {k: v for k, v in (("min_size", r.detect.min_size), ("max_size", r.detect.max_size)) if v}
+        self.model = build_detector(r.model.arch.split(":", 1)[1], num_classes, **kwargs)
+        if r.model.init:
+            state = torch.load(r.model.init, map_location="cpu", weights_only=True)
+            state = state.get("model", state)
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            self.log(f"model.init {r.model.init}: {len(missing)} missing, {len(unexpected)} unexpected keys")
+        self.train_resize = TD.DetectorResize.from_model(self.model, train=True)
+        self.eval_resize = TD.DetectorResize.from_model(self.model, train=False)
+        if self.plan_a:
+            prepare_detector(self.model)
+        self.model.to(self.device)
+        self.net: nn.Module = self.model
+        if self.world_size > 1:
+            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if
+                                                           self.device.type == "cuda" else None)
+        self.sampler = EpochSampler(len(self.train_set), shuffle=True, seed=r.train.seed, drop_last=True)
+        self.val_sampler = EpochSampler(len(self.val_set), shuffle=False)
+        self.train_loader = self._loader(self.train_set, self.sampler, train=True)
+        self.val_loader = self._loader(self.val_set, self.val_sampler, train=False)
+        self.step = TD.DetectionStep([*TD.detection_preset(r.detect.preset, r.detect.hflip_prob), self.train_resize],
+                                     seed=r.train.seed, exact=r.data.decode == "exact")
+        self.eval_step = TD.DetectionStep([self.eval_resize], seed=r.train.seed, exact=r.data.decode == "exact")
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        global_batch = r.data.batch_size * self.world_size
+        self.lr = r.optim.lr * global_batch / r.optim.lr_batch
+        if r.optim.optimizer == "sgd":
+            self.opt = torch.optim.SGD(params, lr=self.lr, momentum=r.optim.momentum, weight_decay=r.optim.weight_decay)
+        else:
+            self.opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=r.optim.weight_decay)
+        self.steps_per_epoch = len(self.train_loader)
+        if r.train.max_steps:
+            self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
+        self.total_steps = max(1, r.optim.epochs * self.steps_per_epoch)
+        self.start_epoch, self.records = 0, []
+        if resume and (self.out / "last.pt").exists():
+            self._load(self.out / "last.pt")
+        if self.rank == 0:
+            r.dump(self.out / "recipe.yaml")
+            (self.out / "pipeline.txt").write_text(self.describe() + "\n")
+
+    def describe(self) -> str:
+        arm = ("device-rgb (plan A): coefficients read in DataLoader workers; geometry drawn on the host, decode, "
+               "resampling and the detector's resize on the device" if self.plan_a else
+               "rgb (torchvision's reference pipeline): Pillow decode and torchvision v2 in DataLoader workers; "
+               "the detector resizes")
+        return (f"detection: {self.recipe.model.arch}, input {arm}\ntrain geometry: {self.step!r}\n"
+                f"eval geometry: {self.eval_step!r}\n")
+
+    # ------------------------------------------------------------------ data
+    def _loader(self, ds: CocoDataset, sampler: EpochSampler, *, train: bool) -> torch.utils.data.DataLoader:
+        r = self.recipe
+        if self.plan_a:
+            dataset, collate = ds, lambda items: collate_detection(items, pin_memory=self.device.type == "cuda")
+        else:
+            tfm = torchvision_preset(r.detect.preset, r.detect.hflip_prob) if train else None
+            dataset, collate = _PillowCoco(ds, tfm), _list_collate
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,
+            collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False)
+
+    def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float]):
+        """``(images, targets)`` on the device; adds the host CPU (workers, and the host's geometry
+        draw — not the device step, which a CPU-only run also runs on the host) to ``cost["cpu"]``
+        and the images to ``cost["n"]``."""
+        seen = self._worker_cpu.setdefault(id(loader), {})  # persistent workers: CPU so far, per worker
+        it = iter(loader)
+        while True:
+            t0 = time.thread_time()
+            try:
+                payload, (wid, cpu) = next(it)
+            except StopIteration:
+                break
+            main = time.thread_time() - t0 if wid < 0 else 0.0  # no workers: the main thread did it
+            if wid >= 0:
+                cost["cpu"] += cpu - seen.get(wid, 0.0)
+                seen[wid] = cpu
+            if self.plan_a:
+                batch, targets = payload
+                t0 = time.thread_time()
+                plan = step.plan(targets, epoch)  # host work: each sample's draws and boxes
+                main += time.thread_time() - t0
+                images, targets = step.apply(batch.to(self.device, non_blocking=True), targets, plan)
+            else:
+                images, targets = payload
+                images = [i.to(self.device, non_blocking=True) for i in images]
+                targets = [{k: (v.to(self.device) if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
+                           for t in targets]
+            cost["cpu"] += main
+            cost["n"] += len(images)
+            yield images, targets
+
+    # ------------------------------------------------------------------ train / eval
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        r = self.recipe
+        self.net.train()
+        self.sampler.set_epoch(epoch)
+        cost = {"cpu": 0.0, "n": 0.0}
+        sums: dict[str, float] = {}
+        steps, t0 = 0, time.perf_counter()
+        warm = r.optim.warmup_epochs * self.steps_per_epoch
+        for images, targets in self._batches(self.train_loader, self.step, epoch, cost):
+            if steps >= self.steps_per_epoch:
+                break
+            step = epoch * self.steps_per_epoch + steps
+            lr = lr_at(step, lr=self.lr, total=self.total_steps, warmup=warm, min_lr=r.optim.min_lr,
+                       warmup_lr=r.optim.warmup_lr)
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+            losses = self.net(images, [{k: v for k, v in t.items() if k in ("boxes", "labels", "masks")}
+                                       for t in targets])
+            loss = sum(losses.values())
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if r.optim.grad_clip:
+                nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
+            self.opt.step()
+            for k, v in losses.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+            steps += 1
+        seconds = time.perf_counter() - t0
+        record = {f"train_{k}": v / max(steps, 1) for k, v in sums.items()}
+        record.update(lr=lr if steps else 0.0, train_seconds=seconds, images_per_s=cost["n"] / max(seconds, 1e-9),
+                      data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6)
+        return record
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.net.eval()
+        ds, results, cost = self.val_set, [], {"cpu": 0.0, "n": 0.0}
+        iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
+        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
+            outputs = self.model(images)
+            for image, target, out in zip(images, targets, outputs):
+                boxes, masks = out["boxes"], out.get("masks")
+                size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
+                if self.plan_a:  # predictions are in the step's canvas: back to the file's pixels
+                    canvas = tuple(image.shape[-2:])
+                    boxes = boxes_to_image(boxes, canvas, size)
+                    if masks is not None and len(masks):
+                        masks = torch.nn.functional.interpolate(masks, size=size, mode="bilinear", align_corners=False)
+                results += coco_results(target["image_id"], boxes, out["scores"], out["labels"], ds.category_ids, masks)
+        results = gather_results(results)
+        metrics: dict[str, float] = {}
+        if self.rank == 0:
+            metrics = evaluate_coco(ds.coco, results, iou_types=iou_types, image_ids=ds.ids,
+                                    out=self.out / "predictions_val.json")
+            metrics["val_data_cpu_us_per_sample"] = cost["cpu"] / max(cost["n"], 1) * 1e6
+        return metrics
+
+    def fit(self) -> dict[str, Any]:
+        r = self.recipe
+        record: dict[str, Any] = {}
+        for epoch in range(self.start_epoch, r.optim.epochs):
+            t0 = time.perf_counter()
+            record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
+            if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
+                record.update(self.evaluate())
+            record["epoch_seconds"] = time.perf_counter() - t0
+            if self.rank == 0:
+                self.records.append(record)
+                (self.out / "metrics.json").write_text(json.dumps(self.records, indent=1))
+                if r.train.checkpoint:
+                    self._save(self.out / "last.pt", epoch)
+                ap = f", val bbox AP {record['bbox_AP']:.3f} AP50 {record['bbox_AP50']:.3f}" if "bbox_AP" in record else ""
+                self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f}{ap} | "
+                         f"{record['images_per_s']:.1f} img/s, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample")
+        return record
+
+    def _save(self, path: Path, epoch: int) -> None:
+        tmp = path.with_suffix(".tmp")
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
+                    "records": self.records, "recipe": self.recipe.to_dict()}, tmp)
+        os.replace(tmp, path)
+
+    def _load(self, path: Path) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self.start_epoch = int(state["epoch"]) + 1
+        self.records = list(state.get("records", []))
+        self.log(f"resumed from {path} at epoch {self.start_epoch + 1}")
+
+
+def train_detection(recipe: Recipe, *, resume: bool = False) -> dict[str, Any]:
+    """Train a detection recipe (one process, or one rank under torchrun); the last epoch's record."""
+    trainer = None
+    try:
+        trainer = DetectionTrainer(recipe, resume=resume)
+        record = trainer.fit()
+        if dist.is_initialized():
+            dist.barrier()
+        return record
+    finally:
+        del trainer
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,113 @@
+"""`dctnet train` on COCO data: both arms train and evaluate a torchvision detector, the reported AP
+is pycocotools' own on the saved predictions, --resume continues, Mask R-CNN reports segm AP on a
+generated instance set, and detection recipes refuse what they cannot do, naming the key."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import io
+import json
+
+import pytest
+import torch
+
+from dctnet.train import RecipeError, load_recipe
+
+from conftest import IMAGENETTE, SHARED, ROOT
+
+pytest.importorskip("pycocotools")
+from pycocotools.coco import COCO  # noqa: E402
+from pycocotools.cocoeval import COCOeval  # noqa: E402
+
+TREES = SHARED / "data" / "trees"
+RECIPE = ROOT / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml"
+
+
+def _small(out, **over) -> list[str]:
+    sets = {"data.root": str(TREES), "data.batch_size": 2, "data.workers": 0, "data.limit_train": 4,
+            "data.limit_val": 3, "optim.epochs": 1, "train.max_steps": 2, "train.out": str(out), **over}
+    return [f"{k}={v}" for k, v in sets.items()]
+
+
+def _pycocotools_ap(gt_path, predictions, image_ids, iou_type="bbox") -> float:
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(str(gt_path))
+        ev = COCOeval(gt, gt.loadRes(str(predictions)), iou_type)
+        ev.params.imgIds = sorted(image_ids)
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return float(ev.stats[0]), float(ev.stats[1])
+
+
+@pytest.mark.skipif(not (TREES / "train.json").exists(), reason="needs ../shared/data/trees")
+@pytest.mark.parametrize("arm", ["device-rgb", "rgb"])
+def test_both_arms_train_evaluate_and_resume(tmp_path, arm):
+    from dctnet.train.detection import DetectionTrainer
+
+    recipe = load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm}))
+    trainer = DetectionTrainer(recipe, log=lambda m: None)
+    record = trainer.fit()
+    for key in ("train_loss", "train_loss_classifier", "bbox_AP", "bbox_AP50", "bbox_AP75", "bbox_APs",
+                "data_cpu_us_per_sample", "lr", "epoch_seconds"):
+        assert key in record, key
+    assert record["data_cpu_us_per_sample"] > 0 and torch.isfinite(torch.tensor(record["train_loss"]))
+    records = json.loads((tmp_path / "metrics.json").read_text())
+    assert [r["epoch"] for r in records] == [1]
+    predictions = tmp_path / "predictions_val.json"
+    results = json.loads(predictions.read_text())
+    val_ids = trainer.val_set.ids
+    assert results and {r["image_id"] for r in results} <= set(val_ids)
+    assert all(len(r["bbox"]) == 4 and r["category_id"] == 1 for r in results)
+    ap, ap50 = _pycocotools_ap(TREES / "val.json", predictions, val_ids)
+    assert record["bbox_AP"] == pytest.approx(ap, abs=1e-12) and record["bbox_AP50"] == pytest.approx(ap50, abs=1e-12)
+    # predictions are in the files' pixels: inside each image (up to the detector's own clipping)
+    sizes = {i: (im["width"], im["height"]) for i, im in trainer.val_set.coco.imgs.items()}
+    for r in results:
+        x, y, w, h = r["bbox"]
+        W, H = sizes[r["image_id"]]
+        assert -0.01 <= x and -0.01 <= y and x + w <= W + 0.01 and y + h <= H + 0.01
+    # --resume: the second epoch continues from last.pt
+    again = DetectionTrainer(load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm, "optim.epochs": 2})),
+                             resume=True, log=lambda m: None)
+    assert again.start_epoch == 1
+    again.fit()
+    assert [r["epoch"] for r in json.loads((tmp_path / "metrics.json").read_text())] == [1, 2]
+
+
+def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train.detection import DetectionTrainer
+
+    textures = sorted(glob.glob(str(IMAGENETTE / "val" / "*" / "*.JPEG")))[:40:5] or None
+    paths = make_instance_set(str(tmp_path / "set"), textures=textures, train=4, val=2, size=(96, 128), seed=3)
+    recipe = load_recipe(None, {
+        "data": {"source": "coco", "root": str(tmp_path / "set"), "train": {"images": "train", "annotations": "train.json"},
+                 "val": {"images": "val", "annotations": "val.json"}, "batch_size": 2, "workers": 0},
+        "model": {"arch": "torchvision:maskrcnn_resnet50_fpn", "input": "device-rgb"},
+        "detect": {"masks": True, "min_size": 96, "max_size": 128},
+        "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16, "weight_decay": 0.0001},
+        "train": {"max_steps": 1, "out": str(tmp_path / "run")}})
+    record = DetectionTrainer(recipe, log=lambda m: None).fit()
+    assert "segm_AP" in record and "bbox_AP" in record and "train_loss_mask" in record
+    results = json.loads((tmp_path / "run" / "predictions_val.json").read_text())
+    if results:  # an untrained model may find nothing: then there is nothing to recompute
+        assert all("segmentation" in r for r in results)
+        ap, _ = _pycocotools_ap(paths["val"], tmp_path / "run" / "predictions_val.json", [1, 2], "segm")
+        assert record["segm_AP"] == pytest.approx(ap, abs=1e-12)
+
+
+@pytest.mark.parametrize("over,says", [
+    ({"model.input": "dct"}, "not available yet"),
+    ({"model.arch": "torchvision:fasterrcnn_mobilenet_v3_large_320"}, "did you mean 'torchvision:fasterrcnn_mobilenet"),
+    ({"model.arch": "resnet18"}, "torchvision:NAME"),
+    ({"detect.masks": True}, "mask head"),
+    ({"data.train": "train"}, "{images: DIR, annotations: FILE.json}"),
+    ({"detect.preset": "ssd"}, "not one of"),
+])
+def test_detection_recipes_refuse_what_they_cannot_do(tmp_path, over, says):
+    with pytest.raises(RecipeError, match=says.replace("{", "\\{").replace("}", "\\}").replace("(", "\\(")):
+        load_recipe(RECIPE, _small(tmp_path, **over))
+    with pytest.raises(RecipeError, match="detect.preset"):
+        load_recipe(RECIPE, {"augment": [{"name": "RandomHorizontalFlip"}, {"name": "RandAugment"}]})
