@@ -182,6 +182,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_browse(args: argparse.Namespace) -> int:
+    from dctnet.train import RecipeError, load_recipe  # lazy
+    from dctnet.train.browse import browse  # lazy
+
+    try:
+        recipe = load_recipe(args.recipe, list(args.set or []))
+    except RecipeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        coco = browse(recipe, split=args.split, n=args.n, out=args.out)
+    except (FileNotFoundError, ValueError, JpegError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(coco['images'])} {args.split} samples of {recipe.name} in {args.out}: PNGs, targets.json "
+          f"({len(coco['annotations'])} annotations), contact_sheet.png")
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from dctnet import data as D  # lazy
     from dctnet import transforms as T  # lazy
@@ -294,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``dctnet`` argument parser: one sub-command each, its function in ``func``."""
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_info, _add_demo, _add_convert, _add_cache, _add_verify, _add_stats, _add_bench, _add_train):
+    for add in (_add_info, _add_demo, _add_convert, _add_cache, _add_verify, _add_stats, _add_bench, _add_train, _add_browse):
         add(sub)
     return parser
 
@@ -446,6 +465,20 @@ def _add_train(sub) -> None:
     p.add_argument("--out", help="run directory (same as --set train.out=DIR)")
     p.add_argument("--resume", action="store_true", help="continue from RUN/last.pt")
     p.set_defaults(func=cmd_train)
+
+
+def _add_browse(sub) -> None:
+    p = sub.add_parser("browse", help="write a recipe's samples as the device step hands them to the model",
+                       description="Write N samples of a recipe's split exactly as its device step hands them to the "
+                                   "model (before the model's normalisation) as lossless 8-bit PNGs, targets.json "
+                                   "(COCO format in those pixels; masks as RLE) and contact_sheet.png with the boxes "
+                                   "and masks drawn. Classification recipes too (no annotations then).")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--split", choices=("train", "val"), default="train")
+    p.add_argument("--n", type=int, default=16, help="samples to write (default 16)")
+    p.add_argument("--out", default="browse", help="output directory (default ./browse)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (repeatable)")
+    p.set_defaults(func=cmd_browse)
 
 
 def main(argv: list[str] | None = None) -> None:
