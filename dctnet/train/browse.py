@@ -23,7 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dctnet import transforms as T
+from dctnet.train.pipeline import build_pipeline
 from dctnet.train.recipe import Recipe
+from dctnet.transforms.normalization import input_mean_std
 
 __all__ = ["browse"]
 
@@ -79,10 +82,6 @@ def _contact_sheet(paths: list[Path], annotations: list[list[dict[str, Any]]], o
 
 def _classification_samples(recipe: Recipe, split: str, n: int):
     """``(image (3, H, W) in [0, 1], label, soft target or None)`` as the device step makes them."""
-    from dctnet import transforms as T  # (the classification pipeline: imported with it)
-    from dctnet.train.pipeline import build_pipeline
-    from dctnet.transforms.normalization import input_mean_std
-
     r = recipe
     pipe = build_pipeline(r, torch.device("cpu"), 0, 1)
     train = split == "train"
