@@ -104,7 +104,7 @@ def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
     ({"model.arch": "resnet18"}, "torchvision:NAME"),
     ({"detect.masks": True}, "mask head"),
     ({"data.train": "train"}, "{images: DIR, annotations: FILE.json}"),
-    ({"detect.preset": "ssd"}, "not one of"),
+    ({"detect.preset": "ssdx"}, "not one of"),
 ])
 def test_detection_recipes_refuse_what_they_cannot_do(tmp_path, over, says):
     with pytest.raises(RecipeError, match=says.replace("{", "\\{").replace("}", "\\}").replace("(", "\\(")):

@@ -100,12 +100,16 @@ def _list_collate(items):
 
 def torchvision_preset(name: str, hflip_prob: float) -> Any:
     """torchvision's own ops of a detection preset (the ``rgb`` arm), ending in ``SanitizeBoundingBoxes``."""
-    from torchvision.transforms import v2  # optional dependency (the baseline's)
+    from torchvision import tv_tensors  # optional dependency (the baseline's)
+    from torchvision.transforms import v2  # (as above)
 
     flip = v2.RandomHorizontalFlip(hflip_prob)
     ops = {"hflip": [flip],
            "multiscale": [v2.RandomShortestSize((480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), 1333), flip],
-           "ssdlite": [v2.RandomIoUCrop(), flip]}
+           "ssdlite": [v2.RandomIoUCrop(), flip],
+           # the references' v2 path: the zoom-out fills images with the mean (8-bit levels) and masks with 0
+           "ssd": [v2.RandomPhotometricDistort(), v2.RandomZoomOut(fill={tv_tensors.Image: [123.0, 117.0, 104.0],
+                                                                        tv_tensors.Mask: 0}), v2.RandomIoUCrop(), flip]}
     if name not in ops:
         raise ValueError(f"detect.preset {name!r} with input 'rgb': its FixedSizeCrop lives in torchvision's "
                          "references, not in the torchvision package; use input 'device-rgb' or another preset")

@@ -152,14 +152,14 @@ class TrainConfig:
 
 
 #: torchvision's detection references' training presets (DetectionPresetTrain's data_augmentation)
-DETECTION_PRESETS = ("hflip", "lsj", "multiscale", "ssdlite")
+DETECTION_PRESETS = ("hflip", "lsj", "multiscale", "ssd", "ssdlite")
 
 
 @dataclass
 class DetectConfig:
     """Detection recipes (``data.source: coco``): the training geometry and the detector's own resize."""
 
-    preset: Literal["hflip", "lsj", "multiscale", "ssdlite"] = "hflip"  # torchvision's --data-augmentation
+    preset: Literal["hflip", "lsj", "multiscale", "ssd", "ssdlite"] = "hflip"  # torchvision's --data-augmentation
     hflip_prob: float = 0.5
     masks: bool = False               # instance masks in the targets (Mask R-CNN)
     # the detector's GeneralizedRCNNTransform: shorter side / longer side cap; 0 keeps the model's default

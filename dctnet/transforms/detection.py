@@ -44,12 +44,13 @@ import torch
 from torch import Tensor
 
 from dctnet import resize as RS
+from dctnet.transforms import pixel as P
 from dctnet.transforms.device_crop import crops_to_rgb
 
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "RandomHorizontalFlip",
-    "RandomIoUCrop", "RandomShortestSize", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan",
-    "detection_preset", "resized_output_size", "sample_generator",
+    "RandomIoUCrop", "RandomPhotometricDistort", "RandomShortestSize", "RandomZoomOut", "Resize",
+    "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan", "detection_preset", "resized_output_size", "sample_generator",
 ]
 
 #: per-box fields of a target, dropped together with their boxes
@@ -77,6 +78,9 @@ class _Stage:
     fill: tuple[float, float, float] | None = None
     #: antialiased resampling (torchvision's ``resize``), or torch's plain bilinear (a detector's own)
     antialias: bool = True
+    #: colour ops applied to this stage's output (:class:`RandomPhotometricDistort`'s drawn
+    #: parameters); a stage with them is sealed: later geometry resamples its result
+    photometric: dict[str, Any] | None = None
 
     @classmethod
     def identity(cls, size: tuple[int, int]) -> "_Stage":
@@ -107,7 +111,8 @@ class Geometry:
         return self.stages[-1].canvas
 
     def _open(self) -> _Stage:
-        return self.stages[-1]
+        """The stage geometry joins: the last one, unless colour ops sealed it."""
+        return self.stages[-1] if self.stages[-1].photometric is None else self._new_stage()
 
     def _new_stage(self) -> _Stage:
         self.stages.append(_Stage.identity(self.canvas))
@@ -158,6 +163,13 @@ class Geometry:
     def hflip(self) -> None:
         s = self._open()
         s.flip = not s.flip
+
+    def photometric(self, params: dict[str, Any]) -> None:
+        """Colour ops on the current canvas (after everything so far), drawn as ``params``."""
+        s = self.stages[-1]
+        if s.photometric is not None:  # two distortions in a row: the second on a stage of its own
+            s = self._new_stage()
+        s.photometric = params
 
     def mask_maps(self) -> tuple[np.ndarray, np.ndarray]:
         """Row and column index maps ``int64 (h,)``, ``(w,)`` from the output canvas into the source
@@ -447,6 +459,30 @@ class RandomIoUCrop(DetectionOp):
                 return
 
 
+class RandomPhotometricDistort(DetectionOp):
+    """torchvision v2's ``RandomPhotometricDistort`` (SSD's colour distortion): each of brightness,
+    contrast, saturation and hue with probability ``p`` (factor uniform in its range), contrast
+    before or after saturation and hue (a fair coin), and a random channel permutation with
+    probability ``p``; on the image as it is at that point of the list (the ``ssd`` preset: the
+    decoded image, before any geometry). Boxes and masks are unchanged."""
+
+    def __init__(self, brightness: Sequence[float] = (0.875, 1.125), contrast: Sequence[float] = (0.5, 1.5),
+                 saturation: Sequence[float] = (0.5, 1.5), hue: Sequence[float] = (-0.05, 0.05), p: float = 0.5) -> None:
+        self.brightness, self.contrast = tuple(brightness), tuple(contrast)
+        self.saturation, self.hue, self.p = tuple(saturation), tuple(hue), float(p)
+
+    def __call__(self, geom, target, gen):
+        params: dict[str, Any] = {}
+        for key, (lo, hi) in (("brightness", self.brightness), ("contrast", self.contrast),
+                              ("saturation", self.saturation), ("hue", self.hue)):
+            on = bool(torch.rand(1, generator=gen) < self.p)  # torchvision: the coin, then the value
+            params[key] = float(torch.empty(1).uniform_(lo, hi, generator=gen).item()) if on else None
+        params["contrast_before"] = bool(torch.rand((), generator=gen) < 0.5)
+        params["permutation"] = (torch.randperm(3, generator=gen).tolist()
+                                 if bool(torch.rand(1, generator=gen) < self.p) else None)
+        geom.photometric(params)
+
+
 class DetectorResize(DetectionOp):
     """What a torchvision detector's ``GeneralizedRCNNTransform`` does to its input, done in the
     device step so that the model's own transform no longer resamples
@@ -531,6 +567,10 @@ class DetectionPlan:
     flips: Tensor
     antialias: Tensor
     fills: list[tuple[float, float, float]]
+    #: per stage: ``None`` (no colour ops), or host tensors of the drawn :class:`RandomPhotometricDistort`
+    #: parameters per sample — ``factors (B, 4)`` (brightness, contrast, saturation, hue; identities 1,
+    #: 1, 1, 0), ``on (B, 4)``, ``before (B,)``, ``permutation (B, 3)``, ``permute (B,)``
+    photometric: list[dict[str, Tensor] | None]
     targets: list[dict[str, Any]]
     mask_maps: list[tuple[np.ndarray, np.ndarray]] = field(repr=False)
 
@@ -588,10 +628,27 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
                 if fills[s] is not None and fills[s] != st.fill:
                     raise ValueError(f"stage {s}: samples pad with different fills ({fills[s]} and {st.fill})")
                 fills[s] = st.fill
+    photometric: list[dict[str, Tensor] | None] = []
+    for s in range(n):
+        drawn = [g.stages[s].photometric if s < len(g.stages) else None for g in geoms]
+        if all(d is None for d in drawn):
+            photometric.append(None)
+            continue
+        keys = ("brightness", "contrast", "saturation", "hue")
+        identity = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
+        on = torch.tensor([[d is not None and d[k] is not None for k in keys] for d in drawn])
+        factors = torch.tensor([[d[k] if d is not None and d[k] is not None else identity[k] for k in keys]
+                                for d in drawn], dtype=torch.float64)
+        photometric.append({
+            "factors": factors, "on": on,
+            "before": torch.tensor([bool(d is not None and d["contrast_before"]) for d in drawn]),
+            "permute": torch.tensor([d is not None and d["permutation"] is not None for d in drawn]),
+            "permutation": torch.tensor([d["permutation"] if d is not None and d["permutation"] is not None
+                                         else [0, 1, 2] for d in drawn], dtype=torch.int64)})
     return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
                          stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
                          antialias=torch.from_numpy(antialias),
-                         fills=[f or (0.0, 0.0, 0.0) for f in fills], targets=list(targets),
+                         fills=[f or (0.0, 0.0, 0.0) for f in fills], photometric=photometric, targets=list(targets),
                          mask_maps=[g.mask_maps() for g in geoms])
 
 
@@ -627,6 +684,45 @@ def _resample(x: Tensor, prev: Tensor, stage: Tensor, antialias: Tensor, size: t
     return RS.apply_matrices(x, mats[0], mats[1], fill).clamp(0.0, 1.0)
 
 
+def _contrast(x: Tensor, factor: Tensor, sizes: Tensor) -> Tensor:
+    """torchvision's ``adjust_contrast`` per sample, the grey mean over each sample's own canvas
+    ``sizes (B, 2)`` (not the batch's padding)."""
+    rows = torch.arange(x.shape[-2], device=x.device)[None, :, None] < sizes[:, 0, None, None]
+    cols = torch.arange(x.shape[-1], device=x.device)[None, None, :] < sizes[:, 1, None, None]
+    inside = (rows & cols)[:, None].to(x.dtype)                                          # (B, 1, H, W)
+    gray = P.rgb_to_grayscale(x)[:, :1]
+    mean = (gray * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
+    f = factor.to(x.dtype).reshape(-1, 1, 1, 1)
+    return (f * x + (1.0 - f) * mean).clamp(0.0, 1.0)
+
+
+def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
+    """:class:`RandomPhotometricDistort`'s ops in torchvision's order, each sample keeping its own
+    draws (an op it did not draw leaves it unchanged): no host sync (the masks are host tensors)."""
+    dev = x.device
+    f = p["factors"].to(dev, non_blocking=True)
+    on = p["on"].to(dev, non_blocking=True)
+    before = p["before"].to(dev, non_blocking=True)
+
+    def keep(mask: Tensor, out: Tensor, old: Tensor) -> Tensor:
+        return torch.where(mask.reshape(-1, 1, 1, 1), out, old)
+
+    if bool(p["on"][:, 0].any()):
+        x = keep(on[:, 0], P.adjust_brightness(x, f[:, 0].to(x.dtype)), x)
+    if bool((p["on"][:, 1] & p["before"]).any()):
+        x = keep(on[:, 1] & before, _contrast(x, f[:, 1], sizes), x)
+    if bool(p["on"][:, 2].any()):
+        x = keep(on[:, 2], P.adjust_saturation(x, f[:, 2].to(x.dtype)), x)
+    if bool(p["on"][:, 3].any()):
+        x = keep(on[:, 3], P.adjust_hue(x, f[:, 3].to(x.dtype)), x)
+    if bool((p["on"][:, 1] & ~p["before"]).any()):
+        x = keep(on[:, 1] & ~before, _contrast(x, f[:, 1], sizes), x)
+    if bool(p["permute"].any()):
+        perm = p["permutation"].to(dev, non_blocking=True)[:, :, None, None].expand_as(x)
+        x = keep(p["permute"].to(dev, non_blocking=True), torch.gather(x, 1, perm), x)
+    return x
+
+
 def _stage_size(stage: Tensor) -> tuple[int, int]:
     return int(stage[:, 4].max()), int(stage[:, 5].max())
 
@@ -648,10 +744,14 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
                      fill=plan.fills[0])
     x = _flip_columns(x, stages[0, :, 5], flips[0])
+    if plan.photometric[0] is not None:
+        x = _photometric(x, plan.photometric[0], stages[0, :, 4:6])
     for s in range(1, stages.shape[0]):
         x = _resample(x, stages[s - 1, :, 4:6], stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
                       plan.fills[s])
         x = _flip_columns(x, stages[s, :, 5], flips[s])
+        if plan.photometric[s] is not None:
+            x = _photometric(x, plan.photometric[s], stages[s, :, 4:6])
     sizes = plan.sizes.tolist()
     images = [x[b, :, :h, :w] for b, (h, w) in enumerate(sizes)]
     out_masks: list[Tensor | None] = []
@@ -734,8 +834,8 @@ class DetectionStep:
 def detection_preset(name: str, hflip_prob: float = 0.5,
                      mean: Sequence[float] = (123.0, 117.0, 104.0)) -> list[DetectionOp]:
     """torchvision's detection references' training presets (``DetectionPresetTrain``), then
-    ``SanitizeBoundingBoxes`` as their v2 path ends: ``hflip``, ``lsj``, ``multiscale``, ``ssd``
-    (without its ``RandomPhotometricDistort``, which dctnet does not have yet), ``ssdlite``."""
+    ``SanitizeBoundingBoxes`` as their v2 path ends: ``hflip``, ``lsj``, ``multiscale``, ``ssd``,
+    ``ssdlite`` (their v2 path fills the ``ssd`` zoom-out with the mean and masks with 0)."""
     flip = RandomHorizontalFlip(p=hflip_prob)
     presets = {
         "hflip": [flip],
@@ -744,9 +844,7 @@ def detection_preset(name: str, hflip_prob: float = 0.5,
                                           max_size=1333), flip],
         "ssdlite": [RandomIoUCrop(), flip],
     }
-    if name == "ssd":
-        raise ValueError("detection preset 'ssd' starts with RandomPhotometricDistort, which dctnet does not have yet; "
-                         "'ssdlite' is the same geometry without it")
+    presets["ssd"] = [RandomPhotometricDistort(), RandomZoomOut(fill=list(mean)), RandomIoUCrop(), flip]
     if name not in presets:
         raise ValueError(f"unknown detection preset {name!r} (known: {', '.join(presets)})")
     return [*presets[name], SanitizeBoundingBoxes()]
