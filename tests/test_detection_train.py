@@ -111,3 +111,27 @@ def test_detection_recipes_refuse_what_they_cannot_do(tmp_path, over, says):
         load_recipe(RECIPE, _small(tmp_path, **over))
     with pytest.raises(RecipeError, match="detect.preset"):
         load_recipe(RECIPE, {"augment": [{"name": "RandomHorizontalFlip"}, {"name": "RandAugment"}]})
+
+
+@pytest.mark.skipif(not (TREES / "train.json").exists(), reason="needs ../shared/data/trees")
+def test_torchrun_gathers_every_ranks_predictions(tmp_path):
+    """Two processes (gloo): each evaluates its share of the val images, rank 0 evaluates all of them."""
+    import os
+    import subprocess
+    import sys
+
+    sets = _small(tmp_path / "run", **{"data.limit_val": 5, "model.input": "device-rgb"})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           "--rdzv-endpoint=localhost:0", "-m", "dctnet", "train", str(RECIPE), *[a for s in sets for a in ("--set", s)]]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    records = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert len(records) == 1  # written once (rank 0)
+    results = json.loads((tmp_path / "run" / "predictions_val.json").read_text())
+    with contextlib.redirect_stdout(io.StringIO()):
+        val_ids = sorted(COCO(str(TREES / "val.json")).getImgIds())[:5]
+    assert {r["image_id"] for r in results} == set(val_ids)  # both ranks' images (rank 1 holds 2 of the 5)
+    ap, ap50 = _pycocotools_ap(TREES / "val.json", tmp_path / "run" / "predictions_val.json", val_ids)
+    assert records[0]["bbox_AP"] == pytest.approx(ap, abs=1e-12)
+    assert "val bbox AP" in r.stdout
