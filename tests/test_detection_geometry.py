@@ -222,6 +222,17 @@ def test_fixed_size_crop_crops_and_pads(samples, round_):
           samples, seeds)
 
 
+@pytest.mark.parametrize("round_", range(2))
+def test_random_resized_crop_carries_boxes_and_masks(samples, round_):
+    """The crop read and resized in one resampling (torchvision's resized_crop), after a flip and
+    before another: boxes clamped to the crop, then scaled."""
+    check([TD.RandomHorizontalFlip(0.5), TD.RandomResizedCrop((160, 192), scale=(0.2, 1.0)), TD.RandomHorizontalFlip(0.5)],
+          [v2.RandomHorizontalFlip(0.5), v2.RandomResizedCrop((160, 192), scale=(0.2, 1.0)), v2.RandomHorizontalFlip(0.5)],
+          samples, seeds_for(len(samples), round_))
+    check([TD.RandomResizedCrop(128, scale=(0.9, 1.0), ratio=(3.0, 4.0))],  # the fallback central crop
+          [v2.RandomResizedCrop(128, scale=(0.9, 1.0), ratio=(3.0, 4.0))], samples, seeds_for(len(samples), round_ + 2))
+
+
 def test_a_resize_after_a_crop_resamples_the_crop_again(samples):
     """Two stages: torchvision resamples the cropped, padded, flipped canvas once more."""
     mean = (123.0, 117.0, 104.0)

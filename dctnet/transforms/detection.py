@@ -49,7 +49,7 @@ from dctnet.transforms.device_crop import crops_to_rgb
 
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "RandomHorizontalFlip",
-    "RandomIoUCrop", "RandomPhotometricDistort", "RandomShortestSize", "RandomZoomOut", "Resize",
+    "RandomIoUCrop", "RandomPhotometricDistort", "RandomResizedCrop", "RandomShortestSize", "RandomZoomOut", "Resize",
     "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan", "detection_preset", "resized_output_size", "sample_generator",
 ]
 
@@ -68,12 +68,15 @@ def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
 # ---------------------------------------------------------------------------------------------- geometry
 @dataclass
 class _Stage:
-    """One resampling: the input canvas ``src`` (h, w) resized to ``resized`` (h, w), the window
-    ``(top, left, h, w)`` of that kept (outside ``[0, resized)``: ``fill``), then mirrored if ``flip``."""
+    """One resampling: the ``box`` ``(top, left, h, w)`` of the input canvas ``src`` (h, w) — the
+    whole canvas, or a crop made before the resize (torchvision's ``resized_crop``) — resized to
+    ``resized`` (h, w), the window ``(top, left, h, w)`` of that kept (outside ``[0, resized)``:
+    ``fill``), then mirrored if ``flip``."""
 
     src: tuple[int, int]
     resized: tuple[int, int]
     window: tuple[int, int, int, int]
+    box: tuple[int, int, int, int] = (0, 0, 0, 0)
     flip: bool = False
     fill: tuple[float, float, float] | None = None
     #: antialiased resampling (torchvision's ``resize``), or torch's plain bilinear (a detector's own)
@@ -84,11 +87,19 @@ class _Stage:
 
     @classmethod
     def identity(cls, size: tuple[int, int]) -> "_Stage":
-        return cls(src=size, resized=size, window=(0, 0, *size))
+        return cls(src=size, resized=size, window=(0, 0, *size), box=(0, 0, *size))
 
     @property
     def is_identity(self) -> bool:
-        return self.resized == self.src and self.window == (0, 0, *self.src) and not self.flip
+        return (self.resized == self.src and self.window == (0, 0, *self.src) and not self.flip
+                and self.box == (0, 0, *self.src))
+
+    @property
+    def is_crop(self) -> bool:
+        """Nothing but a crop so far (no resampling, padding or flip): a resize can take the crop as its box."""
+        t, lft, h, w = self.window
+        return (self.resized == self.src and self.box == (0, 0, *self.src) and not self.flip and self.fill is None
+                and t >= 0 and lft >= 0 and t + h <= self.src[0] and lft + w <= self.src[1])
 
     @property
     def canvas(self) -> tuple[int, int]:
@@ -123,9 +134,12 @@ class Geometry:
         torch's plain bilinear, as a detector's ``GeneralizedRCNNTransform`` resizes)."""
         if (height, width) == self.canvas:  # torchvision returns the input unchanged
             return
-        # stage 0 decodes with antialiased weights: a plain resize of the image is a stage of its own
-        reuse = self._open().is_identity and (antialias or len(self.stages) > 1)
-        s = self._open() if reuse else self._new_stage()
+        # stage 0 decodes with antialiased weights: a plain resize of the image is a stage of its own;
+        # a crop so far becomes the box the resize reads (torchvision's resized_crop: one resampling)
+        s = self._open()
+        if not (s.is_crop and (antialias or len(self.stages) > 1)):
+            s = self._new_stage()
+        s.box = s.window
         s.resized, s.window, s.antialias = (height, width), (0, 0, height, width), antialias
 
     def crop(self, top: int, left: int, height: int, width: int) -> None:
@@ -177,17 +191,18 @@ class Geometry:
         composed over the stages."""
         rows = cols = None
         for s in self.stages:
-            r = _nearest_map(s.src[0], s.resized[0], s.window[0], s.window[2], False)
-            c = _nearest_map(s.src[1], s.resized[1], s.window[1], s.window[3], s.flip)
+            r = _nearest_map(s.box[0], s.box[2], s.resized[0], s.window[0], s.window[2], False)
+            c = _nearest_map(s.box[1], s.box[3], s.resized[1], s.window[1], s.window[3], s.flip)
             rows = r if rows is None else _compose(rows, r)
             cols = c if cols is None else _compose(cols, c)
         return rows, cols
 
 
-def _nearest_map(in_size: int, resized: int, offset: int, length: int, flip: bool) -> np.ndarray:
+def _nearest_map(start: int, in_size: int, resized: int, offset: int, length: int, flip: bool) -> np.ndarray:
     """Output k of a stage's window → source index: torch's ``interpolate(mode="nearest")``
     (``min(floor(j·scale), in − 1)``, ``scale = in/out`` in float32; same size: identity; twice:
-    ``j >> 1``) of resized index ``j = offset + k`` (mirrored if ``flip``), −1 outside."""
+    ``j >> 1``) of resized index ``j = offset + k`` (mirrored if ``flip``) into the box
+    ``[start, start + in_size)``, −1 outside."""
     k = np.arange(length, dtype=np.int64)
     j = offset + (length - 1 - k if flip else k)
     if resized == in_size:
@@ -197,7 +212,7 @@ def _nearest_map(in_size: int, resized: int, offset: int, length: int, flip: boo
     else:
         scale = np.float32(in_size) / np.float32(resized)
         src = np.minimum(np.floor(j.astype(np.float32) * scale).astype(np.int64), in_size - 1)
-    return np.where((j >= 0) & (j < resized), src, -1)
+    return np.where((j >= 0) & (j < resized), start + src, -1)
 
 
 def _compose(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -384,6 +399,48 @@ class FixedSizeCrop(DetectionOp):
         geom.pad(0, 0, max(cw - nw, 0), max(ch - nh, 0), self._fill)
 
 
+class RandomResizedCrop(DetectionOp):
+    """torchvision v2's ``RandomResizedCrop(size, scale, ratio)`` on a detection sample: its crop
+    draw (10 tries of area and log-uniform aspect, else the central crop), the crop resized to
+    ``size`` with antialiasing in one resampling, boxes shifted, clamped to the crop and scaled."""
+
+    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0)) -> None:
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        self.size = (int(size[0]), int(size[1]))
+        self.scale, self.ratio = (float(scale[0]), float(scale[1])), (float(ratio[0]), float(ratio[1]))
+        self._log_ratio = torch.log(torch.tensor(self.ratio))  # float32, as torchvision's
+
+    def _draw(self, height: int, width: int, gen: torch.Generator) -> tuple[int, int, int, int]:
+        area = height * width
+        for _ in range(10):
+            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1], generator=gen).item()
+            aspect = torch.exp(torch.empty(1).uniform_(float(self._log_ratio[0]), float(self._log_ratio[1]),
+                                                       generator=gen)).item()
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                i = int(torch.randint(0, height - h + 1, size=(1,), generator=gen).item())
+                j = int(torch.randint(0, width - w + 1, size=(1,), generator=gen).item())
+                return i, j, h, w
+        in_ratio = float(width) / float(height)
+        if in_ratio < min(self.ratio):
+            w, h = width, int(round(width / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            h, w = height, int(round(height * max(self.ratio)))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, geom, target, gen):
+        i, j, h, w = self._draw(*geom.canvas, gen)
+        b = target["boxes"] - torch.tensor([j, i, j, i], dtype=target["boxes"].dtype)
+        target["boxes"] = _clamp(b, (h, w))
+        geom.crop(i, j, h, w)
+        _resize_boxes(target, (h, w), self.size)
+        geom.resize(*self.size)
+
+
 class RandomZoomOut(DetectionOp):
     """torchvision v2's ``RandomZoomOut(fill, side_range, p)``: with probability ``p``, the image is
     placed at a random offset on a canvas ``U(side_range)`` times its size, filled with ``fill``
@@ -552,8 +609,9 @@ class DetectionPlan:
 
     Attributes:
         sizes: ``int64 (B, 2)`` each sample's output (h, w).
-        stages: ``int64 (S, B, 6)`` per stage and sample: ``(resized_h, resized_w, top, left,
-            out_h, out_w)``; input sizes are the previous stage's ``out`` (stage 0: the image).
+        stages: ``int64 (S, B, 10)`` per stage and sample: ``(resized_h, resized_w, top, left,
+            out_h, out_w, box_top, box_left, box_h, box_w)``: the box of the input canvas (the
+            previous stage's ``out``; stage 0: the image) resized, the window kept.
         flips: ``bool (S, B)``.
         antialias: ``bool (S, B)``: antialiased resampling, or torch's plain bilinear.
         fills: per stage, RGB in [0, 1] of its padding.
@@ -614,14 +672,14 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
     """Stack per-sample geometries into a :class:`DetectionPlan` (samples with fewer stages get
     identity stages at the end)."""
     n = max(len(g.stages) for g in geoms)
-    stages = np.zeros((n, len(geoms), 6), np.int64)
+    stages = np.zeros((n, len(geoms), 10), np.int64)
     flips = np.zeros((n, len(geoms)), bool)
     antialias = np.ones((n, len(geoms)), bool)
     fills: list[tuple[float, float, float] | None] = [None] * n
     for b, g in enumerate(geoms):
         seq = g.stages + [_Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
         for s, st in enumerate(seq):
-            stages[s, b] = (*st.resized, *st.window)
+            stages[s, b] = (*st.resized, *st.window, *st.box)
             flips[s, b] = st.flip
             antialias[s, b] = st.antialias
             if st.fill is not None:
@@ -661,23 +719,23 @@ def _flip_columns(x: Tensor, widths: Tensor, flips: Tensor) -> Tensor:
     return torch.gather(x, -1, idx[:, None, None, :].expand(x.shape))
 
 
-def _resample(x: Tensor, prev: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int],
+def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int],
               fill: tuple[float, float, float]) -> Tensor:
-    """One later stage on the device: each sample's canvas ``prev (B, 2)`` of ``x`` resized to the
+    """One later stage on the device: each sample's box of its canvas in ``x`` resized to the
     stage's ``resized``, its window kept (``fill`` outside), as antialiased (torchvision's ``resize``)
     or plain bilinear matrices (a detector's own resize) per sample — ``antialias`` is a host mask."""
-    zeros = torch.zeros_like(prev[:, 0])
     mats = []
     for axis in (0, 1):
         n_in, n_out = x.shape[-2 + axis], size[axis]
-        length, resized, offset = prev[:, axis], stage[:, axis], stage[:, 2 + axis]
+        start, length = stage[:, 6 + axis], stage[:, 8 + axis]  # the box (a plain resize's: the whole canvas)
+        resized, offset = stage[:, axis], stage[:, 2 + axis]
         if bool(antialias.all()):
-            m = RS.resize_matrices(zeros, length, n_in, n_out, resized=resized, offsets=offset, dtype=x.dtype)
+            m = RS.resize_matrices(start, length, n_in, n_out, resized=resized, offsets=offset, dtype=x.dtype)
         elif not bool(antialias.any()):
             m = RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype)
         else:  # both kinds in one stage: each sample keeps its own (a host mask, moved without a sync)
             keep = antialias.to(x.device, non_blocking=True)[:, None, None]
-            m = torch.where(keep, RS.resize_matrices(zeros, length, n_in, n_out, resized=resized, offsets=offset,
+            m = torch.where(keep, RS.resize_matrices(start, length, n_in, n_out, resized=resized, offsets=offset,
                                                      dtype=x.dtype),
                             RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype))
         mats.append(m)
@@ -739,15 +797,14 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     stages = plan.stages.to(device, non_blocking=True)
     flips = plan.flips.to(device, non_blocking=True)
     # stage 0 decodes and resamples in one pass: each window is the whole image, so its box is the image
-    first = dataclasses.replace(batch, boxes=torch.cat([torch.zeros_like(batch.valid), batch.valid], 1),
-                                resize=stages[0, :, :4])
+    first = dataclasses.replace(batch, boxes=stages[0, :, 6:10], resize=stages[0, :, :4])
     x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
                      fill=plan.fills[0])
     x = _flip_columns(x, stages[0, :, 5], flips[0])
     if plan.photometric[0] is not None:
         x = _photometric(x, plan.photometric[0], stages[0, :, 4:6])
     for s in range(1, stages.shape[0]):
-        x = _resample(x, stages[s - 1, :, 4:6], stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
+        x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
                       plan.fills[s])
         x = _flip_columns(x, stages[s, :, 5], flips[s])
         if plan.photometric[s] is not None:
