@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,10 @@ import torch.distributed as dist
 from torch import nn
 
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
-from dctnet.distributed import placement
 from dctnet.models.detection import boxes_to_image, build_detector, prepare_detector
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results
 from dctnet.train.optim import lr_at
+from dctnet.train.process import start_process
 from dctnet.train.recipe import Recipe
 from dctnet.transforms import detection as TD
 
@@ -121,21 +120,9 @@ class DetectionTrainer:
 
     def __init__(self, recipe: Recipe, *, resume: bool = False, log=None) -> None:
         self.recipe = r = recipe
-        self.rank, self.world_size, local = placement()
-        want = r.train.device
-        if want == "auto":
-            want = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(want)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
-        if r.train.torch_threads:
-            torch.set_num_threads(r.train.torch_threads)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.out = Path(r.train.out)
-        if self.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
+        proc = start_process(r, log)
+        self.rank, self.world_size, self.device, self.log, self.out = (proc.rank, proc.world_size, proc.device,
+                                                                        proc.log, proc.out)
         self.plan_a = r.model.input == "device-rgb"
         self._worker_cpu: dict[int, dict[int, float]] = {}
         masks = "instance" if r.detect.masks else "none"

@@ -26,12 +26,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dctnet.distributed import placement
 from dctnet.train.recipe_model import build_recipe_model
 from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics
+from dctnet.train.process import start_process
 from dctnet.train.recipe import Recipe
 
 __all__ = ["Trainer", "train"]
@@ -42,21 +42,9 @@ class Trainer:
 
     def __init__(self, recipe: Recipe, *, resume: bool = False, log=None) -> None:
         self.recipe = r = recipe
-        self.rank, self.world_size, local = placement()
-        want = r.train.device
-        if want == "auto":
-            want = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(want)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
-        if r.train.torch_threads:
-            torch.set_num_threads(r.train.torch_threads)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.out = Path(r.train.out)
-        if self.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
+        proc = start_process(r, log)
+        self.rank, self.world_size, self.device, self.log, self.out = (proc.rank, proc.world_size, proc.device,
+                                                                        proc.log, proc.out)
         self._seed(r.train.seed)
         self.pipe: Pipeline = build_pipeline(r, self.device, self.rank, self.world_size)
         self._seed(r.train.seed)  # the same initial weights on every rank, whatever the pipeline drew
