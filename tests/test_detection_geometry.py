@@ -432,3 +432,57 @@ def test_a_preset_then_the_detectors_resize_in_stages_of_both_kinds(samples):
         assert (images[b] - want).abs().max() <= 5e-5, s["path"]
         assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"].double(), atol=BOX_TOL, rtol=0), s["path"]
         assert torch.equal(masks[b], tt[0]["masks"]), s["path"]
+
+
+# ---------------------------------------------------------------------------------------------- segmentation
+class RefPadIfSmaller(v2.Transform):
+    """torchvision's segmentation references' PadIfSmaller (their v2_extras): bottom/right padding
+    to ``size``, images 0 and masks 255, on torchvision's pad kernel."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def make_params(self, flat_inputs):
+        h, w = TVF.get_size(next(i for i in flat_inputs if isinstance(i, tv_tensors.Image)))
+        return {"padding": [0, 0, max(self.size - w, 0), max(self.size - h, 0)]}
+
+    def transform(self, inpt, params):
+        if not any(params["padding"]) or not isinstance(inpt, (tv_tensors.Image, tv_tensors.Mask)):
+            return inpt
+        return TVF.pad(inpt, padding=params["padding"], fill=255 if isinstance(inpt, tv_tensors.Mask) else 0)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_segmentation_preset_moves_semantic_masks_as_torchvisions(samples, train):
+    """The segmentation references' presets (RandomResize 0.5–2×base, flip, PadIfSmaller with 255 for
+    masks, RandomCrop; eval Resize(base)): pixels and class maps equal torchvision's."""
+    rng = np.random.default_rng(7)
+    chosen = samples[:6]
+    seeds = seeds_for(len(chosen), 6 if train else 7)
+    ops = TD.segmentation_preset(base_size=200, crop_size=224, train=train)
+    tv = v2.Compose([v2.RandomResize(100, 400), v2.RandomHorizontalFlip(0.5), RefPadIfSmaller(224),
+                     v2.RandomCrop(224)] if train else [v2.Resize(200)])
+    comp = TD.DetectionCompose(ops)
+    geoms, targets, semantic = [], [], []
+    for s, k in zip(chosen, seeds):
+        h, w = s["pixels"].shape[-2:]
+        sem = torch.from_numpy(rng.integers(0, 21, (h // 16 + 1, w // 16 + 1)).astype(np.uint8))
+        sem = sem.repeat_interleave(16, 0).repeat_interleave(16, 1)[:h, :w].contiguous()  # class blobs
+        semantic.append(sem)
+        g, t = comp.draw_one((h, w), {"boxes": s["boxes"], "labels": s["labels"]}, torch.Generator().manual_seed(k))
+        geoms.append(g)
+        targets.append(t)
+    plan = TD.plan_of(geoms, targets)
+    batch = collate([sample_from_coefficients(dctnet.read_coefficients(s["path"]), FullImage(), 0, i)
+                     for i, s in enumerate(chosen)], pin_memory=False)
+    images, _ = TD.apply_plan(batch, plan, exact=True)
+    maps = TD.semantic_maps(plan, semantic)
+    for b, (s, k) in enumerate(zip(chosen, seeds)):
+        torch.manual_seed(k)
+        want = tv({"image": tv_tensors.Image(s["pixels"]), "mask": tv_tensors.Mask(semantic[b])})
+        assert images[b].shape == want["image"].shape, s["path"]
+        assert (images[b] - want["image"].as_subclass(torch.Tensor)).abs().max() <= 5e-5, s["path"]
+        assert torch.equal(maps[b], want["mask"].as_subclass(torch.Tensor)), s["path"]
+        if train:
+            assert images[b].shape[-2:] == (224, 224)

@@ -25,8 +25,8 @@ RECIPE = ROOT / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml"
 
 
 def _small(out, **over) -> list[str]:
-    sets = {"data.root": str(TREES), "data.batch_size": 2, "data.workers": 0, "data.limit_train": 4,
-            "data.limit_val": 3, "optim.epochs": 1, "train.max_steps": 2, "train.out": str(out), **over}
+    sets = {"data.root": str(TREES), "data.batch_size": 2, "data.workers": 0, "data.limit_train": 2,
+            "data.limit_val": 2, "optim.epochs": 1, "train.max_steps": 1, "train.out": str(out), **over}
     return [f"{k}={v}" for k, v in sets.items()]
 
 

@@ -129,14 +129,10 @@ class DetectionTrainer:
         common = dict(masks=masks, seed=r.train.seed, on_error=r.data.on_error, warnings=r.data.warnings)
         self.train_set = CocoDataset(*_split(r, "train"), **common)
         self.val_set = CocoDataset(*_split(r, "val"), **common)
-        for ds in (self.train_set, self.val_set):
+        for ds, limit in ((self.train_set, r.data.limit_train), (self.val_set, r.data.limit_val)):
+            if limit:  # the first N images (smoke tests): only those are checked and read
+                ds.ids, ds.paths = ds.ids[:limit], ds.paths[:limit]
             ds.check()
-        if r.data.limit_train:
-            self.train_set.ids = self.train_set.ids[: r.data.limit_train]
-            self.train_set.paths = self.train_set.paths[: r.data.limit_train]
-        if r.data.limit_val:
-            self.val_set.ids = self.val_set.ids[: r.data.limit_val]
-            self.val_set.paths = self.val_set.paths[: r.data.limit_val]
         num_classes = r.model.num_classes or len(self.train_set.classes) + 1
         torch.manual_seed(r.train.seed)
         kwargs = {k: v for k, v in (("min_size", r.detect.min_size), ("max_size", r.detect.max_size)) if v}

@@ -48,9 +48,11 @@ from dctnet.transforms import pixel as P
 from dctnet.transforms.device_crop import crops_to_rgb
 
 __all__ = [
-    "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "RandomHorizontalFlip",
-    "RandomIoUCrop", "RandomPhotometricDistort", "RandomResizedCrop", "RandomShortestSize", "RandomZoomOut", "Resize",
-    "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan", "detection_preset", "resized_output_size", "sample_generator",
+    "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
+    "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize",
+    "RandomResizedCrop", "RandomShortestSize", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter",
+    "apply_plan", "detection_preset", "resized_output_size", "sample_generator", "segmentation_preset",
+    "semantic_maps",
 ]
 
 #: per-box fields of a target, dropped together with their boxes
@@ -441,6 +443,56 @@ class RandomResizedCrop(DetectionOp):
         geom.resize(*self.size)
 
 
+class RandomResize(DetectionOp):
+    """torchvision v2's ``RandomResize(min_size, max_size)``: the shorter side resized to a size
+    drawn uniformly from ``[min_size, max_size)`` (``torch.randint``; the segmentation references'
+    training scale, ``0.5–2.0 × base_size``)."""
+
+    def __init__(self, min_size: int, max_size: int) -> None:
+        self.min_size, self.max_size = int(min_size), int(max_size)
+
+    def __call__(self, geom, target, gen):
+        size = int(torch.randint(self.min_size, self.max_size, (), generator=gen))
+        old = geom.canvas
+        new = resized_output_size(old, size)
+        _resize_boxes(target, old, new)
+        geom.resize(*new)
+
+
+class PadIfSmaller(DetectionOp):
+    """torchvision's segmentation references' ``PadIfSmaller(size, fill)``: pad the bottom and
+    right up to ``size`` on each side shorter than it, the image with ``fill`` (8-bit levels;
+    their default 0) and masks with 255 (the ignore index)."""
+
+    def __init__(self, size: int, fill: float | Sequence[float] = 0) -> None:
+        self.size, self.fill = int(size), fill
+        self._fill = _fill(fill)
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        geom.pad(0, 0, max(self.size - w, 0), max(self.size - h, 0), self._fill)
+
+
+class RandomCrop(DetectionOp):
+    """torchvision v2's ``RandomCrop(size)`` (no padding: place :class:`PadIfSmaller` before it, as
+    the segmentation references do): a crop at a uniformly drawn offset, boxes shifted and clamped."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        self.size = (int(size[0]), int(size[1]))
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        ch, cw = self.size
+        if h < ch or w < cw:
+            raise ValueError(f"Required crop size {self.size} is larger than input image size {(h, w)}.")
+        top = int(torch.randint(0, h - ch + 1, size=(), generator=gen)) if h > ch else 0
+        left = int(torch.randint(0, w - cw + 1, size=(), generator=gen)) if w > cw else 0
+        target["boxes"] = _clamp(target["boxes"] - torch.tensor([left, top, left, top], dtype=target["boxes"].dtype),
+                                 (ch, cw))
+        geom.crop(top, left, ch, cw)
+
+
 class RandomZoomOut(DetectionOp):
     """torchvision v2's ``RandomZoomOut(fill, side_range, p)``: with probability ``p``, the image is
     placed at a random offset on a canvas ``U(side_range)`` times its size, filled with ``fill``
@@ -649,7 +701,8 @@ class DetectionCompose:
     def draw_one(self, size: tuple[int, int], target: dict[str, Any],
                  gen: torch.Generator) -> tuple[Geometry, dict[str, Any]]:
         """One sample: its geometry and its moved target (a copy; the input is not changed)."""
-        t = {k: v for k, v in target.items() if k != "masks"}  # masks: gathered on the device by apply_plan
+        # masks and semantic maps: gathered on the device by apply_plan
+        t = {k: v for k, v in target.items() if k not in ("masks", "semantic")}
         t["boxes"] = torch.as_tensor(t.get("boxes", torch.zeros(0, 4)), dtype=torch.float64).reshape(-1, 4)
         t["_kept"] = torch.arange(t["boxes"].shape[0])
         geom = Geometry.of(*size)
@@ -785,6 +838,24 @@ def _stage_size(stage: Tensor) -> tuple[int, int]:
     return int(stage[:, 4].max()), int(stage[:, 5].max())
 
 
+def _gather(m: Tensor, maps: tuple[np.ndarray, np.ndarray], pad: int) -> Tensor:
+    """``m (..., H, W)`` through a sample's (rows, cols) index maps; −1 reads ``pad``."""
+    m = torch.nn.functional.pad(m, (0, 1, 0, 1), value=pad)  # index −1: the padding row and column
+    rows, cols = maps
+    r = torch.from_numpy(rows).to(m.device, non_blocking=True)
+    c = torch.from_numpy(cols).to(m.device, non_blocking=True)
+    r = torch.where(r < 0, m.shape[-2] - 1, r)
+    c = torch.where(c < 0, m.shape[-1] - 1, c)
+    return m.index_select(-2, r).index_select(-1, c)
+
+
+def semantic_maps(plan: DetectionPlan, semantic: Sequence[Tensor], ignore_index: int = 255) -> list[Tensor]:
+    """Semantic masks ``uint8 (H_b, W_b)`` (class indices) through ``plan``: ``(h_b, w_b)`` each,
+    nearest as torchvision resizes masks, padding ``ignore_index`` (the segmentation references'
+    255)."""
+    return [_gather(m, maps, ignore_index) for m, maps in zip(semantic, plan.mask_maps)]
+
+
 def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] | None = None, *,
                exact: bool = False) -> tuple[list[Tensor], list[Tensor | None]]:
     """The images (and masks) of ``batch`` — whole-image windows (:class:`dctnet.data.FullImage`),
@@ -818,15 +889,7 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
             out_masks.append(None)
             continue
         kept = plan.targets[b]["_kept"].to(m.device, non_blocking=True)
-        m = m.index_select(0, kept)
-        rows, cols = plan.mask_maps[b]
-        # a zero row and column at the end: index −1 reads them (padding is 0 in a mask)
-        m = torch.nn.functional.pad(m, (0, 1, 0, 1))
-        r = torch.from_numpy(rows).to(m.device, non_blocking=True)
-        c = torch.from_numpy(cols).to(m.device, non_blocking=True)
-        r = torch.where(r < 0, m.shape[1] - 1, r)
-        c = torch.where(c < 0, m.shape[2] - 1, c)
-        out_masks.append(m.index_select(1, r).index_select(2, c))
+        out_masks.append(_gather(m.index_select(0, kept), plan.mask_maps[b], 0))  # padding is 0 in a mask
     return images, out_masks
 
 
@@ -882,10 +945,25 @@ class DetectionStep:
                     moved[k] = t[k].to(device, non_blocking=True)
             if out_masks[b] is not None:
                 moved["masks"] = out_masks[b]
+            if targets[b].get("semantic") is not None:
+                sem = targets[b]["semantic"].to(device, non_blocking=True)
+                moved["semantic"] = _gather(sem, plan.mask_maps[b], 255)  # padding: the ignore index
             if "image_id" in t:
                 moved["image_id"] = t["image_id"]
             out.append(moved)
         return images, out
+
+
+def segmentation_preset(base_size: int = 520, crop_size: int = 480, hflip_prob: float = 0.5, *,
+                        train: bool = True) -> list[DetectionOp]:
+    """torchvision's segmentation references' presets: training ``RandomResize(0.5·base, 2·base)``,
+    a flip, ``PadIfSmaller(crop)`` (images 0, masks 255) and ``RandomCrop(crop)``; eval ``Resize(base)``."""
+    if not train:
+        return [Resize(base_size)]
+    ops: list[DetectionOp] = [RandomResize(int(0.5 * base_size), int(2.0 * base_size))]
+    if hflip_prob > 0:
+        ops.append(RandomHorizontalFlip(hflip_prob))
+    return [*ops, PadIfSmaller(crop_size), RandomCrop(crop_size)]
 
 
 def detection_preset(name: str, hflip_prob: float = 0.5,
