@@ -160,13 +160,16 @@ def _outline(kind: str, cx: float, cy: float, r: float, angle: float) -> list[fl
 
 
 def make_instance_set(root: str, *, textures: list[str] | None = None, train: int = 24, val: int = 8,
-                      size: tuple[int, int] = (160, 224), objects: tuple[int, int] = (2, 6), seed: int = 0) -> dict:
+                      size: tuple[int, int] = (160, 224), objects: tuple[int, int] = (2, 6), seed: int = 0,
+                      semantic: bool = False) -> dict:
     """A small COCO instance-segmentation set with exactly known masks: photo-textured objects
     (disks, squares, triangles; :data:`INSTANCE_CLASSES`) pasted without overlap on photo
     backgrounds, written as JPEGs in five layouts under ``root/{train,val}/`` with
     ``root/{train,val}.json`` (polygon segmentations; a pasted object covers exactly the pixels
     pycocotools rasterises from its polygon). ``textures``: JPEG paths to cut backgrounds and
-    textures from (real photos); ``None``: :func:`synthetic_image`. Returns the annotation paths."""
+    textures from (real photos); ``None``: :func:`synthetic_image`. ``semantic``: also class-index
+    PNGs under ``root/{train,val}_semantic/`` (0 background, ``k`` the ``k``-th class; torchvision's
+    segmentation references' layout). Returns the annotation paths."""
     from pycocotools import mask as mask_utils  # optional dependency (pycocotools, the "coco" extra)
 
     rng = np.random.default_rng(seed)
@@ -187,10 +190,13 @@ def make_instance_set(root: str, *, textures: list[str] | None = None, train: in
     ann_id = 1
     for split, n in (("train", train), ("val", val)):
         os.makedirs(os.path.join(root, split), exist_ok=True)
+        if semantic:
+            os.makedirs(os.path.join(root, f"{split}_semantic"), exist_ok=True)
         images, annotations = [], []
         for i in range(n):
             img = patch().copy()
             taken = np.zeros((h, w), bool)
+            classes = np.zeros((h, w), np.uint8)
             for _ in range(int(rng.integers(objects[0], objects[1] + 1))):
                 for _attempt in range(20):  # rejection: objects do not overlap, so each mask stays whole
                     kind = int(rng.integers(len(INSTANCE_CLASSES)))
@@ -203,12 +209,15 @@ def make_instance_set(root: str, *, textures: list[str] | None = None, train: in
                 else:
                     continue
                 taken |= m
+                classes[m] = kind + 1
                 img[m] = patch()[m]
                 x, y, bw, bh = (float(v) for v in mask_utils.toBbox(mask_utils.encode(np.asfortranarray(m.astype(np.uint8)))))
                 annotations.append({"id": ann_id, "image_id": i + 1, "category_id": kind + 1, "segmentation": [poly],
                                     "bbox": [x, y, bw, bh], "area": float(m.sum()), "iscrowd": 0})
                 ann_id += 1
             name = f"{i:04d}.jpg"
+            if semantic:
+                Image.fromarray(classes, "L").save(os.path.join(root, f"{split}_semantic", f"{i:04d}.png"))
             with open(os.path.join(root, split, name), "wb") as f:
                 f.write(encode_jpeg(img, quality=90, **_INSTANCE_LAYOUTS[i % len(_INSTANCE_LAYOUTS)]))
             images.append({"id": i + 1, "file_name": name, "width": w, "height": h})

@@ -121,3 +121,25 @@ def test_detection_masks_are_rle_of_the_steps_masks(tmp_path):
         for m in t["masks"]:
             assert np.array_equal(mask_utils.decode(anns[j]["segmentation"]), m.numpy())
             j += 1
+
+
+def test_segmentation_samples_write_their_class_maps(tmp_path):
+    from pycocotools import mask as mask_utils
+
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train.detection import DetectionTrainer
+
+    make_instance_set(str(tmp_path / "set"), train=3, val=1, size=(64, 96), seed=6, semantic=True)
+    split = {s: {"images": s, "annotations": f"{s}.json", "semantic": f"{s}_semantic"} for s in ("train", "val")}
+    values = {"data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 3, "workers": 0},
+              "model": {"arch": "torchvision:lraspp_mobilenet_v3_large", "input": "device-rgb", "num_classes": 4},
+              "detect": {"base_size": 64, "crop_size": 56}, "train": {"out": str(tmp_path / "run")}}
+    coco = browse(load_recipe(None, values), n=3, out=tmp_path / "b")
+    trainer = DetectionTrainer(load_recipe(None, values), log=lambda m: None)
+    _, targets = next(trainer._batches(trainer.train_loader, trainer.step, 0, {"cpu": 0.0, "n": 0.0}))
+    for k, t in enumerate(targets):
+        rebuilt = np.full(t["semantic"].shape, 255, np.uint8)
+        for a in coco["annotations"]:
+            if a["image_id"] == k + 1:
+                rebuilt[mask_utils.decode(a["segmentation"]).astype(bool)] = a["category_id"]
+        assert np.array_equal(rebuilt, t["semantic"].numpy())  # every class's pixels, and 255 where ignored

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["DETECTORS", "boxes_to_image", "build_detector", "detector_names", "prepare_detector"]
+__all__ = ["DETECTORS", "boxes_to_image", "build_detector", "build_segmenter", "detector_names", "prepare_detector",
+           "segmenter_names"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -29,6 +30,25 @@ def detector_names() -> list[str]:
     import torchvision  # optional dependency (torchvision's detectors)
 
     return list(torchvision.models.list_models(module=torchvision.models.detection))
+
+
+def segmenter_names() -> list[str]:
+    """torchvision's semantic segmentation builders (``list_models``)."""
+    import torchvision  # optional dependency (torchvision's segmentation models)
+
+    return list(torchvision.models.list_models(module=torchvision.models.segmentation))
+
+
+def build_segmenter(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
+    """torchvision's segmentation model ``name`` (DeepLabV3, FCN, LR-ASPP) with ``num_classes`` and no
+    downloaded weights; ``kwargs`` reach the builder (``aux_loss`` …)."""
+    import torchvision  # optional dependency (torchvision's segmentation models)
+
+    if name not in segmenter_names():
+        raise ValueError(f"unknown torchvision segmentation model {name!r} (torchvision has: {', '.join(segmenter_names())})")
+    kwargs.setdefault("weights", None)
+    kwargs.setdefault("weights_backbone", None)
+    return torchvision.models.get_model(name, num_classes=int(num_classes), **kwargs)
 
 
 def build_detector(name: str, num_classes: int, **kwargs: Any) -> nn.Module:

@@ -5,7 +5,9 @@ checking an augmentation before a long run.
 ``out/`` receives ``00000.png`` …, ``targets.json`` (COCO format in those images' pixels: boxes
 ``[x, y, w, h]``, masks as RLE, category ids as the dataset's; for classification recipes no
 annotations, each image entry carrying its ``label`` and, under mixing, its soft ``target``) and
-``contact_sheet.png`` (thumbnails with the boxes and masks drawn). Training samples take the draws
+``contact_sheet.png`` (thumbnails with the boxes and masks drawn). Segmentation recipes write one
+annotation per class present (COCO's stuff format: the class index as ``category_id``, its pixels as
+RLE; the ignore index 255 left out). Training samples take the draws
 of epoch 0's first steps (the same as training's); eval samples the eval transform.
 
 PNG values are the pixels clamped to [0, 1] and rounded to 8 bits: an op that leaves the range on
@@ -149,6 +151,7 @@ def browse(recipe: Recipe, *, split: str = "train", n: int = 16, out: str | Path
     categories: list[dict[str, Any]] = []
     if recipe.detection:
         ann_id = 1
+        seen_classes: set[int] = set()
         for k, (image, target, ds) in enumerate(_detection_samples(recipe, split, n, out)):
             path = out / f"{k:05d}.png"
             h, w = _png(image, path)
@@ -166,10 +169,23 @@ def browse(recipe: Recipe, *, split: str = "train", n: int = 16, out: str | Path
                     a["area"] = float(masks[j].sum())
                 anns.append(a)
                 ann_id += 1
+            if target.get("semantic") is not None:  # a segmentation recipe: one annotation per class (COCO stuff)
+                anns = []
+                sem = target["semantic"].cpu()
+                for c in sorted(int(v) for v in sem.unique().tolist() if v != 255):
+                    m = sem == c
+                    ys, xs = m.nonzero(as_tuple=True)
+                    x0, y0 = int(xs.min()), int(ys.min())
+                    anns.append({"id": ann_id, "image_id": k + 1, "category_id": c, "segmentation": _rle(m),
+                                 "area": float(m.sum()), "iscrowd": 0,
+                                 "bbox": [x0, y0, int(xs.max()) - x0 + 1, int(ys.max()) - y0 + 1]})
+                    ann_id += 1
+                    seen_classes.add(c)
             annotations += anns
             paths.append(path)
             per_image.append(anns)
-            categories = [{"id": cid, "name": name} for cid, name in zip(ds.category_ids[1:], ds.classes)]
+            categories = ([{"id": c, "name": f"class {c}"} for c in sorted(seen_classes)] if seen_classes else
+                          [{"id": cid, "name": name} for cid, name in zip(ds.category_ids[1:], ds.classes)])
     else:
         for k, (image, label, target) in enumerate(_classification_samples(recipe, split, n)):
             path = out / f"{k:05d}.png"

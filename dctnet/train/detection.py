@@ -32,14 +32,23 @@ import torch.distributed as dist
 from torch import nn
 
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
-from dctnet.models.detection import boxes_to_image, build_detector, prepare_detector
-from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results
+from dctnet.models.detection import boxes_to_image, build_detector, build_segmenter, prepare_detector
+from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
+from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.train.optim import lr_at
 from dctnet.train.process import start_process
 from dctnet.train.recipe import Recipe
 from dctnet.transforms import detection as TD
 
 __all__ = ["DetectionTrainer", "train_detection"]
+
+
+def _semantic_dir(recipe: Recipe, split: str) -> Path | None:
+    """The split's folder of class-index PNGs (``semantic``), or None."""
+    spec = getattr(recipe.data, split)
+    if "semantic" not in spec:
+        return None
+    return Path(spec["semantic"]) if os.path.isabs(spec["semantic"]) else Path(recipe.data.root) / spec["semantic"]
 
 
 def _split(recipe: Recipe, split: str) -> tuple[Path, Path]:
@@ -80,17 +89,55 @@ class _PillowCoco(torch.utils.data.Dataset):
         with Image.open(path) as im:
             image = TVF.pil_to_tensor(im.convert("RGB"))
         h, w = image.shape[-2:]
-        t = self.coco._target(index, h, w, None)
+        semantic = self.coco._semantic(index, h, w) if self.coco.semantic is not None else None
+        t = self.coco._target(index, h, w, semantic)
         sample = {"image": tv_tensors.Image(image), "labels": t["labels"], "iscrowd": t["iscrowd"], "area": t["area"],
                   "boxes": tv_tensors.BoundingBoxes(t["boxes"].float(), format="XYXY", canvas_size=(h, w))}
         if "masks" in t:
             sample["masks"] = tv_tensors.Mask(t["masks"])
+        if "semantic" in t:
+            sample["semantic"] = tv_tensors.Mask(t["semantic"])
         if self.transforms is not None:
             sample = self.transforms(sample)
         image = TVF.to_dtype(sample.pop("image"), torch.float32, scale=True).as_subclass(torch.Tensor)
         target = {k: (v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v) for k, v in sample.items()}
         target.update(image_id=t["image_id"], size=t["size"])
         return image, target
+
+
+class PadIfSmaller:
+    """torchvision's segmentation references' ``PadIfSmaller`` (their v2 extras) for the ``rgb``
+    arm: bottom/right padding up to ``size``, images with 0, masks with 255."""
+
+    def __init__(self, size: int) -> None:
+        self.size = int(size)
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        from torchvision import tv_tensors  # optional dependency (the baseline's)
+        from torchvision.transforms.v2 import functional as TVF  # (as above)
+
+        h, w = sample["image"].shape[-2:]
+        padding = [0, 0, max(self.size - w, 0), max(self.size - h, 0)]
+        if not any(padding):
+            return sample
+        out = dict(sample)
+        for k, v in sample.items():
+            if isinstance(v, (tv_tensors.Image, tv_tensors.Mask, tv_tensors.BoundingBoxes)):
+                out[k] = TVF.pad(v, padding=padding, fill=255 if isinstance(v, tv_tensors.Mask) else 0)
+        return out
+
+
+def torchvision_segmentation_preset(recipe: Recipe, train: bool) -> Any:
+    """torchvision's segmentation references' presets with torchvision's own ops (the ``rgb`` arm)."""
+    from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+    d = recipe.detect
+    if not train:
+        return v2.Resize(d.base_size)
+    ops = [v2.RandomResize(int(0.5 * d.base_size), int(2.0 * d.base_size))]
+    if d.hflip_prob > 0:
+        ops.append(v2.RandomHorizontalFlip(d.hflip_prob))
+    return v2.Compose([*ops, PadIfSmaller(d.crop_size), v2.RandomCrop(d.crop_size)])
 
 
 def _list_collate(items):
@@ -125,27 +172,39 @@ class DetectionTrainer:
                                                                         proc.log, proc.out)
         self.plan_a = r.model.input == "device-rgb"
         self._worker_cpu: dict[int, dict[int, float]] = {}
+        #: a semantic segmentation recipe (torchvision's segmentation models, class-index PNGs)
+        self.segmentation = r.segmentation
         masks = "instance" if r.detect.masks else "none"
         common = dict(masks=masks, seed=r.train.seed, on_error=r.data.on_error, warnings=r.data.warnings)
-        self.train_set = CocoDataset(*_split(r, "train"), **common)
-        self.val_set = CocoDataset(*_split(r, "val"), **common)
+        self.train_set = CocoDataset(*_split(r, "train"), semantic=_semantic_dir(r, "train"), **common)
+        self.val_set = CocoDataset(*_split(r, "val"), semantic=_semantic_dir(r, "val"), **common)
         for ds, limit in ((self.train_set, r.data.limit_train), (self.val_set, r.data.limit_val)):
             if limit:  # the first N images (smoke tests): only those are checked and read
                 ds.ids, ds.paths = ds.ids[:limit], ds.paths[:limit]
             ds.check()
         num_classes = r.model.num_classes or len(self.train_set.classes) + 1
         torch.manual_seed(r.train.seed)
-        kwargs = {k: v for k, v in (("min_size", r.detect.min_size), ("max_size", r.detect.max_size)) if v}
-        self.model = build_detector(r.model.arch.split(":", 1)[1], num_classes, **kwargs)
+        name = r.model.arch.split(":", 1)[1]
+        if self.segmentation:
+            self.model = build_segmenter(name, num_classes)
+        else:
+            kwargs = {k: v for k, v in (("min_size", r.detect.min_size), ("max_size", r.detect.max_size)) if v}
+            self.model = build_detector(name, num_classes, **kwargs)
+        self.num_classes = num_classes
         if r.model.init:
             state = torch.load(r.model.init, map_location="cpu", weights_only=True)
             state = state.get("model", state)
             missing, unexpected = self.model.load_state_dict(state, strict=False)
             self.log(f"model.init {r.model.init}: {len(missing)} missing, {len(unexpected)} unexpected keys")
-        self.train_resize = TD.DetectorResize.from_model(self.model, train=True)
-        self.eval_resize = TD.DetectorResize.from_model(self.model, train=False)
-        if self.plan_a:
-            prepare_detector(self.model)
+        if self.segmentation:  # the segmentation references' presets; the model takes the batch as it is
+            train_ops = TD.segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob)
+            eval_ops = TD.segmentation_preset(r.detect.base_size, train=False)
+        else:
+            train_ops = [*TD.detection_preset(r.detect.preset, r.detect.hflip_prob),
+                         TD.DetectorResize.from_model(self.model, train=True)]
+            eval_ops = [TD.DetectorResize.from_model(self.model, train=False)]
+            if self.plan_a:
+                prepare_detector(self.model)
         self.model.to(self.device)
         self.net: nn.Module = self.model
         if self.world_size > 1:
@@ -155,9 +214,8 @@ class DetectionTrainer:
         self.val_sampler = EpochSampler(len(self.val_set), shuffle=False)
         self.train_loader = self._loader(self.train_set, self.sampler, train=True)
         self.val_loader = self._loader(self.val_set, self.val_sampler, train=False)
-        self.step = TD.DetectionStep([*TD.detection_preset(r.detect.preset, r.detect.hflip_prob), self.train_resize],
-                                     seed=r.train.seed, exact=r.data.decode == "exact")
-        self.eval_step = TD.DetectionStep([self.eval_resize], seed=r.train.seed, exact=r.data.decode == "exact")
+        self.step = TD.DetectionStep(train_ops, seed=r.train.seed, exact=r.data.decode == "exact")
+        self.eval_step = TD.DetectionStep(eval_ops, seed=r.train.seed, exact=r.data.decode == "exact")
         params = [p for p in self.model.parameters() if p.requires_grad]
         global_batch = r.data.batch_size * self.world_size
         self.lr = r.optim.lr * global_batch / r.optim.lr_batch
@@ -189,6 +247,8 @@ class DetectionTrainer:
         r = self.recipe
         if self.plan_a:
             dataset, collate = ds, lambda items: collate_detection(items, pin_memory=self.device.type == "cuda")
+        elif self.segmentation:
+            dataset, collate = _PillowCoco(ds, torchvision_segmentation_preset(r, train)), _list_collate
         else:
             tfm = torchvision_preset(r.detect.preset, r.detect.hflip_prob) if train else None
             dataset, collate = _PillowCoco(ds, tfm), _list_collate
@@ -244,8 +304,11 @@ class DetectionTrainer:
                        warmup_lr=r.optim.warmup_lr)
             for g in self.opt.param_groups:
                 g["lr"] = lr
-            losses = self.net(images, [{k: v for k, v in t.items() if k in ("boxes", "labels", "masks")}
-                                       for t in targets])
+            if self.segmentation:
+                losses = self._segmentation_losses(images, targets)
+            else:
+                losses = self.net(images, [{k: v for k, v in t.items() if k in ("boxes", "labels", "masks")}
+                                           for t in targets])
             loss = sum(losses.values())
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -262,9 +325,48 @@ class DetectionTrainer:
                       data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6)
         return record
 
+    def _normalised(self, images: list[torch.Tensor]) -> torch.Tensor:
+        """A segmentation batch: the images (one size: the crop) stacked, ImageNet-normalised as the
+        segmentation references' ``Normalize``."""
+        x = torch.stack(images)
+        mean = torch.tensor(IMAGENET_MEAN, device=x.device, dtype=x.dtype).reshape(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD, device=x.device, dtype=x.dtype).reshape(1, 3, 1, 1)
+        return (x - mean) / std
+
+    def _segmentation_losses(self, images, targets) -> dict[str, torch.Tensor]:
+        """The segmentation references' criterion: cross-entropy ignoring 255 on ``out``, plus half
+        of it on ``aux`` when the model has an auxiliary head."""
+        out = self.net(self._normalised(images))
+        y = torch.stack([t["semantic"] for t in targets]).long()
+        losses = {"loss_out": nn.functional.cross_entropy(out["out"], y, ignore_index=255)}
+        if "aux" in out:
+            losses["loss_aux"] = 0.5 * nn.functional.cross_entropy(out["aux"], y, ignore_index=255)
+        return losses
+
+    @torch.no_grad()
+    def _evaluate_segmentation(self) -> dict[str, float]:
+        """mIoU and pixel accuracy of the val split at the eval size (the references' ``Resize(base)``,
+        compared with the resized class map, 255 ignored), confusion matrices summed over ranks."""
+        k = self.num_classes
+        confusion = torch.zeros(k, k, dtype=torch.int64, device=self.device)
+        cost = {"cpu": 0.0, "n": 0.0}
+        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
+            for image, target in zip(images, targets):  # one at a time: eval sizes differ
+                pred = self.model(self._normalised([image]))["out"].argmax(1)[0]
+                truth = target["semantic"].long()
+                keep = truth != 255
+                confusion += torch.bincount(truth[keep] * k + pred[keep], minlength=k * k).reshape(k, k)
+        if dist.is_initialized():
+            dist.all_reduce(confusion)
+        total = confusion.sum().clamp(min=1)
+        return {"mIoU": mean_iou(confusion.cpu()), "pixel_acc": float(confusion.diag().sum() / total),
+                "val_data_cpu_us_per_sample": cost["cpu"] / max(cost["n"], 1) * 1e6}
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.net.eval()
+        if self.segmentation:
+            return self._evaluate_segmentation()
         ds, results, cost = self.val_set, [], {"cpu": 0.0, "n": 0.0}
         iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
@@ -301,6 +403,7 @@ class DetectionTrainer:
                 if r.train.checkpoint:
                     self._save(self.out / "last.pt", epoch)
                 ap = f", val bbox AP {record['bbox_AP']:.3f} AP50 {record['bbox_AP50']:.3f}" if "bbox_AP" in record else ""
+                ap += f", val mIoU {record['mIoU']:.3f}" if "mIoU" in record else ""
                 self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f}{ap} | "
                          f"{record['images_per_s']:.1f} img/s, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample")
         return record

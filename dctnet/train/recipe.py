@@ -165,6 +165,10 @@ class DetectConfig:
     # the detector's GeneralizedRCNNTransform: shorter side / longer side cap; 0 keeps the model's default
     min_size: int = 0
     max_size: int = 0
+    # segmentation models (torchvision's segmentation references): train RandomResize(0.5-2 x base_size),
+    # flip, PadIfSmaller + RandomCrop(crop_size); eval Resize(base_size)
+    base_size: int = 520
+    crop_size: int = 480
 
 
 @dataclass
@@ -180,8 +184,15 @@ class Recipe:
 
     @property
     def detection(self) -> bool:
-        """A detection recipe (COCO data, a torchvision detector)."""
+        """A detection or segmentation recipe (COCO data, a torchvision detector or segmentation model)."""
         return self.data.source == "coco"
+
+    @property
+    def segmentation(self) -> bool:
+        """A semantic segmentation recipe (a torchvision segmentation model on class-index PNGs)."""
+        from dctnet.models.detection import segmenter_names  # (torchvision: the detection recipes' dependency)
+
+        return self.detection and self.model.arch.split(":", 1)[-1] in segmenter_names()
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
@@ -432,7 +443,8 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "train.log_every": (1, _INF, False, True), "train.torch_threads": (0, 4096, False, False),
     "train.max_steps": (0, _INF, False, True),
     "detect.hflip_prob": (0, 1, False, False), "detect.min_size": (0, 8192, False, False),
-    "detect.max_size": (0, 8192, False, False),
+    "detect.max_size": (0, 8192, False, False), "detect.base_size": (16, 8192, False, False),
+    "detect.crop_size": (16, 8192, False, False),
 }
 
 
@@ -538,19 +550,20 @@ def _check(r: Recipe, where: str) -> None:
 def _check_detection(r: Recipe, bad) -> None:
     """A detection recipe: COCO splits as {images, annotations}, a torchvision detector, the
     geometry in ``detect`` (not ``augment``)."""
-    from dctnet.models.detection import detector_names  # (torchvision: the detection recipes' dependency)
+    from dctnet.models.detection import detector_names, segmenter_names  # (torchvision: detection recipes only)
 
     if not r.detection:
         bad(f"data.train / data.val as {{images, annotations}} are for data.source: coco, not {r.data.source!r}")
     for split in ("train", "val"):
         v = getattr(r.data, split)
-        if not isinstance(v, dict) or set(v) != {"images", "annotations"}:
-            bad(f"data.{split}: source coco takes {{images: DIR, annotations: FILE.json}}, got {v!r}")
+        if not isinstance(v, dict) or not {"images", "annotations"} <= set(v) <= {"images", "annotations", "semantic"}:
+            bad(f"data.{split}: source coco takes {{images: DIR, annotations: FILE.json}} (and semantic: DIR of "
+                f"class-index PNGs for segmentation models), got {v!r}")
     arch = r.model.arch
     if not arch.startswith("torchvision:"):
         bad(f"model.arch: a detection recipe names a torchvision detector as torchvision:NAME "
             f"(e.g. torchvision:fasterrcnn_mobilenet_v3_large_320_fpn), got {arch!r}")
-    names = detector_names()
+    names = detector_names() + segmenter_names()
     if arch.split(":", 1)[1] not in names:
         close = difflib.get_close_matches(arch.split(":", 1)[1], names, n=1, cutoff=SUGGEST_CUTOFF)
         bad(f"model.arch: {arch!r} is not a torchvision detector" + (f" (did you mean 'torchvision:{close[0]}'?)"
@@ -563,6 +576,12 @@ def _check_detection(r: Recipe, bad) -> None:
             f"{', '.join(DETECTION_PRESETS)}), not an augment list")
     if r.detect.masks and "mask" not in arch:
         bad(f"detect.masks: true is for a mask head (torchvision:maskrcnn_*), not {arch!r}")
+    if r.segmentation:
+        for split in ("train", "val"):
+            if "semantic" not in getattr(r.data, split):
+                bad(f"data.{split}: a segmentation model ({arch}) trains on class-index PNGs: add semantic: DIR")
+        if not r.model.num_classes:
+            bad(f"model.num_classes: a segmentation model ({arch}) needs the number of classes of its PNGs")
     if r.detect.max_size and r.detect.min_size and r.detect.max_size < r.detect.min_size:
         bad(f"detect.max_size ({r.detect.max_size}) must be at least detect.min_size ({r.detect.min_size})")
 
