@@ -363,7 +363,8 @@ def test_the_detection_step_makes_no_host_sync(samples):
         tracer = DeviceTracer()
         tracer.mark(batch)
         tracer.mark([t["masks"] for t in targets])
-        step = TD.DetectionStep([*TD.detection_preset(preset), TD.DetectorResize((288, 320), 480)], seed=1)
+        warp = [TD.RandomAffine(10, translate=(0.1, 0.1), interpolation="bilinear")] if preset == "ssd" else []
+        step = TD.DetectionStep([*warp, *TD.detection_preset(preset), TD.DetectorResize((288, 320), 480)], seed=1)
         with tracer:
             images, out = step(batch, targets)
         assert len(images) == len(chosen) and all(o["masks"].shape[1:] == i.shape[1:] for o, i in zip(out, images))
@@ -486,3 +487,41 @@ def test_segmentation_preset_moves_semantic_masks_as_torchvisions(samples, train
         assert torch.equal(maps[b], want["mask"].as_subclass(torch.Tensor)), s["path"]
         if train:
             assert images[b].shape[-2:] == (224, 224)
+
+
+# ---------------------------------------------------------------------------------------------- warps
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest"])
+def test_random_affine_and_rotation_warp_images_boxes_and_masks(samples, interpolation):
+    """torchvision v2's RandomAffine (rotation, translation, scale, shear) and RandomRotation after a
+    resize and a flip, on a batch of different canvases: boxes (corners, then clamped) ≤ 1e-4 px,
+    masks equal, pixels within float rounding of the grid (nearest: the rare exact tie may round the
+    other way)."""
+    mean = (123.0, 117.0, 104.0)
+    fill = {tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}
+    ours_ops = [TD.RandomShortestSize((160, 200), max_size=300), TD.RandomHorizontalFlip(0.5),
+                TD.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=(-8, 8, -4, 4),
+                                interpolation=interpolation, fill=mean),
+                TD.RandomRotation(15, interpolation=interpolation, fill=mean), TD.SanitizeBoundingBoxes()]
+    tv_ops = [v2.RandomShortestSize((160, 200), max_size=300), v2.RandomHorizontalFlip(0.5),
+              v2.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=(-8, 8, -4, 4),
+                              interpolation=interpolation, fill=fill),
+              v2.RandomRotation(15, interpolation=interpolation, fill=fill), v2.SanitizeBoundingBoxes()]
+    chosen = samples[:6]
+    seeds = seeds_for(len(chosen), 8)
+    plan, images, masks = ours(ours_ops, chosen, seeds)
+    for b, (s, k) in enumerate(zip(chosen, seeds)):
+        torch.manual_seed(k)
+        want = v2.Compose(tv_ops)(tv_sample(s))
+        wi = want["image"].as_subclass(torch.Tensor)
+        assert images[b].shape == wi.shape, s["path"]
+        diff = (images[b] - wi).abs()
+        if interpolation == "bilinear":
+            assert diff.max() <= 1e-4, (s["path"], float(diff.max()))
+        else:
+            assert (diff > 1e-4).float().mean() <= 1e-3, (s["path"], float((diff > 1e-4).float().mean()))
+        wb = want["boxes"].as_subclass(torch.Tensor)
+        assert plan.targets[b]["boxes"].shape == wb.shape and torch.allclose(plan.targets[b]["boxes"], wb,
+                                                                             atol=BOX_TOL, rtol=0), s["path"]
+        assert torch.equal(plan.targets[b]["labels"], want["labels"])
+        assert torch.equal(masks[b], want["masks"].as_subclass(torch.Tensor)), s["path"]
+    assert sum(len(t["boxes"]) for t in plan.targets) > 20 and sum(int(m.sum()) for m in masks) > 0

@@ -44,15 +44,16 @@ import torch
 from torch import Tensor
 
 from dctnet import resize as RS
+from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 from dctnet.transforms.device_crop import crops_to_rgb
 
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
-    "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize",
-    "RandomResizedCrop", "RandomShortestSize", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter",
-    "apply_plan", "detection_preset", "resized_output_size", "sample_generator", "segmentation_preset",
-    "semantic_maps",
+    "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort",
+    "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut", "Resize",
+    "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan", "detection_preset", "resized_output_size",
+    "sample_generator", "segmentation_preset", "semantic_maps",
 ]
 
 #: per-box fields of a target, dropped together with their boxes
@@ -83,8 +84,11 @@ class _Stage:
     fill: tuple[float, float, float] | None = None
     #: antialiased resampling (torchvision's ``resize``), or torch's plain bilinear (a detector's own)
     antialias: bool = True
-    #: colour ops applied to this stage's output (:class:`RandomPhotometricDistort`'s drawn
-    #: parameters); a stage with them is sealed: later geometry resamples its result
+    #: an affine warp of this stage's output (:class:`RandomAffine`, :class:`RandomRotation`): the
+    #: ``inverse`` (2, 3) in torchvision's centred coordinates, ``mode``, ``fill``; it seals the stage
+    warp: dict[str, Any] | None = None
+    #: colour ops applied to this stage's output (after its warp; :class:`RandomPhotometricDistort`'s
+    #: drawn parameters); a stage with them is sealed: later geometry resamples its result
     photometric: dict[str, Any] | None = None
 
     @classmethod
@@ -124,8 +128,9 @@ class Geometry:
         return self.stages[-1].canvas
 
     def _open(self) -> _Stage:
-        """The stage geometry joins: the last one, unless colour ops sealed it."""
-        return self.stages[-1] if self.stages[-1].photometric is None else self._new_stage()
+        """The stage geometry joins: the last one, unless a warp or colour ops sealed it."""
+        last = self.stages[-1]
+        return last if last.photometric is None and last.warp is None else self._new_stage()
 
     def _new_stage(self) -> _Stage:
         self.stages.append(_Stage.identity(self.canvas))
@@ -180,6 +185,14 @@ class Geometry:
         s = self._open()
         s.flip = not s.flip
 
+    def warp(self, inverse: Sequence[float], mode: str, fill: tuple[float, float, float]) -> None:
+        """torchvision's ``affine`` of the current canvas (output size = input size): ``inverse`` the 6
+        numbers of ``_get_inverse_affine_matrix`` in its centred coordinates."""
+        s = self.stages[-1]
+        if s.warp is not None or s.photometric is not None:
+            s = self._new_stage()
+        s.warp = {"inverse": [float(v) for v in inverse], "mode": mode, "fill": fill}
+
     def photometric(self, params: dict[str, Any]) -> None:
         """Colour ops on the current canvas (after everything so far), drawn as ``params``."""
         s = self.stages[-1]
@@ -187,17 +200,24 @@ class Geometry:
             s = self._new_stage()
         s.photometric = params
 
-    def mask_maps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Row and column index maps ``int64 (h,)``, ``(w,)`` from the output canvas into the source
-        image: torchvision's nearest resizes, crops, pads (−1: padding, 0 in a mask) and flips,
-        composed over the stages."""
+    def mask_maps(self) -> list[tuple]:
+        """How masks move, as a short program: ``("maps", rows, cols)`` — row and column index maps
+        ``int64 (h,)``, ``(w,)`` into the previous canvas, torchvision's nearest resizes, crops, pads
+        (−1: padding) and flips composed over consecutive stages — and ``("warp", inverse (2, 3),
+        (h, w))``, an affine warp (nearest) of the canvas at that point."""
+        program: list[tuple] = []
         rows = cols = None
         for s in self.stages:
             r = _nearest_map(s.box[0], s.box[2], s.resized[0], s.window[0], s.window[2], False)
             c = _nearest_map(s.box[1], s.box[3], s.resized[1], s.window[1], s.window[3], s.flip)
             rows = r if rows is None else _compose(rows, r)
             cols = c if cols is None else _compose(cols, c)
-        return rows, cols
+            if s.warp is not None:
+                program += [("maps", rows, cols), ("warp", s.warp["inverse"], s.canvas)]
+                rows = cols = None
+        if rows is not None:
+            program.append(("maps", rows, cols))
+        return program
 
 
 def _nearest_map(start: int, in_size: int, resized: int, offset: int, length: int, flip: bool) -> np.ndarray:
@@ -568,6 +588,105 @@ class RandomIoUCrop(DetectionOp):
                 return
 
 
+def _forward_affine(center: tuple[float, float], angle: float, translate: Sequence[float], scale: float,
+                    shear: Sequence[float]) -> list[float]:
+    """torchvision's ``_get_inverse_affine_matrix(..., inverted=False)``: the forward map of the
+    points (boxes' corners) in pixel coordinates about ``center``."""
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
+    m = [v * scale for v in (a, b, 0.0, c, d, 0.0)]
+    m[2] += m[0] * (-cx) + m[1] * (-cy) + cx + tx
+    m[5] += m[3] * (-cx) + m[4] * (-cy) + cy + ty
+    return m
+
+
+def _affine_boxes(target: dict[str, Any], forward: list[float], canvas: tuple[int, int]) -> None:
+    """torchvision's ``affine_bounding_boxes`` (``expand=False``): the 4 corners mapped, their
+    bounding box, clamped to the canvas."""
+    b = target["boxes"]
+    if not len(b):
+        return
+    pts = b[:, [[0, 1], [2, 1], [2, 3], [0, 3]]].reshape(-1, 2)
+    pts = torch.cat([pts, torch.ones(pts.shape[0], 1, dtype=b.dtype)], 1)
+    out = (pts @ torch.tensor(forward, dtype=b.dtype).reshape(2, 3).T).reshape(-1, 4, 2)
+    lo, hi = torch.aminmax(out, dim=1)
+    target["boxes"] = _clamp(torch.cat([lo, hi], 1), canvas)
+
+
+class _AffineOp(DetectionOp):
+    """What :class:`RandomAffine` and :class:`RandomRotation` share: the warp of image, boxes, masks."""
+
+    def _apply(self, geom: Geometry, target: dict[str, Any], angle: float, translate: Sequence[float], scale: float,
+               shear: Sequence[float]) -> None:
+        h, w = geom.canvas
+        _affine_boxes(target, _forward_affine((w * 0.5, h * 0.5), angle, translate, scale, shear), (h, w))
+        inverse = G.affine_matrix(torch.tensor([angle]), torch.tensor([list(translate)], dtype=torch.float64),
+                                  torch.tensor([scale]), torch.tensor([list(shear)], dtype=torch.float64),
+                                  size=(h, w))[0]
+        geom.warp(inverse.reshape(-1).tolist(), self.interpolation, self._fill)
+
+
+class RandomAffine(_AffineOp):
+    """torchvision v2's ``RandomAffine(degrees, translate, scale, shear, interpolation, fill)``
+    (``center`` the image centre): its draws, the warp on the device (``fill`` in 8-bit levels;
+    masks filled with 0), boxes as its ``affine_bounding_boxes`` (corners, then clamped)."""
+
+    def __init__(self, degrees: float | Sequence[float], translate: Sequence[float] | None = None,
+                 scale: Sequence[float] | None = None, shear: float | Sequence[float] | None = None,
+                 interpolation: str = "nearest", fill: float | Sequence[float] = 0) -> None:
+        self.degrees = (-float(degrees), float(degrees)) if isinstance(degrees, (int, float)) else tuple(degrees)
+        self.translate, self.scale = translate, scale
+        if isinstance(shear, (int, float)):
+            shear = (-float(shear), float(shear))
+        self.shear = None if shear is None else tuple(float(v) for v in shear)
+        if interpolation not in ("nearest", "bilinear"):
+            raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
+        self.interpolation, self.fill = interpolation, fill
+        self._fill = _fill(fill)
+
+    def __call__(self, geom, target, gen):
+        h, w = geom.canvas
+        angle = torch.empty(1).uniform_(self.degrees[0], self.degrees[1], generator=gen).item()
+        if self.translate is not None:
+            max_dx, max_dy = float(self.translate[0] * w), float(self.translate[1] * h)
+            tx = int(round(torch.empty(1).uniform_(-max_dx, max_dx, generator=gen).item()))
+            ty = int(round(torch.empty(1).uniform_(-max_dy, max_dy, generator=gen).item()))
+            translate = (tx, ty)
+        else:
+            translate = (0, 0)
+        scale = torch.empty(1).uniform_(self.scale[0], self.scale[1], generator=gen).item() if self.scale else 1.0
+        shear_x = shear_y = 0.0
+        if self.shear is not None:
+            shear_x = torch.empty(1).uniform_(self.shear[0], self.shear[1], generator=gen).item()
+            if len(self.shear) == 4:
+                shear_y = torch.empty(1).uniform_(self.shear[2], self.shear[3], generator=gen).item()
+        self._apply(geom, target, angle, translate, scale, (shear_x, shear_y))
+
+
+class RandomRotation(_AffineOp):
+    """torchvision v2's ``RandomRotation(degrees, interpolation, expand=False, fill)``
+    (counter-clockwise, about the image centre); ``expand=True`` is not supported yet."""
+
+    def __init__(self, degrees: float | Sequence[float], interpolation: str = "nearest", expand: bool = False,
+                 fill: float | Sequence[float] = 0) -> None:
+        if expand:
+            raise ValueError("RandomRotation(expand=True) is not supported yet for detection (the canvas would grow)")
+        self.degrees = (-float(degrees), float(degrees)) if isinstance(degrees, (int, float)) else tuple(degrees)
+        if interpolation not in ("nearest", "bilinear"):
+            raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
+        self.interpolation, self.fill = interpolation, fill
+        self._fill = _fill(fill)
+
+    def __call__(self, geom, target, gen):
+        angle = torch.empty(1).uniform_(self.degrees[0], self.degrees[1], generator=gen).item()
+        self._apply(geom, target, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))  # torchvision's rotate: affine by −angle
+
+
 class RandomPhotometricDistort(DetectionOp):
     """torchvision v2's ``RandomPhotometricDistort`` (SSD's colour distortion): each of brightness,
     contrast, saturation and hue with probability ``p`` (factor uniform in its range), contrast
@@ -669,7 +788,9 @@ class DetectionPlan:
         fills: per stage, RGB in [0, 1] of its padding.
         targets: per sample, the target moved (boxes float64 XYXY; ``_kept``: the indices of the
             source boxes that remain, in order).
-        mask_maps: per sample, the (rows, cols) index maps of its masks into the source (−1: 0).
+        mask_maps: per sample, how its masks move (:meth:`Geometry.mask_maps`).
+        warps: per stage, ``None`` or ``(inverse (B, 2, 3) float64, mode, fill, on (B,))``: the
+            stage's affine warp per sample (identity where a sample has none).
     """
 
     sizes: Tensor
@@ -682,7 +803,8 @@ class DetectionPlan:
     #: 1, 1, 0), ``on (B, 4)``, ``before (B,)``, ``permutation (B, 3)``, ``permute (B,)``
     photometric: list[dict[str, Tensor] | None]
     targets: list[dict[str, Any]]
-    mask_maps: list[tuple[np.ndarray, np.ndarray]] = field(repr=False)
+    mask_maps: list[list[tuple]] = field(repr=False)
+    warps: list[tuple | None] = field(default_factory=list)
 
 
 class DetectionCompose:
@@ -756,11 +878,24 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
             "permute": torch.tensor([d is not None and d["permutation"] is not None for d in drawn]),
             "permutation": torch.tensor([d["permutation"] if d is not None and d["permutation"] is not None
                                          else [0, 1, 2] for d in drawn], dtype=torch.int64)})
+    warps: list[tuple | None] = []
+    for s in range(n):
+        drawn = [g.stages[s].warp if s < len(g.stages) else None for g in geoms]
+        if all(d is None for d in drawn):
+            warps.append(None)
+            continue
+        kinds = {(d["mode"], d["fill"]) for d in drawn if d is not None}
+        if len(kinds) > 1:
+            raise ValueError(f"stage {s}: samples warp with different interpolations or fills ({sorted(kinds)})")
+        mode, fill = kinds.pop()
+        inverse = torch.tensor([d["inverse"] if d is not None else [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] for d in drawn],
+                               dtype=torch.float64).reshape(-1, 2, 3)
+        warps.append((inverse, mode, fill, torch.tensor([d is not None for d in drawn])))
     return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
                          stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
                          antialias=torch.from_numpy(antialias),
                          fills=[f or (0.0, 0.0, 0.0) for f in fills], photometric=photometric, targets=list(targets),
-                         mask_maps=[g.mask_maps() for g in geoms])
+                         mask_maps=[g.mask_maps() for g in geoms], warps=warps)
 
 
 # ---------------------------------------------------------------------------------------------- device
@@ -838,15 +973,56 @@ def _stage_size(stage: Tensor) -> tuple[int, int]:
     return int(stage[:, 4].max()), int(stage[:, 5].max())
 
 
-def _gather(m: Tensor, maps: tuple[np.ndarray, np.ndarray], pad: int) -> Tensor:
-    """``m (..., H, W)`` through a sample's (rows, cols) index maps; −1 reads ``pad``."""
-    m = torch.nn.functional.pad(m, (0, 1, 0, 1), value=pad)  # index −1: the padding row and column
-    rows, cols = maps
-    r = torch.from_numpy(rows).to(m.device, non_blocking=True)
-    c = torch.from_numpy(cols).to(m.device, non_blocking=True)
-    r = torch.where(r < 0, m.shape[-2] - 1, r)
-    c = torch.where(c < 0, m.shape[-1] - 1, c)
-    return m.index_select(-2, r).index_select(-1, c)
+def _gather(m: Tensor, program: list[tuple], pad: int) -> Tensor:
+    """``m (..., H, W)`` through a sample's mask program (:meth:`Geometry.mask_maps`): index maps
+    (−1 reads ``pad``) and nearest affine warps (outside the canvas: ``pad``)."""
+    for step in program:
+        if step[0] == "warp":
+            m = _warp_nearest(m, step[1], step[2], pad)
+            continue
+        _, rows, cols = step
+        m = torch.nn.functional.pad(m, (0, 1, 0, 1), value=pad)  # index −1: the padding row and column
+        r = torch.from_numpy(rows).to(m.device, non_blocking=True)
+        c = torch.from_numpy(cols).to(m.device, non_blocking=True)
+        r = torch.where(r < 0, m.shape[-2] - 1, r)
+        c = torch.where(c < 0, m.shape[-1] - 1, c)
+        m = m.index_select(-2, r).index_select(-1, c)
+    return m
+
+
+def _warp_nearest(m: Tensor, inverse: Sequence[float], size: tuple[int, int], pad: int) -> Tensor:
+    """torchvision's nearest ``affine`` of masks ``m (..., h, w)`` (their canvas) by ``inverse``."""
+    lead = m.shape[:-2]
+    x = m.reshape(-1, 1, *m.shape[-2:]).to(torch.float32)
+    theta = torch.tensor(inverse, dtype=torch.float32).reshape(1, 2, 3).to(m.device, non_blocking=True)
+    out = G.affine(x, theta.expand(x.shape[0], 2, 3), interpolation="nearest", fill=float(pad) if pad else None)
+    return out.round().to(m.dtype).reshape(*lead, *size)
+
+
+def _warp(x: Tensor, sizes: Tensor, inverse: Tensor, mode: str, fill: tuple[float, float, float], on: Tensor) -> Tensor:
+    """Each sample's canvas ``sizes (B, 2)`` of the padded batch ``x`` warped by its ``inverse (B, 2, 3)``
+    (torchvision's centred coordinates of that canvas: ``_affine_grid`` + ``_apply_grid_transform``
+    with ``fill``); samples with ``on`` False are left as they are (host masks: no sync)."""
+    b, c, hh, ww = x.shape
+    dev, dt = x.device, x.dtype
+    h = sizes[:, 0].to(dt).reshape(-1, 1, 1)
+    w = sizes[:, 1].to(dt).reshape(-1, 1, 1)
+    j = torch.arange(ww, device=dev, dtype=dt).reshape(1, 1, ww)
+    i = torch.arange(hh, device=dev, dtype=dt).reshape(1, hh, 1)
+    u, v = j - (w - 1) * 0.5, i - (h - 1) * 0.5                       # each sample's centred coordinates
+    th = inverse.to(dev, dt, non_blocking=True)
+    su = th[:, 0, 0, None, None] * u + th[:, 0, 1, None, None] * v + th[:, 0, 2, None, None]
+    sv = th[:, 1, 0, None, None] * u + th[:, 1, 1, None, None] * v + th[:, 1, 2, None, None]
+    # the source pixel in the sample's canvas, normalised for the padded tensor grid_sample reads
+    gx = (2.0 * (su + (w - 1) * 0.5) + 1.0) / ww - 1.0
+    gy = (2.0 * (sv + (h - 1) * 0.5) + 1.0) / hh - 1.0
+    inside = ((i < h) & (j < w)).to(dt)[:, None]                       # (B, 1, H, W): the canvas, not the padding
+    out = torch.nn.functional.grid_sample(torch.cat([x * inside, inside], 1), torch.stack([gx, gy], -1), mode=mode,
+                                          padding_mode="zeros", align_corners=False)
+    out, mask = out[:, :c], out[:, c:]
+    f = torch.tensor(fill, dtype=dt).to(dev, non_blocking=True).reshape(1, -1, 1, 1)
+    out = torch.where(mask < 0.5, f, out) if mode == "nearest" else (out - f) * mask + f
+    return torch.where(on.to(dev, non_blocking=True).reshape(-1, 1, 1, 1), out, x)
 
 
 def semantic_maps(plan: DetectionPlan, semantic: Sequence[Tensor], ignore_index: int = 255) -> list[Tensor]:
@@ -872,12 +1048,16 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
                      fill=plan.fills[0])
     x = _flip_columns(x, stages[0, :, 5], flips[0])
+    if plan.warps and plan.warps[0] is not None:
+        x = _warp(x, stages[0, :, 4:6], *plan.warps[0])
     if plan.photometric[0] is not None:
         x = _photometric(x, plan.photometric[0], stages[0, :, 4:6])
     for s in range(1, stages.shape[0]):
         x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
                       plan.fills[s])
         x = _flip_columns(x, stages[s, :, 5], flips[s])
+        if plan.warps and plan.warps[s] is not None:
+            x = _warp(x, stages[s, :, 4:6], *plan.warps[s])
         if plan.photometric[s] is not None:
             x = _photometric(x, plan.photometric[s], stages[s, :, 4:6])
     sizes = plan.sizes.tolist()
