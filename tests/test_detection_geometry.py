@@ -371,15 +371,17 @@ def test_the_detection_step_makes_no_host_sync(samples):
 
 
 # ---------------------------------------------------------------------------------------------- the model's resize
-@pytest.mark.parametrize("train", [False, True])
-def test_detector_resize_is_the_models_own_and_leaves_its_transform_nothing_to_resample(samples, train):
+@pytest.mark.parametrize("arch,train", [("fasterrcnn_mobilenet_v3_large_320_fpn", False),
+                                        ("fasterrcnn_mobilenet_v3_large_320_fpn", True),
+                                        ("ssdlite320_mobilenet_v3_large", True)])  # (SSD's: a fixed size)
+def test_detector_resize_is_the_models_own_and_leaves_its_transform_nothing_to_resample(samples, arch, train):
     """DetectorResize equals a torchvision detector's GeneralizedRCNNTransform resize (boxes, masks,
     pixels after its normalisation, sizes; in training with its torch_choice of min_size); after
     prepare_detector the model's transform only normalises: its input size is its output size."""
     from dctnet.models.detection import build_detector, prepare_detector
 
-    model = build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", num_classes=3, min_size=(288, 320, 352),
-                           max_size=448)
+    kwargs = {"min_size": (288, 320, 352), "max_size": 448} if arch.startswith("faster") else {}
+    model = build_detector(arch, num_classes=3, **kwargs)
     model.train(train)
     ref = model.transform
     chosen = samples[:6]
