@@ -492,8 +492,8 @@ def test_segmentation_preset_moves_semantic_masks_as_torchvisions(samples, train
 
 
 # ---------------------------------------------------------------------------------------------- warps
-@pytest.mark.parametrize("interpolation", ["bilinear", "nearest"])
-def test_random_affine_and_rotation_warp_images_boxes_and_masks(samples, interpolation):
+@pytest.mark.parametrize("interpolation,expand", [("bilinear", False), ("nearest", False), ("bilinear", True)])
+def test_random_affine_and_rotation_warp_images_boxes_and_masks(samples, interpolation, expand):
     """torchvision v2's RandomAffine (rotation, translation, scale, shear) and RandomRotation after a
     resize and a flip, on a batch of different canvases: boxes (corners, then clamped) ≤ 1e-4 px,
     masks equal, pixels within float rounding of the grid (nearest: the rare exact tie may round the
@@ -503,11 +503,11 @@ def test_random_affine_and_rotation_warp_images_boxes_and_masks(samples, interpo
     ours_ops = [TD.RandomShortestSize((160, 200), max_size=300), TD.RandomHorizontalFlip(0.5),
                 TD.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=(-8, 8, -4, 4),
                                 interpolation=interpolation, fill=mean),
-                TD.RandomRotation(15, interpolation=interpolation, fill=mean), TD.SanitizeBoundingBoxes()]
+                TD.RandomRotation(15, interpolation=interpolation, fill=mean, expand=expand), TD.SanitizeBoundingBoxes()]
     tv_ops = [v2.RandomShortestSize((160, 200), max_size=300), v2.RandomHorizontalFlip(0.5),
               v2.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=(-8, 8, -4, 4),
                               interpolation=interpolation, fill=fill),
-              v2.RandomRotation(15, interpolation=interpolation, fill=fill), v2.SanitizeBoundingBoxes()]
+              v2.RandomRotation(15, interpolation=interpolation, fill=fill, expand=expand), v2.SanitizeBoundingBoxes()]
     chosen = samples[:6]
     seeds = seeds_for(len(chosen), 8)
     plan, images, masks = ours(ours_ops, chosen, seeds)

@@ -109,6 +109,9 @@ class _Stage:
 
     @property
     def canvas(self) -> tuple[int, int]:
+        """The stage's output size: its window, or its warp's output (a rotation with ``expand``)."""
+        if self.warp is not None:
+            return self.warp["size"]
         return self.window[2], self.window[3]
 
 
@@ -185,13 +188,17 @@ class Geometry:
         s = self._open()
         s.flip = not s.flip
 
-    def warp(self, inverse: Sequence[float], mode: str, fill: tuple[float, float, float]) -> None:
-        """torchvision's ``affine`` of the current canvas (output size = input size): ``inverse`` the 6
-        numbers of ``_get_inverse_affine_matrix`` in its centred coordinates."""
+    def warp(self, inverse: Sequence[float], mode: str, fill: tuple[float, float, float],
+             size: tuple[int, int] | None = None) -> None:
+        """torchvision's ``affine`` of the current canvas: ``inverse`` the 6 numbers of
+        ``_get_inverse_affine_matrix`` in its centred coordinates; ``size`` the output (h, w)
+        (``None``: the canvas's; a rotation with ``expand``: larger)."""
         s = self.stages[-1]
         if s.warp is not None or s.photometric is not None:
             s = self._new_stage()
-        s.warp = {"inverse": [float(v) for v in inverse], "mode": mode, "fill": fill}
+        canvas = (s.window[2], s.window[3])
+        s.warp = {"inverse": [float(v) for v in inverse], "mode": mode, "fill": fill, "size": size or canvas,
+                  "input": canvas}
 
     def photometric(self, params: dict[str, Any]) -> None:
         """Colour ops on the current canvas (after everything so far), drawn as ``params``."""
@@ -213,7 +220,7 @@ class Geometry:
             rows = r if rows is None else _compose(rows, r)
             cols = c if cols is None else _compose(cols, c)
             if s.warp is not None:
-                program += [("maps", rows, cols), ("warp", s.warp["inverse"], s.canvas)]
+                program += [("maps", rows, cols), ("warp", s.warp["inverse"], s.warp["size"])]
                 rows = cols = None
         if rows is not None:
             program.append(("maps", rows, cols))
@@ -605,30 +612,56 @@ def _forward_affine(center: tuple[float, float], angle: float, translate: Sequen
     return m
 
 
-def _affine_boxes(target: dict[str, Any], forward: list[float], canvas: tuple[int, int]) -> None:
-    """torchvision's ``affine_bounding_boxes`` (``expand=False``): the 4 corners mapped, their
-    bounding box, clamped to the canvas."""
+def _expanded_size(inverse: Sequence[float], w: int, h: int) -> tuple[int, int]:
+    """torchvision's ``_compute_affine_output_size``: the (w, h) a rotation with ``expand`` makes
+    (float32 corners, 1e-4 tolerance before floor/ceil)."""
+    half_w, half_h = 0.5 * w, 0.5 * h
+    pts = torch.tensor([[-half_w, -half_h, 1.0], [-half_w, half_h, 1.0], [half_w, half_h, 1.0], [half_w, -half_h, 1.0]])
+    new = pts @ torch.tensor(list(inverse), dtype=torch.float).view(2, 3).T
+    lo, hi = new.aminmax(dim=0)
+    halfs = torch.tensor((half_w, half_h))
+    size = (hi + halfs - 1e-4).ceil() - (lo + halfs + 1e-4).floor()
+    return int(size[0]), int(size[1])
+
+
+def _affine_boxes(target: dict[str, Any], forward: list[float], canvas: tuple[int, int],
+                  expanded: tuple[int, int] | None = None) -> None:
+    """torchvision's ``affine_bounding_boxes``: the 4 corners mapped, their bounding box, clamped to
+    the canvas — with ``expanded`` (h, w) (a rotation with ``expand``), shifted by the mapped canvas's
+    top-left first and clamped to the new canvas."""
     b = target["boxes"]
     if not len(b):
         return
+    m = torch.tensor(forward, dtype=b.dtype).reshape(2, 3).T
     pts = b[:, [[0, 1], [2, 1], [2, 3], [0, 3]]].reshape(-1, 2)
     pts = torch.cat([pts, torch.ones(pts.shape[0], 1, dtype=b.dtype)], 1)
-    out = (pts @ torch.tensor(forward, dtype=b.dtype).reshape(2, 3).T).reshape(-1, 4, 2)
+    out = (pts @ m).reshape(-1, 4, 2)
     lo, hi = torch.aminmax(out, dim=1)
-    target["boxes"] = _clamp(torch.cat([lo, hi], 1), canvas)
+    boxes = torch.cat([lo, hi], 1)
+    if expanded is not None:
+        h, w = canvas
+        corners = torch.tensor([[0.0, 0.0, 1.0], [0.0, float(h), 1.0], [float(w), float(h), 1.0], [float(w), 0.0, 1.0]],
+                               dtype=b.dtype)
+        boxes = boxes - torch.amin(corners @ m, dim=0, keepdim=True).repeat(1, 2)
+        canvas = expanded
+    target["boxes"] = _clamp(boxes, canvas)
 
 
 class _AffineOp(DetectionOp):
     """What :class:`RandomAffine` and :class:`RandomRotation` share: the warp of image, boxes, masks."""
 
     def _apply(self, geom: Geometry, target: dict[str, Any], angle: float, translate: Sequence[float], scale: float,
-               shear: Sequence[float]) -> None:
+               shear: Sequence[float], expand: bool = False) -> None:
         h, w = geom.canvas
-        _affine_boxes(target, _forward_affine((w * 0.5, h * 0.5), angle, translate, scale, shear), (h, w))
         inverse = G.affine_matrix(torch.tensor([angle]), torch.tensor([list(translate)], dtype=torch.float64),
                                   torch.tensor([scale]), torch.tensor([list(shear)], dtype=torch.float64),
-                                  size=(h, w))[0]
-        geom.warp(inverse.reshape(-1).tolist(), self.interpolation, self._fill)
+                                  size=(h, w))[0].reshape(-1).tolist()
+        size = None
+        if expand:
+            ow, oh = _expanded_size(inverse, w, h)
+            size = (oh, ow)
+        _affine_boxes(target, _forward_affine((w * 0.5, h * 0.5), angle, translate, scale, shear), (h, w), size)
+        geom.warp(inverse, self.interpolation, self._fill, size)
 
 
 class RandomAffine(_AffineOp):
@@ -669,13 +702,12 @@ class RandomAffine(_AffineOp):
 
 
 class RandomRotation(_AffineOp):
-    """torchvision v2's ``RandomRotation(degrees, interpolation, expand=False, fill)``
-    (counter-clockwise, about the image centre); ``expand=True`` is not supported yet."""
+    """torchvision v2's ``RandomRotation(degrees, interpolation, expand, fill)`` (counter-clockwise,
+    about the image centre; ``expand``: the canvas grows to hold the whole rotated image)."""
 
     def __init__(self, degrees: float | Sequence[float], interpolation: str = "nearest", expand: bool = False,
                  fill: float | Sequence[float] = 0) -> None:
-        if expand:
-            raise ValueError("RandomRotation(expand=True) is not supported yet for detection (the canvas would grow)")
+        self.expand = bool(expand)
         self.degrees = (-float(degrees), float(degrees)) if isinstance(degrees, (int, float)) else tuple(degrees)
         if interpolation not in ("nearest", "bilinear"):
             raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
@@ -684,7 +716,8 @@ class RandomRotation(_AffineOp):
 
     def __call__(self, geom, target, gen):
         angle = torch.empty(1).uniform_(self.degrees[0], self.degrees[1], generator=gen).item()
-        self._apply(geom, target, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))  # torchvision's rotate: affine by −angle
+        # torchvision's rotate: affine by −angle
+        self._apply(geom, target, -angle, (0.0, 0.0), 1.0, (0.0, 0.0), self.expand)
 
 
 class RandomPhotometricDistort(DetectionOp):
@@ -805,6 +838,8 @@ class DetectionPlan:
     targets: list[dict[str, Any]]
     mask_maps: list[list[tuple]] = field(repr=False)
     warps: list[tuple | None] = field(default_factory=list)
+    #: per stage, ``int64 (B, 2)``: each sample's canvas after the stage (its window, or its warp's output)
+    canvas: list[Tensor] = field(default_factory=list)
 
 
 class DetectionCompose:
@@ -890,12 +925,20 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
         mode, fill = kinds.pop()
         inverse = torch.tensor([d["inverse"] if d is not None else [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] for d in drawn],
                                dtype=torch.float64).reshape(-1, 2, 3)
-        warps.append((inverse, mode, fill, torch.tensor([d is not None for d in drawn])))
+        # each sample's warp input (its window) and output canvas; identity where it has no warp
+        ins = torch.tensor([d["input"] if d is not None else tuple(stages[s, b, 4:6]) for b, d in enumerate(drawn)],
+                           dtype=torch.int64)
+        outs = torch.tensor([d["size"] if d is not None else tuple(stages[s, b, 4:6]) for b, d in enumerate(drawn)],
+                            dtype=torch.int64)
+        warps.append((inverse, mode, fill, torch.tensor([d is not None for d in drawn]), ins, outs))
     return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
                          stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
                          antialias=torch.from_numpy(antialias),
                          fills=[f or (0.0, 0.0, 0.0) for f in fills], photometric=photometric, targets=list(targets),
-                         mask_maps=[g.mask_maps() for g in geoms], warps=warps)
+                         mask_maps=[g.mask_maps() for g in geoms], warps=warps,
+                         canvas=[torch.tensor([(seq[s].canvas if s < len(seq) else g.canvas)
+                                               for g, seq in zip(geoms, (g.stages for g in geoms))],
+                                              dtype=torch.int64).reshape(-1, 2) for s in range(n)])
 
 
 # ---------------------------------------------------------------------------------------------- device
@@ -946,6 +989,7 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
     """:class:`RandomPhotometricDistort`'s ops in torchvision's order, each sample keeping its own
     draws (an op it did not draw leaves it unchanged): no host sync (the masks are host tensors)."""
     dev = x.device
+    sizes = sizes.to(dev, non_blocking=True)
     f = p["factors"].to(dev, non_blocking=True)
     on = p["on"].to(dev, non_blocking=True)
     before = p["before"].to(dev, non_blocking=True)
@@ -967,6 +1011,15 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
         perm = p["permutation"].to(dev, non_blocking=True)[:, :, None, None].expand_as(x)
         x = keep(p["permute"].to(dev, non_blocking=True), torch.gather(x, 1, perm), x)
     return x
+
+
+def _warp_stage(x: Tensor, plan: DetectionPlan, s: int) -> Tensor:
+    """Stage ``s``'s warps, if any, onto the stage's output canvases."""
+    if not plan.warps or plan.warps[s] is None:
+        return x
+    inverse, mode, fill, on, ins, outs = plan.warps[s]
+    shape = (int(plan.canvas[s][:, 0].max()), int(plan.canvas[s][:, 1].max()))
+    return _warp(x, inverse, mode, fill, on, ins, outs, shape)
 
 
 def _stage_size(stage: Tensor) -> tuple[int, int]:
@@ -991,37 +1044,50 @@ def _gather(m: Tensor, program: list[tuple], pad: int) -> Tensor:
 
 
 def _warp_nearest(m: Tensor, inverse: Sequence[float], size: tuple[int, int], pad: int) -> Tensor:
-    """torchvision's nearest ``affine`` of masks ``m (..., h, w)`` (their canvas) by ``inverse``."""
+    """torchvision's nearest ``affine`` of masks ``m (..., h, w)`` (their canvas) by ``inverse``, to
+    ``size``; outside the canvas: ``pad``."""
     lead = m.shape[:-2]
     x = m.reshape(-1, 1, *m.shape[-2:]).to(torch.float32)
-    theta = torch.tensor(inverse, dtype=torch.float32).reshape(1, 2, 3).to(m.device, non_blocking=True)
-    out = G.affine(x, theta.expand(x.shape[0], 2, 3), interpolation="nearest", fill=float(pad) if pad else None)
+    n = x.shape[0]
+    theta = torch.tensor(inverse, dtype=torch.float64).reshape(1, 2, 3).expand(n, 2, 3)
+    ins = torch.tensor([list(m.shape[-2:])] * n)
+    outs = torch.tensor([list(size)] * n)
+    out = _warp(x, theta, "nearest", (float(pad),), torch.ones(n, dtype=torch.bool), ins, outs, size)
     return out.round().to(m.dtype).reshape(*lead, *size)
 
 
-def _warp(x: Tensor, sizes: Tensor, inverse: Tensor, mode: str, fill: tuple[float, float, float], on: Tensor) -> Tensor:
-    """Each sample's canvas ``sizes (B, 2)`` of the padded batch ``x`` warped by its ``inverse (B, 2, 3)``
-    (torchvision's centred coordinates of that canvas: ``_affine_grid`` + ``_apply_grid_transform``
-    with ``fill``); samples with ``on`` False are left as they are (host masks: no sync)."""
+def _warp(x: Tensor, inverse: Tensor, mode: str, fill: Sequence[float], on: Tensor, ins: Tensor, outs: Tensor,
+          shape: tuple[int, int]) -> Tensor:
+    """Each sample's canvas ``ins[b]`` (h, w) of the padded batch ``x`` warped by its ``inverse
+    (B, 2, 3)`` onto an ``outs[b]`` canvas — torchvision's ``_affine_grid`` (output centred
+    coordinates, read in the input's) + ``_apply_grid_transform`` with ``fill`` — in a batch of
+    ``shape`` (H, W); samples with ``on`` False keep their input (host tensors: no sync)."""
     b, c, hh, ww = x.shape
+    oh, ow = shape
     dev, dt = x.device, x.dtype
-    h = sizes[:, 0].to(dt).reshape(-1, 1, 1)
-    w = sizes[:, 1].to(dt).reshape(-1, 1, 1)
-    j = torch.arange(ww, device=dev, dtype=dt).reshape(1, 1, ww)
-    i = torch.arange(hh, device=dev, dtype=dt).reshape(1, hh, 1)
-    u, v = j - (w - 1) * 0.5, i - (h - 1) * 0.5                       # each sample's centred coordinates
-    th = inverse.to(dev, dt, non_blocking=True)
+    h = ins[:, 0].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
+    w = ins[:, 1].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
+    h2 = outs[:, 0].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
+    w2 = outs[:, 1].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
+    j = torch.arange(ow, device=dev, dtype=dt).reshape(1, 1, ow)
+    i = torch.arange(oh, device=dev, dtype=dt).reshape(1, oh, 1)
+    u, v = j - (w2 - 1) * 0.5, i - (h2 - 1) * 0.5                     # each output canvas's centred coordinates
+    th = inverse.to(dev, non_blocking=True).to(dt)
     su = th[:, 0, 0, None, None] * u + th[:, 0, 1, None, None] * v + th[:, 0, 2, None, None]
     sv = th[:, 1, 0, None, None] * u + th[:, 1, 1, None, None] * v + th[:, 1, 2, None, None]
-    # the source pixel in the sample's canvas, normalised for the padded tensor grid_sample reads
+    # the source pixel in the sample's input canvas, normalised for the padded tensor grid_sample reads
     gx = (2.0 * (su + (w - 1) * 0.5) + 1.0) / ww - 1.0
     gy = (2.0 * (sv + (h - 1) * 0.5) + 1.0) / hh - 1.0
-    inside = ((i < h) & (j < w)).to(dt)[:, None]                       # (B, 1, H, W): the canvas, not the padding
+    ii = torch.arange(hh, device=dev, dtype=dt).reshape(1, hh, 1)
+    jj = torch.arange(ww, device=dev, dtype=dt).reshape(1, 1, ww)
+    inside = ((ii < h) & (jj < w)).to(dt)[:, None]                     # (B, 1, H, W): the canvas, not the padding
     out = torch.nn.functional.grid_sample(torch.cat([x * inside, inside], 1), torch.stack([gx, gy], -1), mode=mode,
                                           padding_mode="zeros", align_corners=False)
     out, mask = out[:, :c], out[:, c:]
-    f = torch.tensor(fill, dtype=dt).to(dev, non_blocking=True).reshape(1, -1, 1, 1)
+    f = torch.tensor(list(fill), dtype=dt).to(dev, non_blocking=True).reshape(1, -1, 1, 1)
     out = torch.where(mask < 0.5, f, out) if mode == "nearest" else (out - f) * mask + f
+    if (hh, ww) != (oh, ow):  # samples without a warp keep their input, in the output's shape
+        x = torch.nn.functional.pad(x, (0, max(ow - ww, 0), 0, max(oh - hh, 0)))[..., :oh, :ow]
     return torch.where(on.to(dev, non_blocking=True).reshape(-1, 1, 1, 1), out, x)
 
 
@@ -1048,18 +1114,16 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
                      fill=plan.fills[0])
     x = _flip_columns(x, stages[0, :, 5], flips[0])
-    if plan.warps and plan.warps[0] is not None:
-        x = _warp(x, stages[0, :, 4:6], *plan.warps[0])
+    x = _warp_stage(x, plan, 0)
     if plan.photometric[0] is not None:
-        x = _photometric(x, plan.photometric[0], stages[0, :, 4:6])
+        x = _photometric(x, plan.photometric[0], plan.canvas[0])
     for s in range(1, stages.shape[0]):
         x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
                       plan.fills[s])
         x = _flip_columns(x, stages[s, :, 5], flips[s])
-        if plan.warps and plan.warps[s] is not None:
-            x = _warp(x, stages[s, :, 4:6], *plan.warps[s])
+        x = _warp_stage(x, plan, s)
         if plan.photometric[s] is not None:
-            x = _photometric(x, plan.photometric[s], stages[s, :, 4:6])
+            x = _photometric(x, plan.photometric[s], plan.canvas[s])
     sizes = plan.sizes.tolist()
     images = [x[b, :, :h, :w] for b, (h, w) in enumerate(sizes)]
     out_masks: list[Tensor | None] = []
