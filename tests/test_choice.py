@@ -13,7 +13,7 @@ from dctnet import transforms as T
 
 from test_mixing_erasing import chi2_p
 
-N = 10_000
+N = 4_000
 P_MIN = 1e-3
 
 

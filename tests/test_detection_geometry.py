@@ -281,14 +281,14 @@ def test_presets_follow_torchvisions_references(samples, name):
 
 
 def test_preset_draw_laws_equal_torchvisions_over_many_seeds(samples):
-    """ssdlite's sampler (the preset with the most draws) over 300 seeds: every crop equals
+    """ssdlite's sampler (the preset with the most draws) over 120 seeds: every crop equals
     torchvision's, so the distributions are the same; the crops vary."""
     s = next(x for x in samples if len(x["boxes"]) > 3)
     comp = TD.DetectionCompose(TD.detection_preset("ssdlite"))
     tv = v2.Compose([v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5), v2.SanitizeBoundingBoxes()])
     sizes = set()
     h, w = s["pixels"].shape[-2:]
-    for k in range(300):
+    for k in range(120):
         g, t = comp.draw_one((h, w), {"boxes": s["boxes"], "labels": s["labels"]}, torch.Generator().manual_seed(k))
         torch.manual_seed(k)
         boxes = tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"]), format="XYXY", canvas_size=(h, w))
@@ -296,10 +296,10 @@ def test_preset_draw_laws_equal_torchvisions_over_many_seeds(samples):
         assert g.canvas == tuple(want["image"].shape[-2:])
         assert torch.allclose(t["boxes"], want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL, rtol=0)
         sizes.add(g.canvas)
-    assert len(sizes) > 100
+    assert len(sizes) > 50
 
 
-@pytest.mark.parametrize("round_", range(3))
+@pytest.mark.parametrize("round_", range(2))
 def test_photometric_distort_draws_and_applies_as_torchvisions(samples, round_):
     """Each op drawn or not per sample, contrast before or after, a channel permutation: the
     contrast mean over each sample's own canvas (the batch is padded to the largest)."""
@@ -354,12 +354,12 @@ def test_the_detection_step_makes_no_host_sync(samples):
     device memory (the tracer of the device-step tests); sizes and boxes are host values."""
     from test_host_syncs import DeviceTracer
 
-    chosen = [s for s in samples if len(s["boxes"])][:4]
+    chosen = [s for s in samples if len(s["boxes"])][:3]
     batch = collate([sample_from_coefficients(dctnet.read_coefficients(s["path"]), FullImage(), 0, i)
                      for i, s in enumerate(chosen)], pin_memory=False)
     targets = [{"boxes": torch.as_tensor(s["boxes"]), "labels": s["labels"], "masks": torch.from_numpy(s["masks"]),
                 "size": tuple(s["pixels"].shape[-2:]), "index": i} for i, s in enumerate(chosen)]
-    for preset in ("lsj", "ssdlite", "multiscale", "ssd"):
+    for preset in ("lsj", "ssd"):  # (the others' ops are in these two: crops, pads, resizes, colour, a warp)
         tracer = DeviceTracer()
         tracer.mark(batch)
         tracer.mark([t["masks"] for t in targets])

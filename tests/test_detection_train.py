@@ -68,6 +68,8 @@ def test_both_arms_train_evaluate_and_resume(tmp_path, arm):
         x, y, w, h = r["bbox"]
         W, H = sizes[r["image_id"]]
         assert -0.01 <= x and -0.01 <= y and x + w <= W + 0.01 and y + h <= H + 0.01
+    if arm == "rgb":
+        return  # (resuming is the same code for both arms)
     # --resume: the second epoch continues from last.pt
     again = DetectionTrainer(load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm, "optim.epochs": 2})),
                              resume=True, log=lambda m: None)
@@ -81,12 +83,12 @@ def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
     from dctnet.train.detection import DetectionTrainer
 
     textures = sorted(glob.glob(str(IMAGENETTE / "val" / "*" / "*.JPEG")))[:40:5] or None
-    paths = make_instance_set(str(tmp_path / "set"), textures=textures, train=4, val=2, size=(96, 128), seed=3)
+    paths = make_instance_set(str(tmp_path / "set"), textures=textures, train=2, val=2, size=(64, 96), seed=3)
     recipe = load_recipe(None, {
         "data": {"source": "coco", "root": str(tmp_path / "set"), "train": {"images": "train", "annotations": "train.json"},
                  "val": {"images": "val", "annotations": "val.json"}, "batch_size": 2, "workers": 0},
         "model": {"arch": "torchvision:maskrcnn_resnet50_fpn", "input": "device-rgb"},
-        "detect": {"masks": True, "min_size": 96, "max_size": 128},
+        "detect": {"masks": True, "min_size": 64, "max_size": 96},
         "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16, "weight_decay": 0.0001},
         "train": {"max_steps": 1, "out": str(tmp_path / "run")}})
     record = DetectionTrainer(recipe, log=lambda m: None).fit()
