@@ -163,3 +163,23 @@ def test_segmentation_models_train_and_report_miou(tmp_path, arm):
         load_recipe(None, {"data": {"source": "coco", "train": split["train"],
                                     "val": {"images": "val", "annotations": "val.json"}},
                            "model": {"arch": "torchvision:fcn_resnet50", "input": arm, "num_classes": 4}})
+
+
+@pytest.mark.parametrize("classifier,detector", [("mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"),
+                                                 ("resnet50", "fasterrcnn_resnet50_fpn")])
+def test_a_classifiers_weights_start_the_detectors_backbone(classifier, detector):
+    """model.init with a classifier's state_dict: every backbone tensor of the detector comes from it
+    (ResNet conv1…layer4, MobileNetV3 features.N → backbone.body.*), the head is left out."""
+    import torchvision
+
+    from dctnet.models.detection import backbone_state, build_detector
+
+    torch.manual_seed(0)
+    clf = torchvision.models.get_model(classifier, weights=None)
+    model = build_detector(detector, num_classes=3)
+    state = backbone_state(clf.state_dict(), model)
+    body = {k for k in model.state_dict() if k.startswith("backbone.body.") and "num_batches_tracked" not in k}
+    assert body <= set(state) and not any(k.startswith(("fc.", "classifier.")) for k in state)
+    model.load_state_dict(state, strict=False)
+    name = next(iter(k for k in state if k.endswith("weight") and state[k].dim() == 4))
+    assert torch.equal(model.state_dict()[name], state[name])

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["DETECTORS", "boxes_to_image", "build_detector", "build_segmenter", "detector_names", "prepare_detector",
-           "segmenter_names"]
+__all__ = ["DETECTORS", "backbone_state", "boxes_to_image", "build_detector", "build_segmenter", "detector_names",
+           "prepare_detector", "segmenter_names"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -86,3 +86,24 @@ def boxes_to_image(boxes: Tensor, canvas: tuple[int, int], image: tuple[int, int
               for s, c in zip(image, canvas)]
     ratio_h, ratio_w = (float(r) for r in ratios)
     return boxes * torch.tensor([ratio_w, ratio_h, ratio_w, ratio_h], dtype=boxes.dtype, device=boxes.device)
+
+
+def backbone_state(state: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+    """A classifier's ``state_dict`` (torchvision's ResNet ``conv1 … layer4``, MobileNetV3
+    ``features.N``, or a dctnet run's) as the keys of ``model``'s backbone body
+    (``backbone.body.*``, the detectors; ``backbone.*``, the segmentation models) — what users do with
+    a pretrained backbone. Keys already named as ``model``'s are kept; the classifier's head and
+    anything without a counterpart of the same shape are dropped."""
+    own = model.state_dict()
+    body_prefix = "backbone.body." if any(k.startswith("backbone.body.") for k in own) else "backbone."
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        if key in own:
+            out[key] = value
+            continue
+        for name in (key, key[len("features."):] if key.startswith("features.") else None):
+            target = None if name is None else body_prefix + name
+            if target in own and tuple(own[target].shape) == tuple(value.shape):
+                out[target] = value
+                break
+    return out

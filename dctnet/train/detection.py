@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
-from dctnet.models.detection import boxes_to_image, build_detector, build_segmenter, prepare_detector
+from dctnet.models.detection import backbone_state, boxes_to_image, build_detector, build_segmenter, prepare_detector
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.train.optim import lr_at
@@ -191,11 +191,14 @@ class DetectionTrainer:
             kwargs = {k: v for k, v in (("min_size", r.detect.min_size), ("max_size", r.detect.max_size)) if v}
             self.model = build_detector(name, num_classes, **kwargs)
         self.num_classes = num_classes
-        if r.model.init:
+        if r.model.init:  # a detector's own checkpoint, or a classifier's weights for its backbone
             state = torch.load(r.model.init, map_location="cpu", weights_only=True)
-            state = state.get("model", state)
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
-            self.log(f"model.init {r.model.init}: {len(missing)} missing, {len(unexpected)} unexpected keys")
+            state = backbone_state(state.get("model", state), self.model)
+            if not state:
+                raise ValueError(f"model.init {r.model.init}: no weights fit {r.model.arch} (neither its own keys nor "
+                                 "a ResNet / MobileNetV3 classifier's backbone)")
+            missing, _ = self.model.load_state_dict(state, strict=False)
+            self.log(f"model.init {r.model.init}: {len(state)} tensors loaded, {len(missing)} left at their init")
         if self.segmentation:  # the segmentation references' presets; the model takes the batch as it is
             train_ops = TD.segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob)
             eval_ops = TD.segmentation_preset(r.detect.base_size, train=False)
