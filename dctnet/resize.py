@@ -105,12 +105,13 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
 
 
 def plain_bilinear_matrices(lengths: Tensor, resized: Tensor, offsets: Tensor, in_size: int, out_size: int, *,
-                            dtype: torch.dtype = torch.float32) -> Tensor:
+                            dtype: torch.dtype = torch.float32, starts: Tensor | None = None) -> Tensor:
     """``(B, out_size, in_size)`` matrices of torch's **non-antialiased** bilinear resize
     (``interpolate(mode="bilinear", align_corners=False)`` given the output size, or a scale factor
     with ``recompute_scale_factor=True`` — what torchvision's detectors' ``GeneralizedRCNNTransform``
-    runs): the first ``lengths[b]`` pixels of an axis resized to ``resized[b]``, outputs ``offsets[b]
-    + i`` kept; outputs outside ``[0, resized)`` get an all-zero row (padding, filled by the caller).
+    runs): the ``lengths[b]`` pixels of an axis from ``starts[b]`` (default 0) resized to
+    ``resized[b]``,
+    outputs ``offsets[b] + i`` kept; outputs outside ``[0, resized)`` get an all-zero row (padding, filled by the caller).
 
     As ATen computes it, in float32: ``scale = in/out``, source ``max(scale·(j + ½) − ½, 0)``, taps
     ``i0 = ⌊src⌋`` and ``min(i0 + 1, in − 1)`` with weights ``1 − λ`` and ``λ = src − i0``. Two taps,
@@ -123,6 +124,8 @@ def plain_bilinear_matrices(lengths: Tensor, resized: Tensor, offsets: Tensor, i
     lam = src - i0.to(torch.float32)
     i1 = torch.where(i0 < lengths[:, None] - 1, i0 + 1, i0)
     inside = ((j >= 0) & (j < resized[:, None])).to(torch.float32)
+    if starts is not None:  # the segment's first pixel in the tensor
+        i0, i1 = i0 + starts[:, None], i1 + starts[:, None]
     out = torch.zeros(lengths.shape[0], out_size, in_size, dtype=torch.float32, device=device)
     out.scatter_add_(2, i0.clamp(0, in_size - 1)[..., None], ((1.0 - lam) * inside)[..., None])
     out.scatter_add_(2, i1.clamp(0, in_size - 1)[..., None], (lam * inside)[..., None])

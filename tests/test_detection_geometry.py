@@ -407,6 +407,39 @@ def test_detector_resize_is_the_models_own_and_leaves_its_transform_nothing_to_r
         assert torch.equal(masks[b], want_targets[b]["masks"]), s["path"]
 
 
+def test_the_detectors_resize_reads_the_crop_a_sealed_stage_made(samples):
+    """Colour ops seal stage 0, a crop opens stage 1 and the detector's plain resize reads that crop
+    (its box starts away from the origin): equal to torchvision's crop then the model's transform."""
+    from dctnet.models.detection import build_detector
+
+    model = build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", num_classes=3, min_size=200, max_size=400).eval()
+    chosen = samples[:6]
+    seeds = seeds_for(len(chosen), 9)
+    plan, images, _ = ours([TD.RandomPhotometricDistort(p=0.0), TD.RandomCrop(100),
+                            TD.DetectorResize.from_model(model, train=False)], chosen, seeds)
+    tv = v2.Compose([v2.RandomPhotometricDistort(p=0.0), v2.RandomCrop(100)])
+    for b, (s, k) in enumerate(zip(chosen, seeds)):
+        torch.manual_seed(k)
+        mid = tv(tv_sample(s))
+        il, tt = model.transform([mid["image"].as_subclass(torch.Tensor)],
+                                 [{"boxes": mid["boxes"].as_subclass(torch.Tensor).float(), "labels": mid["labels"]}])
+        h, w = il.image_sizes[0]
+        std = torch.tensor(model.transform.image_std)[:, None, None]
+        want = il.tensors[0, :, :h, :w] * std + torch.tensor(model.transform.image_mean)[:, None, None]
+        assert images[b].shape == want.shape and (images[b] - want).abs().max() <= 5e-5, s["path"]
+        assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"].double(), atol=BOX_TOL, rtol=0), s["path"]
+
+
+def test_samples_of_one_batch_may_pad_one_stage_with_different_fills(samples):
+    """A zoom-out (the mean) drawn for some samples, then the references' PadIfSmaller (0): which
+    pad lands in stage 0 depends on each sample's draws; each keeps its own fill."""
+    mean = (123.0, 117.0, 104.0)
+    check([TD.RandomZoomOut(mean, side_range=(1.0, 1.3), p=0.5), TD.PadIfSmaller(400), TD.RandomCrop(400)],
+          [v2.RandomZoomOut({tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}, side_range=(1.0, 1.3),
+                            p=0.5), RefPadIfSmaller(400, mask_fill=0), v2.RandomCrop(400)], samples,
+          seeds_for(len(samples), 10))
+
+
 def test_a_preset_then_the_detectors_resize_in_stages_of_both_kinds(samples):
     """A zoom-out drawn for some samples and not others, torchvision's Resize, then the detector's
     own resize: stage 1 is antialiased for some samples and plain for others (each keeps its own
@@ -442,18 +475,19 @@ class RefPadIfSmaller(v2.Transform):
     """torchvision's segmentation references' PadIfSmaller (their v2_extras): bottom/right padding
     to ``size``, images 0 and masks 255, on torchvision's pad kernel."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, mask_fill: int = 255) -> None:
         super().__init__()
-        self.size = size
+        self.size, self.mask_fill = size, mask_fill  # (0 for instance masks, as dctnet pads them)
 
     def make_params(self, flat_inputs):
         h, w = TVF.get_size(next(i for i in flat_inputs if isinstance(i, tv_tensors.Image)))
         return {"padding": [0, 0, max(self.size - w, 0), max(self.size - h, 0)]}
 
     def transform(self, inpt, params):
-        if not any(params["padding"]) or not isinstance(inpt, (tv_tensors.Image, tv_tensors.Mask)):
+        if not any(params["padding"]) or not isinstance(inpt, (tv_tensors.Image, tv_tensors.Mask,
+                                                               tv_tensors.BoundingBoxes)):
             return inpt
-        return TVF.pad(inpt, padding=params["padding"], fill=255 if isinstance(inpt, tv_tensors.Mask) else 0)
+        return TVF.pad(inpt, padding=params["padding"], fill=self.mask_fill if isinstance(inpt, tv_tensors.Mask) else 0)
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -508,7 +542,7 @@ def test_random_affine_and_rotation_warp_images_boxes_and_masks(samples, interpo
               v2.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=(-8, 8, -4, 4),
                               interpolation=interpolation, fill=fill),
               v2.RandomRotation(15, interpolation=interpolation, fill=fill, expand=expand), v2.SanitizeBoundingBoxes()]
-    chosen = samples[:6]
+    chosen = samples[:3] + samples[-3:]  # (the last has no boxes: no masks to warp)
     seeds = seeds_for(len(chosen), 8)
     plan, images, masks = ours(ours_ops, chosen, seeds)
     for b, (s, k) in enumerate(zip(chosen, seeds)):
@@ -527,3 +561,9 @@ def test_random_affine_and_rotation_warp_images_boxes_and_masks(samples, interpo
         assert torch.equal(plan.targets[b]["labels"], want["labels"])
         assert torch.equal(masks[b], want["masks"].as_subclass(torch.Tensor)), s["path"]
     assert sum(len(t["boxes"]) for t in plan.targets) > 20 and sum(int(m.sum()) for m in masks) > 0
+
+
+def test_an_empty_batch_gives_empty_lists():
+    """Every sample of a batch skipped (on_error="skip"): no plan, nothing to apply."""
+    step = TD.DetectionStep(TD.detection_preset("ssd"), seed=0)
+    assert step.plan([]) is None and step.apply(None, [], None) == ([], [])

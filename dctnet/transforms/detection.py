@@ -818,7 +818,8 @@ class DetectionPlan:
             previous stage's ``out``; stage 0: the image) resized, the window kept.
         flips: ``bool (S, B)``.
         antialias: ``bool (S, B)``: antialiased resampling, or torch's plain bilinear.
-        fills: per stage, RGB in [0, 1] of its padding.
+        fills: per stage, ``(B, 3)`` RGB in [0, 1] of each sample's padding (samples may pad a
+            stage with different fills: which ops join a stage depends on each sample's draws).
         targets: per sample, the target moved (boxes float64 XYXY; ``_kept``: the indices of the
             source boxes that remain, in order).
         mask_maps: per sample, how its masks move (:meth:`Geometry.mask_maps`).
@@ -830,7 +831,7 @@ class DetectionPlan:
     stages: Tensor
     flips: Tensor
     antialias: Tensor
-    fills: list[tuple[float, float, float]]
+    fills: list[Tensor]
     #: per stage: ``None`` (no colour ops), or host tensors of the drawn :class:`RandomPhotometricDistort`
     #: parameters per sample — ``factors (B, 4)`` (brightness, contrast, saturation, hue; identities 1,
     #: 1, 1, 0), ``on (B, 4)``, ``before (B,)``, ``permutation (B, 3)``, ``permute (B,)``
@@ -885,7 +886,7 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
     stages = np.zeros((n, len(geoms), 10), np.int64)
     flips = np.zeros((n, len(geoms)), bool)
     antialias = np.ones((n, len(geoms)), bool)
-    fills: list[tuple[float, float, float] | None] = [None] * n
+    fills = np.zeros((n, len(geoms), 3), np.float64)
     for b, g in enumerate(geoms):
         seq = g.stages + [_Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
         for s, st in enumerate(seq):
@@ -893,9 +894,7 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
             flips[s, b] = st.flip
             antialias[s, b] = st.antialias
             if st.fill is not None:
-                if fills[s] is not None and fills[s] != st.fill:
-                    raise ValueError(f"stage {s}: samples pad with different fills ({fills[s]} and {st.fill})")
-                fills[s] = st.fill
+                fills[s, b] = st.fill
     photometric: list[dict[str, Tensor] | None] = []
     for s in range(n):
         drawn = [g.stages[s].photometric if s < len(g.stages) else None for g in geoms]
@@ -934,7 +933,7 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
     return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
                          stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
                          antialias=torch.from_numpy(antialias),
-                         fills=[f or (0.0, 0.0, 0.0) for f in fills], photometric=photometric, targets=list(targets),
+                         fills=list(torch.from_numpy(fills)), photometric=photometric, targets=list(targets),
                          mask_maps=[g.mask_maps() for g in geoms], warps=warps,
                          canvas=[torch.tensor([(seq[s].canvas if s < len(seq) else g.canvas)
                                                for g, seq in zip(geoms, (g.stages for g in geoms))],
@@ -963,12 +962,12 @@ def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int]
         if bool(antialias.all()):
             m = RS.resize_matrices(start, length, n_in, n_out, resized=resized, offsets=offset, dtype=x.dtype)
         elif not bool(antialias.any()):
-            m = RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype)
+            m = RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype, starts=start)
         else:  # both kinds in one stage: each sample keeps its own (a host mask, moved without a sync)
             keep = antialias.to(x.device, non_blocking=True)[:, None, None]
             m = torch.where(keep, RS.resize_matrices(start, length, n_in, n_out, resized=resized, offsets=offset,
                                                      dtype=x.dtype),
-                            RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype))
+                            RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype, starts=start))
         mats.append(m)
     return RS.apply_matrices(x, mats[0], mats[1], fill).clamp(0.0, 1.0)
 
@@ -1013,6 +1012,20 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
     return x
 
 
+def _fill_padding(x: Tensor, stage: Tensor, fill: Tensor) -> Tensor:
+    """Each sample's own fill where its window lies outside its resized canvas (before the flip):
+    output row ``i`` is padding when ``top + i`` is outside ``[0, resized_h)``, likewise columns."""
+    if not bool(fill.any()):  # (a host tensor) no sample pads with anything but 0 here
+        return x
+    dev = x.device
+    i = torch.arange(x.shape[-2], device=dev)[None, :]
+    j = torch.arange(x.shape[-1], device=dev)[None, :]
+    r, c = stage[:, 2, None] + i, stage[:, 3, None] + j
+    pad = (((r < 0) | (r >= stage[:, 0, None]))[:, :, None] | ((c < 0) | (c >= stage[:, 1, None]))[:, None, :])
+    value = fill.to(dev, non_blocking=True).to(x.dtype)[:, :, None, None]
+    return torch.where(pad[:, None], value, x)
+
+
 def _warp_stage(x: Tensor, plan: DetectionPlan, s: int) -> Tensor:
     """Stage ``s``'s warps, if any, onto the stage's output canvases."""
     if not plan.warps or plan.warps[s] is None:
@@ -1049,6 +1062,8 @@ def _warp_nearest(m: Tensor, inverse: Sequence[float], size: tuple[int, int], pa
     lead = m.shape[:-2]
     x = m.reshape(-1, 1, *m.shape[-2:]).to(torch.float32)
     n = x.shape[0]
+    if n == 0:  # no instance left (an image without boxes, or all sanitised away)
+        return m.new_zeros(*lead, *size)
     theta = torch.tensor(inverse, dtype=torch.float64).reshape(1, 2, 3).expand(n, 2, 3)
     ins = torch.tensor([list(m.shape[-2:])] * n)
     outs = torch.tensor([list(size)] * n)
@@ -1112,14 +1127,16 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     # stage 0 decodes and resamples in one pass: each window is the whole image, so its box is the image
     first = dataclasses.replace(batch, boxes=stages[0, :, 6:10], resize=stages[0, :, :4])
     x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
-                     fill=plan.fills[0])
+                     fill=0.0)
+    x = _fill_padding(x, stages[0], plan.fills[0])
     x = _flip_columns(x, stages[0, :, 5], flips[0])
     x = _warp_stage(x, plan, 0)
     if plan.photometric[0] is not None:
         x = _photometric(x, plan.photometric[0], plan.canvas[0])
     for s in range(1, stages.shape[0]):
         x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
-                      plan.fills[s])
+                      (0.0, 0.0, 0.0))
+        x = _fill_padding(x, stages[s], plan.fills[s])
         x = _flip_columns(x, stages[s, :, 5], flips[s])
         x = _warp_stage(x, plan, s)
         if plan.photometric[s] is not None:
@@ -1158,8 +1175,10 @@ class DetectionStep:
     def __repr__(self) -> str:
         return f"DetectionStep(exact={self.exact}, {self.compose!r})"
 
-    def plan(self, targets: Sequence[dict[str, Any]], epoch: int = 0) -> DetectionPlan:
-        """The host half: the batch's geometry and moved targets."""
+    def plan(self, targets: Sequence[dict[str, Any]], epoch: int = 0) -> DetectionPlan | None:
+        """The host half: the batch's geometry and moved targets (``None`` for an empty batch)."""
+        if not targets:
+            return None
         keys = []
         for b, t in enumerate(targets):
             key = t.get("image_id", t.get("index"))
@@ -1174,8 +1193,10 @@ class DetectionStep:
         return self.apply(batch, targets, self.plan(targets, epoch))
 
     def apply(self, batch: Any, targets: Sequence[dict[str, Any]],
-              plan: DetectionPlan) -> tuple[list[Tensor], list[dict[str, Any]]]:
+              plan: DetectionPlan | None) -> tuple[list[Tensor], list[dict[str, Any]]]:
         """The device half: ``plan`` (:meth:`plan` of these ``targets``) applied to ``batch``."""
+        if plan is None:  # an empty batch (every sample skipped under on_error="skip")
+            return [], []
         device = batch.valid.device
         has_masks = [t.get("masks") is not None for t in targets]
         masks = [t["masks"].to(device, non_blocking=True) if m else None for t, m in zip(targets, has_masks)]
