@@ -5,6 +5,10 @@ per-block Python loops) and runs on any device. Conventions:
 
 - A *plane* is ``(..., Hb, Wb, 64)``: a grid of blocks, coefficients in natural order
   ``k = 8·v + u`` (``v`` vertical, ``u`` horizontal frequency).
+- A *mosaic* ``(..., C, 8·Hb, 8·Wb)`` is a plane laid out as an image: block ``(i, j)``'s
+  coefficient ``k = 8·v + u`` at pixel ``(8i + v, 8j + u)``, as a JPEG file's DCT planes are
+  drawn. Code that only looks at an image's shape (torchvision's detectors: batching, padding,
+  anchors in pixels) carries coefficients as mosaics unchanged.
 - Blocks hold the orthonormal 2-D DCT-II of level-shifted samples:
   :math:`F = C (f - 128) C^\top`, :math:`C[u, x] = c_u \cos\frac{(2x+1)u\pi}{16}`,
   :math:`c_0 = \sqrt{1/8}`, :math:`c_u = \sqrt{2/8}`. So ``DC = 8·mean(f − 128)``.
@@ -40,8 +44,10 @@ __all__ = [
     "block_idct",
     "box_downsample_dct",
     "box_downsample_matrix",
+    "coefficient_mosaic",
     "dct_basis",
     "dct_matrix",
+    "mosaic_coefficients",
     "rgb_to_ycbcr",
     "upsample_nearest_dct",
     "upsample_nearest_matrices",
@@ -136,6 +142,20 @@ def block_dct(pixels: Tensor) -> Tensor:
         raise ValueError(f"block_dct needs sizes that are multiples of 8, got {h}x{w}")
     blocks = pixels.reshape(*lead, h // 8, 8, w // 8, 8).transpose(-3, -2).reshape(*lead, h // 8, w // 8, 64)
     return blocks @ dct_basis(dtype=blocks.dtype, device=blocks.device).T
+
+
+def coefficient_mosaic(plane: Tensor) -> Tensor:
+    """Plane ``(..., C, Hb, Wb, 64)`` → mosaic ``(..., C, 8·Hb, 8·Wb)`` (module docstring)."""
+    *lead, c, hb, wb, _ = plane.shape
+    return plane.reshape(*lead, c, hb, wb, 8, 8).movedim(-2, -3).reshape(*lead, c, 8 * hb, 8 * wb)
+
+
+def mosaic_coefficients(mosaic: Tensor) -> Tensor:
+    """Mosaic ``(..., C, H, W)`` (H, W multiples of 8) → plane ``(..., C, H/8, W/8, 64)``."""
+    *lead, c, h, w = mosaic.shape
+    if h % 8 or w % 8:
+        raise ValueError(f"a coefficient mosaic is 8×8 blocks: H and W must be multiples of 8, got {(h, w)}")
+    return mosaic.reshape(*lead, c, h // 8, 8, w // 8, 8).movedim(-3, -2).reshape(*lead, c, h // 8, w // 8, 64)
 
 
 def upsample_nearest_matrices(fh: int, fv: int, *, dtype: torch.dtype = torch.float32,

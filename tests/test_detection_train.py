@@ -101,7 +101,9 @@ def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
 
 
 @pytest.mark.parametrize("over,says", [
-    ({"model.input": "dct"}, "not available yet"),
+    ({"model.input": "dct"}, "swaps the stem of a detector's ResNet backbone"),
+    ({"model.input": "dct", "model.arch": "torchvision:fasterrcnn_resnet50_fpn", "model.stem": "dct8"},
+     "takes idct or dct-up"),
     ({"model.arch": "torchvision:fasterrcnn_mobilenet_v3_large_320"}, "did you mean 'torchvision:fasterrcnn_mobilenet"),
     ({"model.arch": "resnet18"}, "torchvision:NAME"),
     ({"detect.masks": True}, "mask head"),

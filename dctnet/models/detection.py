@@ -16,8 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["DETECTORS", "backbone_state", "boxes_to_image", "build_detector", "build_segmenter", "detector_names",
-           "prepare_detector", "segmenter_names"]
+from dctnet.nn import IDCTStem, MosaicToCoefficients, ResNetDCTStem
+
+__all__ = ["DETECTORS", "DETECTOR_STEMS", "backbone_state", "boxes_to_image", "build_detector", "build_segmenter",
+           "dct_detector", "detector_names", "prepare_detector", "segmenter_names"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -76,6 +78,67 @@ def prepare_detector(model: nn.Module) -> nn.Module:
     if t is None or not hasattr(t, "resize") or not hasattr(t, "min_size"):
         raise ValueError(f"{type(model).__name__} has no GeneralizedRCNNTransform (model.transform) to prepare")
     t.resize = types.MethodType(_no_resize, t)
+    return model
+
+
+#: the DCT stems a detector's ResNet body takes: ``idct`` is converted (exactly the RGB detector),
+#: ``dct-up`` is learned (a 1×1 projection of each block's coefficients, pixel-shuffled to layer1's
+#: 1/4 resolution, so every feature map keeps its stride)
+DETECTOR_STEMS = ("idct", "dct-up")
+
+
+def _resnet_body(model: nn.Module) -> nn.Module | None:
+    body = getattr(getattr(model, "backbone", None), "body", None)
+    if body is not None and all(hasattr(body, n) for n in ("conv1", "bn1", "relu", "maxpool", "layer1")):
+        return body
+    return None
+
+
+def dct_detector(model: nn.Module, stem: str = "idct", keep: Any = None) -> nn.Module:
+    """Make a torchvision detector with a ResNet backbone (Faster / Mask R-CNN, RetinaNet, FCOS
+    ``*_resnet*_fpn*``) take DCT coefficients: a list of coefficient mosaics ``(3, H, W)``, H and W
+    multiples of 8 (:func:`dctnet.transforms.detection.coefficient_mosaics`). Returns ``model``,
+    changed in place.
+
+    A mosaic has the image's shape, so the detector's batching, padding and anchors (all in pixels)
+    run unchanged; its transform's resize is turned off (:func:`prepare_detector`) and its
+    normalisation becomes the identity, the stem taking both over. The backbone body's ``conv1``
+    becomes ``Sequential(MosaicToCoefficients(), stem)``:
+
+    - ``idct`` (default): :class:`~dctnet.nn.IDCTStem` — block IDCT, colour, the transform's
+      ``(rgb − image_mean)/image_std``, then the model's own conv1: exactly the RGB detector
+      (weights loaded before the call carry over unchanged), wherever the batch is not padded.
+    - ``dct-up``: :class:`~dctnet.nn.ResNetDCTStem` (learned; ``bn1``, ReLU and max-pool become
+      identities): layer1 still sees 1/4 resolution, so every feature map keeps its stride.
+
+    ``keep`` selects frequencies as :func:`dctnet.nn.frequency_index` takes them.
+
+    Raises:
+        ValueError: the detector has no ResNet backbone body (MobileNetV3, SSD's VGG: their first
+            layers are not a ResNet stem; train them with ``input: device-rgb``), or an unknown stem.
+    """
+    if stem not in DETECTOR_STEMS:
+        raise ValueError(f"unknown detector stem {stem!r} (a detector's ResNet backbone takes: {', '.join(DETECTOR_STEMS)})")
+    body = _resnet_body(model)
+    if body is None:
+        raise ValueError(f"{type(model).__name__}'s backbone is not a ResNet body (conv1, bn1, maxpool, layer1…): "
+                         "input 'dct' for detectors swaps the stem of a ResNet backbone (torchvision's *_resnet*_fpn "
+                         "Faster R-CNN, Mask R-CNN, RetinaNet, FCOS); train this one with input 'device-rgb'")
+    if isinstance(body.conv1, nn.Sequential) and isinstance(body.conv1[0], MosaicToCoefficients):
+        raise ValueError(f"{type(model).__name__} already takes coefficients (stem {getattr(model, 'dctnet_stem', '?')})")
+    prepare_detector(model)
+    t = model.transform
+    conv = body.conv1
+    if stem == "idct":
+        new: nn.Module = IDCTStem(conv, tuple(float(v) for v in t.image_mean), tuple(float(v) for v in t.image_std), keep)
+        ref = next(iter(conv.parameters()))
+        new[0].to(device=ref.device, dtype=ref.dtype)
+    else:
+        new = ResNetDCTStem(conv.out_channels, "dct-up", keep).to(next(iter(conv.parameters())).device)
+        body.bn1, body.relu, body.maxpool = nn.Identity(), nn.Identity(), nn.Identity()
+    body.conv1 = nn.Sequential(MosaicToCoefficients(), new)
+    t.image_mean, t.image_std = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    model.dctnet_stem = stem
     return model
 
 

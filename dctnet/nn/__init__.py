@@ -7,7 +7,7 @@ conversion and FLOP counting are :mod:`dctnet.models`; optimizer groups are
 """
 
 from dctnet.nn.patch_embed import DCTPatchEmbed, block_aligned, frequency_index, is_patchify
-from dctnet.nn.stems import DCTToRGB, IDCTStem, ResNetDCTStem
+from dctnet.nn.stems import DCTToRGB, IDCTStem, MosaicToCoefficients, ResNetDCTStem
 
-__all__ = ["DCTPatchEmbed", "DCTToRGB", "IDCTStem", "ResNetDCTStem", "block_aligned", "frequency_index",
+__all__ = ["DCTPatchEmbed", "DCTToRGB", "IDCTStem", "MosaicToCoefficients", "ResNetDCTStem", "block_aligned", "frequency_index",
            "is_patchify"]

@@ -29,7 +29,16 @@ from dctnet.nn.patch_embed import frequency_index
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 
-__all__ = ["DCTToRGB", "IDCTStem", "ResNetDCTStem"]
+__all__ = ["DCTToRGB", "IDCTStem", "MosaicToCoefficients", "ResNetDCTStem"]
+
+
+class MosaicToCoefficients(nn.Module):
+    """Coefficient mosaics ``(B, C, H, W)`` (:func:`dctnet.functional.coefficient_mosaic`, H and W
+    multiples of 8) → the coefficient image ``(B, C, H/8, W/8, 64)`` the stems take. Zero padding
+    of a mosaic (a detector batching mosaics of several sizes) is zero coefficients: mid-grey blocks."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.mosaic_coefficients(x)
 
 
 class DCTToRGB(nn.Module):

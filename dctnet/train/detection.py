@@ -5,6 +5,10 @@ Two arms, as for classifiers:
 - ``input: rgb`` — torchvision's detection reference pipeline, the baseline: Pillow decodes each
   image in DataLoader workers, torchvision v2's ops of the preset move image, boxes and masks
   there, and the detector resizes its input itself (``GeneralizedRCNNTransform``).
+- ``input: dct`` — plan A's device step, then the images' block DCT as coefficient mosaics for a
+  detector whose ResNet backbone has a DCT stem (:func:`dctnet.models.detection.dct_detector`:
+  ``idct`` converted, ``dct-up`` learned); the geometry resamples pixels, so the coefficients are
+  the resampled images', not the file's.
 - ``input: device-rgb`` (plan A) — the workers only read coefficients (:class:`dctnet.data.CocoDataset`);
   the host draws each sample's geometry with torchvision's draw laws and moves its boxes
   (:class:`dctnet.transforms.detection.DetectionStep`), the device decodes and resamples the
@@ -32,7 +36,8 @@ import torch.distributed as dist
 from torch import nn
 
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
-from dctnet.models.detection import backbone_state, boxes_to_image, build_detector, build_segmenter, prepare_detector
+from dctnet.models.detection import (backbone_state, boxes_to_image, build_detector, build_segmenter, dct_detector,
+                                     prepare_detector)
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.train.optim import lr_at
@@ -170,7 +175,9 @@ class DetectionTrainer:
         proc = start_process(r, log)
         self.rank, self.world_size, self.device, self.log, self.out = (proc.rank, proc.world_size, proc.device,
                                                                         proc.log, proc.out)
-        self.plan_a = r.model.input == "device-rgb"
+        #: the device step (plan A and dct): coefficients read in the workers, geometry on the device
+        self.plan_a = r.model.input in ("device-rgb", "dct")
+        self.dct = r.model.input == "dct"
         self._worker_cpu: dict[int, dict[int, float]] = {}
         #: a semantic segmentation recipe (torchvision's segmentation models, class-index PNGs)
         self.segmentation = r.segmentation
@@ -206,7 +213,9 @@ class DetectionTrainer:
             train_ops = [*TD.detection_preset(r.detect.preset, r.detect.hflip_prob),
                          TD.DetectorResize.from_model(self.model, train=True)]
             eval_ops = [TD.DetectorResize.from_model(self.model, train=False)]
-            if self.plan_a:
+            if self.dct:  # after model.init: RGB weights carry into the converted stem
+                dct_detector(self.model, r.model.stem or "idct", r.model.keep)
+            elif self.plan_a:
                 prepare_detector(self.model)
         self.model.to(self.device)
         self.net: nn.Module = self.model
@@ -242,6 +251,9 @@ class DetectionTrainer:
                "resampling and the detector's resize on the device" if self.plan_a else
                "rgb (torchvision's reference pipeline): Pillow decode and torchvision v2 in DataLoader workers; "
                "the detector resizes")
+        if self.dct:
+            arm = (f"dct: plan A's device step, then the images' block DCT as coefficient mosaics; the backbone's "
+                   f"{self.model.dctnet_stem} stem takes them")
         return (f"detection: {self.recipe.model.arch}, input {arm}\ntrain geometry: {self.step!r}\n"
                 f"eval geometry: {self.eval_step!r}\n")
 
@@ -310,8 +322,8 @@ class DetectionTrainer:
             if self.segmentation:
                 losses = self._segmentation_losses(images, targets)
             else:
-                losses = self.net(images, [{k: v for k, v in t.items() if k in ("boxes", "labels", "masks")}
-                                           for t in targets])
+                losses = self.net(self._model_input(images),
+                                  [{k: v for k, v in t.items() if k in ("boxes", "labels", "masks")} for t in targets])
             loss = sum(losses.values())
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -327,6 +339,10 @@ class DetectionTrainer:
         record.update(lr=lr if steps else 0.0, train_seconds=seconds, images_per_s=cost["n"] / max(seconds, 1e-9),
                       data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6)
         return record
+
+    def _model_input(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
+        """What the detector takes: the step's images, or (input dct) their coefficient mosaics."""
+        return TD.coefficient_mosaics(images) if self.dct else images
 
     def _normalised(self, images: list[torch.Tensor]) -> torch.Tensor:
         """A segmentation batch: the images (one size: the crop) stacked, ImageNet-normalised as the
@@ -373,7 +389,7 @@ class DetectionTrainer:
         ds, results, cost = self.val_set, [], {"cpu": 0.0, "n": 0.0}
         iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
-            outputs = self.model(images)
+            outputs = self.model(self._model_input(images))
             for image, target, out in zip(images, targets, outputs):
                 boxes, masks = out["boxes"], out.get("masks")
                 size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))

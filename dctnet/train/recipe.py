@@ -569,8 +569,16 @@ def _check_detection(r: Recipe, bad) -> None:
         bad(f"model.arch: {arch!r} is not a torchvision detector" + (f" (did you mean 'torchvision:{close[0]}'?)"
                                                                      if close else f" (known: {', '.join(names)})"))
     if r.model.input == "dct":
-        bad("model.input: 'dct' for detectors (a DCT stem on the backbone) is not available yet; "
-            "use 'device-rgb' (plan A: the unchanged detector, the decode and geometry on the device) or 'rgb'")
+        from dctnet.models.detection import DETECTOR_STEMS  # (as above)
+
+        name = arch.split(":", 1)[1]
+        if r.segmentation or "resnet" not in name:
+            fit = ", ".join(n for n in detector_names() if "resnet" in n)
+            bad(f"model.input: 'dct' swaps the stem of a detector's ResNet backbone ({fit}); {name!r} has none — "
+                "use 'device-rgb' (plan A: the unchanged model, the decode and geometry on the device) or 'rgb'")
+        if r.model.stem is not None and r.model.stem not in DETECTOR_STEMS:
+            bad(f"model.stem: a detector's ResNet backbone takes {' or '.join(DETECTOR_STEMS)} "
+                f"(idct: converted, the RGB detector exactly; dct-up: learned), not {r.model.stem!r}")
     if [dict(a) for a in r.augment] != [dict(a) for a in DEFAULT_AUGMENT]:
         bad("augment: a detection recipe's training geometry is detect.preset (torchvision's detection presets: "
             f"{', '.join(DETECTION_PRESETS)}), not an augment list")

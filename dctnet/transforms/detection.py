@@ -43,16 +43,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dctnet import functional as F
 from dctnet import resize as RS
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
+from dctnet.transforms.base import to_coefficients
 from dctnet.transforms.device_crop import crops_to_rgb
 
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
     "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort",
     "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut", "Resize",
-    "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan", "detection_preset", "resized_output_size",
+    "SanitizeBoundingBoxes", "ScaleJitter", "apply_plan", "coefficient_mosaics", "detection_preset", "resized_output_size",
     "sample_generator", "segmentation_preset", "semantic_maps",
 ]
 
@@ -1152,6 +1154,26 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
         kept = plan.targets[b]["_kept"].to(m.device, non_blocking=True)
         out_masks.append(_gather(m.index_select(0, kept), plan.mask_maps[b], 0))  # padding is 0 in a mask
     return images, out_masks
+
+
+def coefficient_mosaics(images: Sequence[Tensor]) -> list[Tensor]:
+    """The step's images (``(3, h_b, w_b)`` in [0, 1], sizes may differ) as what a DCT detector
+    takes (:func:`dctnet.models.detection.dct_detector`): coefficient mosaics ``(3, H_b, W_b)``,
+    ``H_b, W_b`` = ``h_b, w_b`` rounded up to multiples of 8 (the new rows and columns repeat the
+    edge, as JPEG encoders pad), block DCT of YCbCr (:func:`dctnet.functional.coefficient_mosaic`).
+
+    Each image is padded to its own blocks (a handful of small copies, like the detector's own
+    batching), then one forward DCT runs over the batch padded to its largest image."""
+    if not images:
+        return []
+    sizes = [(8 * -(-im.shape[-2] // 8), 8 * -(-im.shape[-1] // 8)) for im in images]
+    h, w = max(s[0] for s in sizes), max(s[1] for s in sizes)
+    batch = images[0].new_zeros(len(images), 3, h, w)
+    for b, (im, (hb, wb)) in enumerate(zip(images, sizes)):
+        padded = torch.nn.functional.pad(im[None], (0, wb - im.shape[-1], 0, hb - im.shape[-2]), mode="replicate")
+        batch[b, :, :hb, :wb] = padded[0]
+    mosaic = F.coefficient_mosaic(to_coefficients(batch))
+    return [mosaic[b, :, :hb, :wb] for b, (hb, wb) in enumerate(sizes)]
 
 
 class DetectionStep:
