@@ -182,9 +182,10 @@ class DetectionTrainer:
         #: a semantic segmentation recipe (torchvision's segmentation models, class-index PNGs)
         self.segmentation = r.segmentation
         masks = "instance" if r.detect.masks else "none"
-        common = dict(masks=masks, seed=r.train.seed, on_error=r.data.on_error, warnings=r.data.warnings)
-        self.train_set = CocoDataset(*_split(r, "train"), semantic=_semantic_dir(r, "train"), **common)
-        self.val_set = CocoDataset(*_split(r, "val"), semantic=_semantic_dir(r, "val"), **common)
+        common = dict(seed=r.train.seed, on_error=r.data.on_error, warnings=r.data.warnings)
+        self.train_set = CocoDataset(*_split(r, "train"), semantic=_semantic_dir(r, "train"),
+                                     masks="instance" if r.detect.copy_paste else masks, **common)
+        self.val_set = CocoDataset(*_split(r, "val"), semantic=_semantic_dir(r, "val"), masks=masks, **common)
         for ds, limit in ((self.train_set, r.data.limit_train), (self.val_set, r.data.limit_val)):
             if limit:  # the first N images (smoke tests): only those are checked and read
                 ds.ids, ds.paths = ds.ids[:limit], ds.paths[:limit]
@@ -226,7 +227,8 @@ class DetectionTrainer:
         self.val_sampler = EpochSampler(len(self.val_set), shuffle=False)
         self.train_loader = self._loader(self.train_set, self.sampler, train=True)
         self.val_loader = self._loader(self.val_set, self.val_sampler, train=False)
-        self.step = TD.DetectionStep(train_ops, seed=r.train.seed, exact=r.data.decode == "exact")
+        self.step = TD.DetectionStep(train_ops, seed=r.train.seed, exact=r.data.decode == "exact",
+                                     copy_paste=TD.SimpleCopyPaste() if r.detect.copy_paste else None)
         self.eval_step = TD.DetectionStep(eval_ops, seed=r.train.seed, exact=r.data.decode == "exact")
         params = [p for p in self.model.parameters() if p.requires_grad]
         global_batch = r.data.batch_size * self.world_size
@@ -322,8 +324,8 @@ class DetectionTrainer:
             if self.segmentation:
                 losses = self._segmentation_losses(images, targets)
             else:
-                losses = self.net(self._model_input(images),
-                                  [{k: v for k, v in t.items() if k in ("boxes", "labels", "masks")} for t in targets])
+                keys = ("boxes", "labels", "masks") if r.detect.masks else ("boxes", "labels")
+                losses = self.net(self._model_input(images), [{k: v for k, v in t.items() if k in keys} for t in targets])
             loss = sum(losses.values())
             self.opt.zero_grad(set_to_none=True)
             loss.backward()

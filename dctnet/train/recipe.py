@@ -162,6 +162,9 @@ class DetectConfig:
     preset: Literal["hflip", "lsj", "multiscale", "ssd", "ssdlite"] = "hflip"  # torchvision's --data-augmentation
     hflip_prob: float = 0.5
     masks: bool = False               # instance masks in the targets (Mask R-CNN)
+    # torchvision's references' --use-copypaste: SimpleCopyPaste over each training batch (lsj preset;
+    # the instance masks are read for it, whatever the model)
+    copy_paste: bool = False
     # the detector's GeneralizedRCNNTransform: shorter side / longer side cap; 0 keeps the model's default
     min_size: int = 0
     max_size: int = 0
@@ -582,6 +585,10 @@ def _check_detection(r: Recipe, bad) -> None:
     if [dict(a) for a in r.augment] != [dict(a) for a in DEFAULT_AUGMENT]:
         bad("augment: a detection recipe's training geometry is detect.preset (torchvision's detection presets: "
             f"{', '.join(DETECTION_PRESETS)}), not an augment list")
+    if r.detect.copy_paste and (r.detect.preset != "lsj" or r.model.input == "rgb" or r.segmentation):
+        bad("detect.copy_paste: torchvision's SimpleCopyPaste runs with the lsj preset (as the references' "
+            "--use-copypaste), on a detector, with input 'device-rgb' or 'dct' (the references' class is not in "
+            f"the torchvision package); got preset {r.detect.preset!r}, input {r.model.input!r}")
     if r.detect.masks and "mask" not in arch:
         bad(f"detect.masks: true is for a mask head (torchvision:maskrcnn_*), not {arch!r}")
     if r.segmentation:
