@@ -190,6 +190,14 @@ def test_horizontal_flip(samples, round_):
     check([TD.RandomHorizontalFlip(0.5)], [v2.RandomHorizontalFlip(0.5)], samples, seeds_for(len(samples), round_))
 
 
+@pytest.mark.parametrize("round_", [0, 1])
+def test_vertical_flip_with_the_other_ops(samples, round_):
+    check([TD.RandomVerticalFlip(0.5), TD.RandomHorizontalFlip(0.5), TD.RandomResizedCrop((160, 192), scale=(0.3, 1.0)),
+           TD.RandomVerticalFlip(0.5)],
+          [v2.RandomVerticalFlip(0.5), v2.RandomHorizontalFlip(0.5), v2.RandomResizedCrop((160, 192), scale=(0.3, 1.0)),
+           v2.RandomVerticalFlip(0.5)], samples, seeds_for(len(samples), round_))
+
+
 @pytest.mark.parametrize("size,max_size", [(256, None), ([200, 330], None), (320, 400), (600, None)])
 def test_resize(samples, size, max_size):
     check([TD.Resize(size, max_size)], [v2.Resize(size, max_size=max_size)], samples, seeds_for(len(samples), 0))

@@ -53,7 +53,7 @@ from dctnet.transforms.device_crop import crops_to_rgb
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
     "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort",
-    "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut", "Resize",
+    "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomVerticalFlip", "RandomZoomOut", "Resize",
     "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan", "coefficient_mosaics",
     "detection_preset", "resized_output_size", "sample_generator", "segmentation_preset", "semantic_maps",
 ]
@@ -347,6 +347,23 @@ class RandomHorizontalFlip(DetectionOp):
         b = target["boxes"]
         target["boxes"] = torch.stack([w - b[:, 2], b[:, 1], w - b[:, 0], b[:, 3]], dim=1)
         geom.hflip()
+
+
+class RandomVerticalFlip(DetectionOp):
+    """torchvision v2's ``RandomVerticalFlip(p)``: boxes ``y ↦ H − y``; image and masks mirrored
+    top to bottom — on the device as an affine warp of the canvas (``y ↦ −y`` about its centre:
+    every sample position is a pixel centre, so nearest sampling is an exact row permutation)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = float(p)
+
+    def __call__(self, geom, target, gen):
+        if torch.rand(1, generator=gen) >= self.p:  # torchvision's _RandomApplyTransform
+            return
+        h = geom.canvas[0]
+        b = target["boxes"]
+        target["boxes"] = torch.stack([b[:, 0], h - b[:, 3], b[:, 2], h - b[:, 1]], dim=1)
+        geom.warp([1.0, 0.0, 0.0, 0.0, -1.0, 0.0], "nearest", (0.0, 0.0, 0.0))
 
 
 class Resize(DetectionOp):
