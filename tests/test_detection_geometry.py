@@ -190,6 +190,16 @@ def test_horizontal_flip(samples, round_):
     check([TD.RandomHorizontalFlip(0.5)], [v2.RandomHorizontalFlip(0.5)], samples, seeds_for(len(samples), round_))
 
 
+def test_random_crop_pads_if_needed(samples):
+    """v2.RandomCrop(pad_if_needed=True): a short side padded by the shortfall on both ends, then the
+    crop — on images both larger and smaller than it (the corpus's sizes vary)."""
+    fill = [123.0, 117.0, 104.0]
+    check([TD.RandomCrop((230, 360), pad_if_needed=True, fill=fill), TD.RandomHorizontalFlip(0.5)],
+          [v2.RandomCrop((230, 360), pad_if_needed=True,
+                         fill={tv_tensors.Image: [v / 255 for v in fill], tv_tensors.Mask: 0}),
+           v2.RandomHorizontalFlip(0.5)], samples, seeds_for(len(samples), 0))
+
+
 @pytest.mark.parametrize("round_", [0, 1])
 def test_vertical_flip_with_the_other_ops(samples, round_):
     check([TD.RandomVerticalFlip(0.5), TD.RandomHorizontalFlip(0.5), TD.RandomResizedCrop((160, 192), scale=(0.3, 1.0)),

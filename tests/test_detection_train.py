@@ -185,3 +185,68 @@ def test_a_classifiers_weights_start_the_detectors_backbone(classifier, detector
     model.load_state_dict(state, strict=False)
     name = next(iter(k for k in state if k.endswith("weight") and state[k].dim() == 4))
     assert torch.equal(model.state_dict()[name], state[name])
+
+
+def test_detect_ops_name_torchvisions_classes_for_both_arms(tmp_path):
+    """detect.ops: dctnet's ops for the device arms and torchvision v2's own classes of the same names
+    and arguments for the rgb arm, both ending in SanitizeBoundingBoxes; a typo or an op the
+    torchvision package lacks (for rgb) is refused when the recipe loads."""
+    from torchvision.transforms import v2
+
+    from dctnet.train.detection import torchvision_ops
+    from dctnet.transforms import detection as TD
+
+    specs = [{"name": "RandomCrop", "size": 256, "pad_if_needed": True, "fill": 0}, {"name": "RandomVerticalFlip"},
+             {"name": "RandomPhotometricDistort", "p": 0.3}]
+    ours = TD.build_detection_ops(specs)
+    theirs = torchvision_ops(specs).transforms
+    assert [type(o).__name__ for o in ours] == [type(o).__name__ for o in theirs] == [
+        "RandomCrop", "RandomVerticalFlip", "RandomPhotometricDistort", "SanitizeBoundingBoxes"]
+    assert ours[0].size == (256, 256) and theirs[0].pad_if_needed and isinstance(theirs[-1], v2.SanitizeBoundingBoxes)
+    with pytest.raises(RecipeError, match="unknown detection op 'RandomCrops'"):
+        load_recipe(RECIPE, _small(tmp_path, **{"detect.ops": "[{name: RandomCrops, size: 3}]"}))
+    with pytest.raises(RecipeError, match="references', not in the torchvision package"):
+        load_recipe(RECIPE, _small(tmp_path, **{"detect.ops": "[{name: FixedSizeCrop, size: 64}]", "model.input": "rgb"}))
+    with pytest.raises(RecipeError, match="replaces detect.preset"):
+        load_recipe(RECIPE, _small(tmp_path, **{"detect.ops": "[{name: RandomVerticalFlip}]", "detect.preset": "ssd"}))
+
+
+def test_build_detector_takes_another_resnet_its_stages_and_anchor_sizes():
+    from dctnet.models.detection import build_detector
+
+    m = build_detector("fasterrcnn_resnet50_fpn", 2, backbone="resnet18", returned_layers=[2, 3, 4],
+                       anchor_sizes=[16, 32, 64, 128])
+    assert m.backbone.body.layer4[0].conv1.in_channels == 256  # ResNet-18's, not ResNet-50's 1024
+    assert m.rpn.anchor_generator.sizes == ((16,), (32,), (64,), (128,))
+    m.eval()
+    with torch.no_grad():
+        features = m.backbone(torch.rand(1, 3, 128, 128))
+    assert [tuple(f.shape[-2:]) for f in features.values()] == [(16, 16), (8, 8), (4, 4), (2, 2)]
+    r = build_detector("retinanet_resnet50_fpn", 2, anchor_sizes=[16, 32, 64, 128, 256])
+    assert r.anchor_generator.sizes[0] == (16, 20, 25)  # the octaves keep their ratios
+    with pytest.raises(ValueError, match="5 feature maps"):
+        build_detector("fasterrcnn_resnet50_fpn", 2, anchor_sizes=[16, 32])
+    with pytest.raises(ValueError, match="keeps its own"):
+        build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", 2, backbone="resnet18")
+    with pytest.raises(ValueError, match="not a torchvision ResNet"):
+        build_detector("fasterrcnn_resnet50_fpn", 2, backbone="vgg16")
+
+
+@pytest.mark.skipif(not (TREES / "train.json").exists(), reason="needs ../shared/data/trees")
+@pytest.mark.parametrize("arm", ["device-rgb", "rgb"])
+def test_without_the_detector_resize_the_model_takes_the_ops_sizes(tmp_path, arm):
+    """detect.resize false: training crops and whole eval tiles reach the model at their own size,
+    and the model's transform passes them through (both arms)."""
+    from dctnet.train.detection import DetectionTrainer
+
+    recipe = load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm, "detect.resize": False,
+                                                     "detect.ops": "[{name: RandomCrop, size: 160, pad_if_needed: true}]"}))
+    trainer = DetectionTrainer(recipe, log=lambda m: None)
+    cost = {"cpu": 0.0, "n": 0.0}
+    images, _ = next(trainer._batches(trainer.train_loader, trainer.step, 0, cost))
+    assert [tuple(i.shape) for i in images] == [(3, 160, 160)] * 2
+    val, _ = next(trainer._batches(trainer.val_loader, trainer.eval_step, 0, cost))
+    sizes = [(im["height"], im["width"]) for im in trainer.val_set.coco.imgs.values()][:2]
+    assert [tuple(i.shape[-2:]) for i in val] == sizes
+    batched, _ = trainer.model.transform(images)
+    assert [tuple(s) for s in batched.image_sizes] == [(160, 160)] * 2

@@ -11,6 +11,7 @@ caller maps them to the file's pixels (:func:`boxes_to_image`).
 from __future__ import annotations
 
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -18,8 +19,8 @@ from torch import Tensor, nn
 
 from dctnet.nn import IDCTStem, MosaicToCoefficients, ResNetDCTStem
 
-__all__ = ["DETECTORS", "DETECTOR_STEMS", "backbone_state", "boxes_to_image", "build_detector", "build_segmenter",
-           "dct_detector", "detector_names", "prepare_detector", "segmenter_names"]
+__all__ = ["DETECTORS", "DETECTOR_STEMS", "RESNET_FPN_BUILDERS", "backbone_state", "boxes_to_image", "build_detector",
+           "build_segmenter", "dct_detector", "detector_names", "prepare_detector", "segmenter_names"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -53,17 +54,86 @@ def build_segmenter(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
     return torchvision.models.get_model(name, num_classes=int(num_classes), **kwargs)
 
 
-def build_detector(name: str, num_classes: int, **kwargs: Any) -> nn.Module:
+#: the builders whose ResNet-50 backbone ``build_detector(..., backbone=...)`` can replace
+RESNET_FPN_BUILDERS = ("fasterrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn")
+
+
+def build_detector(name: str, num_classes: int, *, backbone: str | None = None,
+                   returned_layers: Sequence[int] | None = None, anchor_sizes: Sequence[int] | None = None,
+                   **kwargs: Any) -> nn.Module:
     """torchvision's detector ``name`` (``torchvision.models.get_model``) with ``num_classes``
     (background included) and no downloaded weights (``weights=None``, ``weights_backbone=None``
-    unless given); ``kwargs`` reach the builder (``min_size``, ``max_size``, ``trainable_backbone_layers`` …)."""
+    unless given); ``kwargs`` reach the builder (``min_size``, ``max_size``, ``box_detections_per_img``,
+    ``rpn_batch_size_per_image`` …).
+
+    Args:
+        backbone: another torchvision ResNet (``resnet18``, ``resnet34``, ``resnet101`` …) for the
+            ResNet-50 of :data:`RESNET_FPN_BUILDERS`, built as their builders build theirs
+            (``_resnet_fpn_extractor``, BatchNorm, every layer trainable: there are no weights).
+        returned_layers: the ResNet stages (1–4) the FPN reads (torchvision's default: all four);
+            with ``backbone`` only.
+        anchor_sizes: the smallest anchor of each feature map, one per map (the FPN's levels and
+            its pool); each map's other sizes keep their ratios to it (RetinaNet's octaves), its
+            aspect ratios stay. Small objects (tree crowns of 40 px) need smaller anchors than
+            COCO's 32–512.
+    """
     import torchvision  # optional dependency (torchvision's detectors)
 
     if name not in detector_names():
         raise ValueError(f"unknown torchvision detector {name!r} (torchvision has: {', '.join(detector_names())})")
     kwargs.setdefault("weights", None)
     kwargs.setdefault("weights_backbone", None)
-    return torchvision.models.get_model(name, num_classes=int(num_classes), **kwargs)
+    if backbone is None:
+        if returned_layers is not None:
+            raise ValueError("returned_layers: give the backbone too (it rebuilds the FPN)")
+        model = torchvision.models.get_model(name, num_classes=int(num_classes), **kwargs)
+    else:
+        model = _with_backbone(name, int(num_classes), backbone, returned_layers, kwargs)
+    if anchor_sizes is not None:
+        _set_anchor_sizes(model, anchor_sizes)
+    return model
+
+
+def _with_backbone(name: str, num_classes: int, backbone: str, returned_layers: Sequence[int] | None,
+                   kwargs: dict[str, Any]) -> nn.Module:
+    from torchvision.models import get_model, list_models  # optional dependency (as above)
+    from torchvision.models.detection import FasterRCNN, MaskRCNN  # (as above)
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor  # (as above)
+
+    if name not in RESNET_FPN_BUILDERS:
+        raise ValueError(f"backbone: {name!r} keeps its own; a ResNet backbone replaces the ResNet-50 of "
+                         f"{', '.join(RESNET_FPN_BUILDERS)}")
+    resnets = [n for n in list_models() if n.startswith(("resnet", "wide_resnet", "resnext"))]
+    if backbone not in resnets:
+        raise ValueError(f"backbone: {backbone!r} is not a torchvision ResNet ({', '.join(resnets)})")
+    layers = list(returned_layers) if returned_layers is not None else [1, 2, 3, 4]
+    if not layers or sorted(set(layers)) != layers or not set(layers) <= {1, 2, 3, 4}:
+        raise ValueError(f"returned_layers: increasing stages among 1, 2, 3, 4, got {returned_layers!r}")
+    if kwargs.pop("weights", None) is not None or kwargs.pop("weights_backbone", None) is not None:
+        raise ValueError("backbone: weights for a replaced backbone come from model.init, not from torchvision")
+    kwargs.pop("trainable_backbone_layers", None)
+    body = get_model(backbone, weights=None, norm_layer=nn.BatchNorm2d)
+    cls = MaskRCNN if name.startswith("maskrcnn") else FasterRCNN
+    if len(layers) != 4 and "rpn_anchor_generator" not in kwargs:
+        from torchvision.models.detection.anchor_utils import AnchorGenerator  # (as above)
+
+        # torchvision's default generator has 5 maps; fewer stages read → fewer maps (the largest kept)
+        sizes = ((32,), (64,), (128,), (256,), (512,))[5 - (len(layers) + 1):]
+        kwargs["rpn_anchor_generator"] = AnchorGenerator(sizes, ((0.5, 1.0, 2.0),) * len(sizes))
+    return cls(_resnet_fpn_extractor(body, 5, returned_layers=layers), num_classes=num_classes, **kwargs)
+
+
+def _set_anchor_sizes(model: nn.Module, anchor_sizes: Sequence[int]) -> None:
+    gen = getattr(getattr(model, "rpn", None), "anchor_generator", None) or getattr(model, "anchor_generator", None)
+    if gen is None or not hasattr(gen, "sizes"):
+        raise ValueError(f"anchor_sizes: {type(model).__name__} has no AnchorGenerator to resize (SSD's are "
+                         "DefaultBoxGenerator scales)")
+    sizes = [int(v) for v in anchor_sizes]
+    if len(sizes) != len(gen.sizes) or min(sizes) < 1:
+        raise ValueError(f"anchor_sizes: {type(model).__name__} has {len(gen.sizes)} feature maps "
+                         f"(anchors now {[list(s) for s in gen.sizes]}); give one positive size per map, got {anchor_sizes!r}")
+    gen.sizes = tuple(tuple(int(round(new * s / level[0])) for s in level) for new, level in zip(sizes, gen.sizes))
+    gen.cell_anchors = [gen.generate_anchors(size, ratios) for size, ratios in zip(gen.sizes, gen.aspect_ratios)]
 
 
 def _no_resize(self: nn.Module, image: Tensor, target: dict[str, Tensor] | None = None):

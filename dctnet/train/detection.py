@@ -167,6 +167,33 @@ def torchvision_preset(name: str, hflip_prob: float) -> Any:
     return v2.Compose([*ops[name], v2.SanitizeBoundingBoxes()])
 
 
+#: ops whose ``fill`` torchvision v2 takes per type: the image's (8-bit levels), masks 0 as the references
+_FILLED = ("RandomZoomOut", "RandomAffine", "RandomRotation", "RandomCrop")
+
+
+def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
+    """torchvision v2's own classes for a recipe's ``detect.ops`` (the ``rgb`` arm), ending in
+    ``SanitizeBoundingBoxes``: the same names and arguments; ``ValueError`` for an op torchvision's
+    package lacks (the references' ``FixedSizeCrop``, ``RandomResize``, ``PadIfSmaller``)."""
+    from torchvision import tv_tensors  # optional dependency (the baseline's)
+    from torchvision.transforms import v2  # (as above)
+
+    ops = []
+    for i, spec in enumerate(specs):
+        name = spec["name"]
+        cls = getattr(v2, name, None)
+        if cls is None or name in ("RandomResize",):  # v2.RandomResize exists but is not the references' op
+            raise ValueError(f"op {i} ({name}) is torchvision's references', not in the torchvision package: "
+                             "input 'rgb' cannot run it; use 'device-rgb'")
+        args = {k: v for k, v in spec.items() if k != "name"}
+        if name in _FILLED and "fill" in args:
+            args["fill"] = {tv_tensors.Image: args["fill"], tv_tensors.Mask: 0}
+        ops.append(cls(**args))
+    if not ops or not isinstance(ops[-1], v2.SanitizeBoundingBoxes):
+        ops.append(v2.SanitizeBoundingBoxes())
+    return v2.Compose(ops)
+
+
 class DetectionTrainer:
     """Builds what a detection recipe names and trains it: ``DetectionTrainer(recipe).fit()``."""
 
@@ -196,8 +223,10 @@ class DetectionTrainer:
         if self.segmentation:
             self.model = build_segmenter(name, num_classes)
         else:
-            kwargs = {k: v for k, v in (("min_size", r.detect.min_size), ("max_size", r.detect.max_size)) if v}
-            self.model = build_detector(name, num_classes, **kwargs)
+            d = r.detect
+            kwargs = {k: v for k, v in (("min_size", d.min_size), ("max_size", d.max_size)) if v}
+            self.model = build_detector(name, num_classes, backbone=d.backbone, returned_layers=d.returned_layers,
+                                        anchor_sizes=d.anchor_sizes, **kwargs, **d.model_args)
         self.num_classes = num_classes
         if r.model.init:  # a detector's own checkpoint, or a classifier's weights for its backbone
             state = torch.load(r.model.init, map_location="cpu", weights_only=True)
@@ -211,12 +240,14 @@ class DetectionTrainer:
             train_ops = TD.segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob)
             eval_ops = TD.segmentation_preset(r.detect.base_size, train=False)
         else:
-            train_ops = [*TD.detection_preset(r.detect.preset, r.detect.hflip_prob),
-                         TD.DetectorResize.from_model(self.model, train=True)]
-            eval_ops = [TD.DetectorResize.from_model(self.model, train=False)]
+            ops = (TD.build_detection_ops(r.detect.ops) if r.detect.ops else
+                   TD.detection_preset(r.detect.preset, r.detect.hflip_prob))
+            resize = [TD.DetectorResize.from_model(self.model, train=True)] if r.detect.resize else []
+            train_ops = [*ops, *resize]
+            eval_ops = [TD.DetectorResize.from_model(self.model, train=False)] if r.detect.resize else []
             if self.dct:  # after model.init: RGB weights carry into the converted stem
                 dct_detector(self.model, r.model.stem or "idct", r.model.keep)
-            elif self.plan_a:
+            elif self.plan_a or not r.detect.resize:  # (resize false: the rgb arm's model must not resize either)
                 prepare_detector(self.model)
         self.model.to(self.device)
         self.net: nn.Module = self.model
@@ -253,6 +284,8 @@ class DetectionTrainer:
                "resampling and the detector's resize on the device" if self.plan_a else
                "rgb (torchvision's reference pipeline): Pillow decode and torchvision v2 in DataLoader workers; "
                "the detector resizes")
+        if not self.recipe.detect.resize:
+            arm += " (detect.resize false: no detector resize, the model takes the ops' sizes)"
         if self.dct:
             arm = (f"dct: plan A's device step, then the images' block DCT as coefficient mosaics; the backbone's "
                    f"{self.model.dctnet_stem} stem takes them")
@@ -267,7 +300,10 @@ class DetectionTrainer:
         elif self.segmentation:
             dataset, collate = _PillowCoco(ds, torchvision_segmentation_preset(r, train)), _list_collate
         else:
-            tfm = torchvision_preset(r.detect.preset, r.detect.hflip_prob) if train else None
+            tfm = None
+            if train:
+                tfm = (torchvision_ops(r.detect.ops) if r.detect.ops else
+                       torchvision_preset(r.detect.preset, r.detect.hflip_prob))
             dataset, collate = _PillowCoco(ds, tfm), _list_collate
         return torch.utils.data.DataLoader(
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,

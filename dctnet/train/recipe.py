@@ -165,9 +165,21 @@ class DetectConfig:
     # torchvision's references' --use-copypaste: SimpleCopyPaste over each training batch (lsj preset;
     # the instance masks are read for it, whatever the model)
     copy_paste: bool = False
+    # instead of a preset: the training ops by torchvision's names with their arguments, in order
+    # (dctnet.transforms.detection; SanitizeBoundingBoxes is appended as the presets end)
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    # the detector: another ResNet for the ResNet-50 of fasterrcnn/maskrcnn_resnet50_fpn, the stages its
+    # FPN reads, the smallest anchor per feature map, and any other argument of torchvision's builder
+    backbone: str | None = None
+    returned_layers: list[int] | None = None
+    anchor_sizes: list[int] | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)
     # the detector's GeneralizedRCNNTransform: shorter side / longer side cap; 0 keeps the model's default
     min_size: int = 0
     max_size: int = 0
+    # false: no detector resize at all — images reach the model at the size the ops leave them (train
+    # crops and whole eval images at the files' scale); both arms turn the model's own resize off
+    resize: bool = True
     # segmentation models (torchvision's segmentation references): train RandomResize(0.5-2 x base_size),
     # flip, PadIfSmaller + RandomCrop(crop_size); eval Resize(base_size)
     base_size: int = 520
@@ -246,6 +258,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if mapping is not None and isinstance(value, dict):
             return _coerce(value, mapping, where)
         return _coerce(value, args[0], where)
+    if origin is dict and typing.get_args(tp)[1] is Any:  # free arguments (detect.model_args): YAML values
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise RecipeError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
     if origin is dict:  # a mapping of string fields (source coco's {images, annotations})
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise RecipeError(f"{where}: expected a mapping, got {value!r}")
@@ -269,6 +285,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if number is None:
             raise RecipeError(f"{where}: expected a number, got {value!r}")
         return float(number)
+    if origin is list and typing.get_args(tp)[0] in (int, float):  # a list of numbers
+        if not isinstance(value, (list, tuple)):
+            raise RecipeError(f"{where}: expected a list of numbers, got {value!r}")
+        return [_coerce(v, typing.get_args(tp)[0], f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is list:  # the augment list: mappings with a name (their arguments are checked in _check)
         if not isinstance(value, list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in value):
             raise RecipeError(f"{where}: expected a list of transforms such as [{{name: RandomHorizontalFlip, p: 0.5}}, "
@@ -585,6 +605,26 @@ def _check_detection(r: Recipe, bad) -> None:
     if [dict(a) for a in r.augment] != [dict(a) for a in DEFAULT_AUGMENT]:
         bad("augment: a detection recipe's training geometry is detect.preset (torchvision's detection presets: "
             f"{', '.join(DETECTION_PRESETS)}), not an augment list")
+    if r.detect.ops:
+        from dctnet.transforms.detection import build_detection_ops  # (as above)
+
+        try:
+            build_detection_ops(r.detect.ops)
+            if r.model.input == "rgb":
+                from dctnet.train.detection import torchvision_ops  # (as above)
+
+                torchvision_ops(r.detect.ops)
+        except (TypeError, ValueError) as exc:
+            bad(f"detect.ops: {exc}")
+        if r.detect.preset != "hflip" or r.detect.copy_paste:
+            bad("detect.ops replaces detect.preset (and its copy_paste): set one of them")
+    if r.detect.backbone is not None:
+        from dctnet.models.detection import RESNET_FPN_BUILDERS  # (as above)
+
+        if arch.split(":", 1)[1] not in RESNET_FPN_BUILDERS:
+            bad(f"detect.backbone replaces the ResNet-50 of {', '.join(RESNET_FPN_BUILDERS)}, not of {arch!r}")
+    elif r.detect.returned_layers is not None:
+        bad("detect.returned_layers: give detect.backbone too (it rebuilds the FPN)")
     if r.detect.copy_paste and (r.detect.preset != "lsj" or r.model.input == "rgb" or r.segmentation):
         bad("detect.copy_paste: torchvision's SimpleCopyPaste runs with the lsj preset (as the references' "
             "--use-copypaste), on a detector, with input 'device-rgb' or 'dct' (the references' class is not in "

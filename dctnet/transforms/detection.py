@@ -54,7 +54,7 @@ __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
     "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort",
     "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomVerticalFlip", "RandomZoomOut", "Resize",
-    "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan", "coefficient_mosaics",
+    "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan", "build_detection_ops", "coefficient_mosaics",
     "detection_preset", "resized_output_size", "sample_generator", "segmentation_preset", "semantic_maps",
 ]
 
@@ -520,16 +520,28 @@ class PadIfSmaller(DetectionOp):
 
 
 class RandomCrop(DetectionOp):
-    """torchvision v2's ``RandomCrop(size)`` (no padding: place :class:`PadIfSmaller` before it, as
-    the segmentation references do): a crop at a uniformly drawn offset, boxes shifted and clamped."""
+    """torchvision v2's ``RandomCrop(size, pad_if_needed, fill)`` (``padding=None``): a crop at a
+    uniformly drawn offset, boxes shifted and clamped. ``pad_if_needed``: a side shorter than the
+    crop is first padded on both ends by the shortfall (torchvision's rule: the canvas grows by
+    twice it), the image with ``fill`` (8-bit levels), masks with 0; without it a short side is an
+    error, as torchvision's (the segmentation references put :class:`PadIfSmaller` first)."""
 
-    def __init__(self, size: int | Sequence[int]) -> None:
+    def __init__(self, size: int | Sequence[int], pad_if_needed: bool = False, fill: float | Sequence[float] = 0) -> None:
         size = (size, size) if isinstance(size, int) else tuple(size)
         self.size = (int(size[0]), int(size[1]))
+        self.pad_if_needed, self.fill = bool(pad_if_needed), fill
+        self._fill = _fill(fill)
 
     def __call__(self, geom, target, gen):
         h, w = geom.canvas
         ch, cw = self.size
+        dy = ch - h if self.pad_if_needed and h < ch else 0
+        dx = cw - w if self.pad_if_needed and w < cw else 0
+        if dy or dx:
+            geom.pad(dx, dy, dx, dy, self._fill)
+            target["boxes"] = _clamp(target["boxes"] + torch.tensor([dx, dy, dx, dy], dtype=target["boxes"].dtype),
+                                     (h + 2 * dy, w + 2 * dx))
+            h, w = h + 2 * dy, w + 2 * dx
         if h < ch or w < cw:
             raise ValueError(f"Required crop size {self.size} is larger than input image size {(h, w)}.")
         top = int(torch.randint(0, h - ch + 1, size=(), generator=gen)) if h > ch else 0
@@ -1410,6 +1422,31 @@ def segmentation_preset(base_size: int = 520, crop_size: int = 480, hflip_prob: 
     if hflip_prob > 0:
         ops.append(RandomHorizontalFlip(hflip_prob))
     return [*ops, PadIfSmaller(crop_size), RandomCrop(crop_size)]
+
+
+def build_detection_ops(specs: Sequence[dict[str, Any]]) -> list[DetectionOp]:
+    """Training ops from specs ``{"name": <torchvision's class name>, **its arguments}`` (a recipe's
+    ``detect.ops``), in order, ending in ``SanitizeBoundingBoxes`` (appended unless last), as the
+    presets end."""
+    table = {cls.__name__: cls for cls in (RandomHorizontalFlip, RandomVerticalFlip, Resize, RandomShortestSize,
+                                           ScaleJitter, FixedSizeCrop, RandomResizedCrop, RandomResize, PadIfSmaller,
+                                           RandomCrop, RandomZoomOut, RandomIoUCrop, RandomAffine, RandomRotation,
+                                           RandomPhotometricDistort, SanitizeBoundingBoxes)}
+    ops: list[DetectionOp] = []
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, dict) or "name" not in spec:
+            raise ValueError(f"op {i}: a mapping with a name, got {spec!r}")
+        args = {k: v for k, v in spec.items() if k != "name"}
+        cls = table.get(spec["name"])
+        if cls is None:
+            raise ValueError(f"op {i}: unknown detection op {spec['name']!r} (known: {', '.join(sorted(table))})")
+        try:
+            ops.append(cls(**args))
+        except TypeError as exc:
+            raise ValueError(f"op {i} ({spec['name']}): {exc}") from None
+    if not ops or not isinstance(ops[-1], SanitizeBoundingBoxes):
+        ops.append(SanitizeBoundingBoxes())
+    return ops
 
 
 def detection_preset(name: str, hflip_prob: float = 0.5,
