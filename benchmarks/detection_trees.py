@@ -10,12 +10,13 @@ wall minutes — and the plan-A − rgb difference of the mean AP. On a CPU-only
 runs on the same cores as the model and is part of the step, not of the host CPU column.
 
     python benchmarks/detection_trees.py [--recipe recipes/detection/trees_fasterrcnn_mnv3_320.yaml]
-        [--seeds 0 1] [--out runs/trees] [--set KEY=VALUE ...] [--reuse]
+        [--seeds 0 1] [--out runs/trees] [--set KEY=VALUE ...] [--reuse] [--jobs N]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import statistics
 import subprocess
@@ -55,8 +56,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "runs" / "trees"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--reuse", action="store_true", help="read finished runs instead of training again")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at once (each with the recipe's train.torch_threads; the minutes column is then "
+                         "wall time shared with the others)")
     args = ap.parse_args()
-    rows = [run(args.recipe, arm, seed, Path(args.out), args.set, args.reuse) for arm in args.arms for seed in args.seeds]
+    grid = [(arm, seed) for arm in args.arms for seed in args.seeds]
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each run is its own process
+        rows = list(pool.map(lambda a: run(args.recipe, a[0], a[1], Path(args.out), args.set, args.reuse), grid))
     print("| arm | seed | val bbox AP | AP50 | best AP50 (epoch) | host CPU µs/sample | epochs | minutes |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
