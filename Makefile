@@ -1,5 +1,5 @@
-# dctnet — the README's commands. Everything installs into .venv; the only system package is
-# libjpeg's header (libjpeg-dev), installed with apt-get when it is missing.
+# dctnet — the README's commands. Everything installs into .venv; no system package is needed (the
+# extension builds its own libjpeg from third_party/libjpeg-turbo) and nothing needs root.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 VPY    := $(VENV)/bin/python
@@ -13,11 +13,7 @@ TEST_WORKERS ?= 2
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h)
-	@if [ ! -f /usr/include/jpeglib.h ]; then \
-	  echo "libjpeg header missing: installing libjpeg-dev"; \
-	  apt-get update -qq && apt-get install -y -qq libjpeg-dev; \
-	fi
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h third_party/libjpeg-turbo/*.[ch])
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision pinned to the builds that lie on local disk (a different pin downloads GBs)
 	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1

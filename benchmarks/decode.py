@@ -11,7 +11,10 @@ passes of the mean µs/image, and ratios. Two sets:
 
 Methods (all from memory, one thread unless stated):
 - ``raw libjpeg floor``: jpeg_create/read_header/jpeg_read_coefficients/destroy timed inside C
-  (no Python, no dequantization, no copy) — the cost any coefficient reader must pay;
+  (no Python, no dequantization, no copy) — the cost any coefficient reader must pay — with the
+  libjpeg vendored in the extension (libjpeg-turbo 2.1.5, third_party/);
+- ``system libjpeg floor``: the same calls against the system's libjpeg (``benchmarks/system_floor.c``,
+  built here when the system has libjpeg's header; absent otherwise) — both libraries side by side;
 - ``dctnet.read_coefficients``: Python call → ready int16 numpy planes, dequantized;
 - ``Pillow``, ``torchvision.io.decode_jpeg`` (CPU), ``simplejpeg``: full RGB decodes;
 - ``jpeglib.read_dct``: another coefficient reader (reads from a path).
@@ -123,6 +126,30 @@ def decoders() -> dict[str, object]:
 
 
 RAW = "raw libjpeg floor (C)"
+SYSTEM = "system libjpeg floor (C)"
+
+
+def system_floor():
+    """ctypes function timing one read with the system's libjpeg, or None where it cannot be built."""
+    import ctypes
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("gcc") is None:
+        return None
+    so = Path(tempfile.mkdtemp(prefix="dctnet-floor-")) / "system_floor.so"
+    src = Path(__file__).with_name("system_floor.c")
+    built = subprocess.run(["gcc", "-O3", "-shared", "-fPIC", str(src), "-ljpeg", "-o", str(so)], capture_output=True)
+    if built.returncode != 0:
+        return None
+    lib = ctypes.CDLL(str(so))
+    lib.system_floor_ns.restype = ctypes.c_int64
+    lib.system_floor_ns.argtypes = [ctypes.c_char_p, ctypes.c_ulong]
+    v = lib.system_floor_version()
+    print(f"system libjpeg: {'libjpeg-turbo %d.%d.%d' % (v // 1000000, v // 1000 % 1000, v % 1000) if v else 'libjpeg'}; "
+          f"vendored: {dctnet.codec.libjpeg_version()}")
+    return lambda data, path: lib.system_floor_ns(data, len(data))
 RGB_DECODERS = ("Pillow (RGB)", "torchvision decode_jpeg (RGB)", "simplejpeg (RGB)")
 
 
@@ -130,6 +157,8 @@ def time_pass(name: str, fn, blobs: list[bytes], paths: list[Path]) -> float:
     """Mean µs/image over one pass."""
     if name == RAW:
         return sum(_jpeg.time_raw(b, 1)[0] for b in blobs) / len(blobs) / 1e3
+    if name == SYSTEM:
+        return sum(fn(b, None) for b in blobs) / len(blobs) / 1e3
     t0 = time.perf_counter()
     for b, p in zip(blobs, paths):
         fn(b, p)
@@ -157,7 +186,8 @@ def throughput(name: str, fn, blobs: list[bytes], paths: list[Path], threads: in
 
 def bench_set(label: str, paths: list[Path], passes: int) -> dict[str, dict[str, float]]:
     blobs = [p.read_bytes() for p in paths]
-    fns = {RAW: None, **decoders()}
+    floor = system_floor()
+    fns = {RAW: None, **({SYSTEM: floor} if floor else {}), **decoders()}
     for name, fn in fns.items():  # warm-up (pools, caches, lazy imports)
         time_pass(name, fn, blobs[:20], paths[:20])
     per_pass: dict[str, list[float]] = {n: [] for n in fns}

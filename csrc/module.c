@@ -12,6 +12,9 @@
 #include <stddef.h>
 #include <string.h>
 #include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
+#ifndef DCTNET_VENDORED_LIBJPEG
+#error "jconfig.h is not third_party/libjpeg-turbo's: the extension builds against its vendored libjpeg only"
+#endif
 
 #include "plan.h"
 #include "pool.h"

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dctnet.codec import JpegError, JpegHeader, read_coefficients, read_header
+from dctnet.codec import JpegError, JpegHeader, libjpeg_version, read_coefficients, read_header
 
 # Each command imports the library it runs inside its function ("# lazy"): torch and the training
 # stack take seconds to import, and each command pays only for what it runs.
@@ -53,6 +53,12 @@ def _describe(path: str, hdr: JpegHeader) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if not args.files:  # the build: what reads the files
+        from dctnet import __version__  # (the package's own version)
+
+        print(f"dctnet {__version__}: coefficients read by the libjpeg it carries, {libjpeg_version()} "
+              "(third_party/libjpeg-turbo, linked into the extension)")
+        return 0
     status = 0
     for path in args.files:
         try:
@@ -319,9 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_info(sub) -> None:
-    p = sub.add_parser("info", help="print header facts of JPEG files",
-                       description="Header, sampling, block grid, quantization tables and estimated quality.")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser("info", help="print header facts of JPEG files (none: the libjpeg dctnet carries)",
+                       description="Header, sampling, block grid, quantization tables and estimated quality; "
+                                   "without files, the libjpeg the extension carries.")
+    p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--decode", action="store_true", help="also decode the coefficients and report warnings")
     p.set_defaults(func=cmd_info)
 

@@ -64,17 +64,11 @@ class JpegError(ValueError):
 
 
 def _load_extension() -> Any:
-    # RTLD_DEEPBIND makes the extension bind its jpeg_* calls to the libjpeg it was linked
-    # against even when another package has put a different libjpeg into the global symbol
-    # scope first (its ABI and struct sizes may differ); RTLD_LOCAL keeps ours out of that scope in turn.
-    # DCTNET_NO_DEEPBIND=1 turns it off (sanitizer runtimes do not support DEEPBIND).
-    flags = sys.getdlopenflags()
-    deep = 0 if os.environ.get("DCTNET_NO_DEEPBIND") else getattr(os, "RTLD_DEEPBIND", 0)
-    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_LOCAL | deep)
-    try:
-        from dctnet import _jpeg  # loaded here, under the dlopen flags set above
-    finally:
-        sys.setdlopenflags(flags)
+    # The extension carries its own libjpeg (third_party/libjpeg-turbo, linked statically with hidden
+    # symbols): its jpeg_* calls bind inside it at link time, whatever libjpeg another package has
+    # loaded, and it exports nothing but PyInit__jpeg — no dlopen flags needed.
+    from dctnet import _jpeg
+
     _jpeg.set_error_type(JpegError)
     return _jpeg
 

@@ -17,14 +17,16 @@ mkdir -p "$OUT/dctnet"
 (cd dctnet && find . -name '*.py' -print0 | xargs -0 -I{} cp --parents {} "$OUT/dctnet/")
 SUFFIX=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
-# the same sources and flags as setup.py (crop.c needs -ffp-contract=off), plus the sanitizers
+# the same sources and flags as setup.py (crop.c needs -ffp-contract=off), plus the sanitizers — the
+# vendored libjpeg included, so its decoder runs sanitized too
+LIBJPEG=third_party/libjpeg-turbo
+LIBJPEG_SOURCES=$(ls $LIBJPEG/*.c | grep -v -E '/(jdcolext|jdcol565|jdmrgext|jdmrg565|jstdhuff)\.c$')
 gcc -shared -fPIC -O1 -g -std=gnu11 -ffp-contract=off -fno-omit-frame-pointer -fsanitize=address,undefined \
-    -fno-sanitize-recover=all -I"$INC" csrc/*.c -ljpeg -lm \
+    -fno-sanitize-recover=all -I"$INC" -I$LIBJPEG csrc/*.c $LIBJPEG_SOURCES -lm \
     -o "$OUT/dctnet/_jpeg$SUFFIX"
-# DEEPBIND is incompatible with the sanitizer runtime; leaks are checked by the RSS tests instead
-# (CPython itself keeps memory alive at exit).
+# leaks are checked by the RSS tests instead (CPython itself keeps memory alive at exit)
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export DCTNET_NO_DEEPBIND=1 PYTHONPATH="$OUT"
+export PYTHONPATH="$OUT"
 PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 LD_PRELOAD="$PRELOAD" "$PY" -P -c "import dctnet, sys; sys.exit(0 if dctnet.__file__.startswith('$OUT') else 'sanitized build not picked up')"
 if [ "$JPEG_CASES" -gt 0 ]; then

@@ -39,6 +39,12 @@ def test_info_good_and_bad_files(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_info_without_files_names_the_libjpeg_the_extension_carries():
+    out = run_cli("info")
+    assert out.returncode == 0, out.stderr
+    assert "libjpeg-turbo 2.1.5 (API 62)" in out.stdout and "third_party/libjpeg-turbo" in out.stdout
+
+
 def test_help_lists_commands():
     out = run_cli("--help")
     assert out.returncode == 0 and "info" in out.stdout and "demo" in out.stdout
