@@ -24,7 +24,6 @@ import io
 import itertools
 import os
 import stat
-import sys
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
