@@ -125,6 +125,33 @@ def wds_decode(crop: Callable | None = None, **kwargs: Any) -> WdsDecode:
     return WdsDecode(crop, **kwargs)
 
 
+#: shards a reader keeps open at once (``TarShardDataset(interleave=)``, recipes' ``data.interleave``)
+DEFAULT_INTERLEAVE = 32
+
+
+def _interleaved(shards: Sequence[str], k: int, g: torch.Generator) -> Iterator[dict[str, Any]]:
+    """The samples of ``shards``, ``k`` of them open at once: each next sample comes from an open
+    shard drawn uniformly (``g``), each shard read front to back; a finished shard is replaced by
+    the next in order. ``k = 1``: the shards one after another."""
+    pending = iter(shards)
+    open_: list[Iterator[dict[str, Any]]] = []
+    for shard in pending:
+        open_.append(_iter_tar(shard))
+        if len(open_) == k:
+            break
+    while open_:
+        j = int(torch.randint(len(open_), (1,), generator=g)) if len(open_) > 1 else 0
+        sample = next(open_[j], None)
+        if sample is None:
+            nxt = next(pending, None)
+            if nxt is None:
+                open_.pop(j)
+            else:
+                open_[j] = _iter_tar(nxt)
+            continue
+        yield sample
+
+
 class TarShardDataset(torch.utils.data.IterableDataset):
     """Stream cropped coefficient samples from WebDataset tar shards.
 
@@ -133,12 +160,19 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         crop: box policy (``RandomResizedCrop()``, ``CenterCrop()``, …).
         seed: base of shard order, buffer shuffle and crop draws.
         shuffle: shuffle shard order and samples (buffer of ``buffer`` samples) each epoch.
+        interleave: shards each reader keeps open at once, drawing every next sample from one of
+            them at random (each still read front to back) before the buffer. Shards written from
+            an ImageFolder are class-sorted: one shard at a time fills the buffer with a class or
+            two, and a batch holds a handful of classes; ``interleave`` open shards give it about
+            ``2 × interleave``. Shards written in a global random order (``dctnet shards write``)
+            need none. 1: one shard after another.
         rank, world_size: distributed split (defaults from ``torch.distributed``).
         on_error, exif, max_pixels, label_key, warnings: as :class:`WdsDecode`.
     """
 
     def __init__(self, shards: str | Sequence[str], *, crop: Callable | None = None, seed: int = 0,
-                 shuffle: bool = True, buffer: int = 1000, rank: int | None = None, world_size: int | None = None,
+                 shuffle: bool = True, buffer: int = 1000, interleave: int = DEFAULT_INTERLEAVE,
+                 rank: int | None = None, world_size: int | None = None,
                  on_error: str = "raise", exif: str = "ignore", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                  label_key: str = "cls", warnings: str = "raise") -> None:
         self.shards = sorted(glob.glob(shards)) if isinstance(shards, str) else [str(s) for s in shards]
@@ -147,7 +181,9 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size, _ = placement(rank, world_size)
         self.decode = WdsDecode(crop, seed=seed, label_key=label_key, on_error=on_error, exif=exif,
                                 max_pixels=max_pixels, warnings=warnings)
-        self.seed, self.shuffle, self.buffer = seed, shuffle, max(1, buffer)
+        if int(interleave) < 1:
+            raise ValueError(f"interleave must be at least 1, got {interleave!r}")
+        self.seed, self.shuffle, self.buffer, self.interleave = seed, shuffle, max(1, buffer), int(interleave)
         self.epoch = 0
         self._counts: list[int] | None = None
 
@@ -191,20 +227,22 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + me)
         buf: list[dict[str, Any]] = []
         count = 0
-        for shard in mine:
-            for sample in _iter_tar(shard):
-                count += 1
-                if keep is not None and (count - 1) % keep[1] != keep[0]:
-                    continue
-                if not self.shuffle:
-                    yield self.decode(sample)
-                    continue
-                if len(buf) < self.buffer:
-                    buf.append(sample)
-                    continue
-                j = int(torch.randint(len(buf), (1,), generator=g))
-                buf[j], sample = sample, buf[j]
+        # the interleaving draws: every reader's own, except when all readers stream the same shards and
+        # split them by position — then they must all see one order
+        mix = g if keep is None else torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + total)
+        for sample in _interleaved(mine, self.interleave if self.shuffle else 1, mix):
+            count += 1
+            if keep is not None and (count - 1) % keep[1] != keep[0]:
+                continue
+            if not self.shuffle:
                 yield self.decode(sample)
+                continue
+            if len(buf) < self.buffer:
+                buf.append(sample)
+                continue
+            j = int(torch.randint(len(buf), (1,), generator=g))
+            buf[j], sample = sample, buf[j]
+            yield self.decode(sample)
         while buf:
             j = int(torch.randint(len(buf), (1,), generator=g))
             yield self.decode(buf.pop(j))

@@ -252,7 +252,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         val_ds = D.CacheDataset(root / r.data.val, crop=center, verify=r.data.verify, device_expand=pin, **policy)
     elif r.data.source == "shards":
         train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
-                                     warnings=r.data.warnings, **policy)
+                                     interleave=r.data.interleave, warnings=r.data.warnings, **policy)
         val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
                                    world_size=world_size, warnings=r.data.warnings, **policy)
     else:

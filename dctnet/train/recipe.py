@@ -49,6 +49,9 @@ class DataConfig:
     # entropy-coded data), accept = none (train on libjpeg's fill-in), strict = all
     warnings: Literal["raise", "accept", "strict"] = "raise"
     verify: Literal["stat", "hash", "none"] = "stat"  # source: cache — how the cache's sources are checked
+    # streamed sources (shards): shards each reader keeps open at once, read front to back, drawn
+    # from at random before the shuffle buffer — class-sorted shards mix ~2 classes per open shard
+    interleave: int = 32
     image_size: int = 224             # side of the square crops fed to the model
     batch_size: int = 64              # per process
     threads: int = 2                  # dctnet loader threads (input dct / device-rgb)
@@ -447,7 +450,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] |
 _INF = float("inf")
 #: numeric fields' ranges: (low, high, low excluded, high excluded)
 _RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "data.image_size": (16, 8192, False, False), "data.batch_size": (1, _INF, False, True),
+    "data.image_size": (16, 8192, False, False), "data.interleave": (1, 4096, False, False),
+    "data.batch_size": (1, _INF, False, True),
     "data.threads": (1, 1024, False, False), "data.workers": (0, 1024, False, False),
     "data.crop_pct": (0, 4, True, False), "data.limit_train": (0, _INF, False, True),
     "data.eval_resize": (16, 8192, False, False), "data.eval_crop": (16, 8192, False, False),
