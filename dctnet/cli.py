@@ -138,7 +138,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         for p in mismatched[:10]:
             print(f"  different: {p}")
         return 1 if mismatched else 0
-    except (CacheError, OSError, ValueError, JpegError) as exc:
+    except (CacheError, OSError, ValueError, JpegError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
@@ -368,9 +368,11 @@ def _add_cache(sub) -> None:
     p = sub.add_parser("cache", help="build, inspect and verify coefficient caches",
                        description="Decode a dataset once into a memory-mapped coefficient cache.")
     csub = p.add_subparsers(dest="cache_command", required=True)
-    b = csub.add_parser("build", help="build a cache from an image folder or tar shards",
-                        description="SRC: an image folder (SRC/<class>/<image>), or uncompressed WebDataset tar shards "
-                                    "(a glob such as 'shards/*.tar', or a folder of .tar files). Run under torchrun to "
+    b = csub.add_parser("build", help="build a cache from an image folder, tar shards or a Hugging Face dataset",
+                        description="SRC: an image folder (SRC/<class>/<image>), uncompressed WebDataset tar shards "
+                                    "(a glob such as 'shards/*.tar', or a folder of .tar files), or a Hugging Face "
+                                    "dataset (a save_to_disk directory, or parquet files: a file, a glob, or a folder "
+                                    "of them; columns image and label, pip install dctnet[hf]). Run under torchrun to "
                                     "split the build across ranks (gloo), or use --workers.")
     b.add_argument("src", metavar="SRC")
     b.add_argument("out", metavar="OUT")

@@ -32,6 +32,7 @@ from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.collate import collate
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, RepeatedAugSampler, ThreadLoader, make_dataloader
 from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
+from dctnet.data.hf import HFDataset, HFStreamDataset
 from dctnet.data.usable import CheckedFiles, check_files, data_kind
 from dctnet.data.verify import format_report, verify_dataset
 from dctnet.data.stats import compute_stats
@@ -60,6 +61,8 @@ __all__ = [
     "EpochSampler",
     "RepeatedAugSampler",
     "FullImage",
+    "HFDataset",
+    "HFStreamDataset",
     "ImageFolderDataset",
     "RandomResizedCrop",
     "ResizeCenterCrop",

@@ -8,6 +8,7 @@ import glob
 import math
 from pathlib import Path
 
+from dctnet.data.hf import hf_files
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train.recipe import Recipe
 from dctnet.transforms.normalization import data_config
@@ -22,7 +23,13 @@ def data_root(recipe: Recipe) -> Path:
         d = recipe.data
         make_labelled_dataset(str(root), classes=d.synthetic_classes, train_per_class=d.synthetic_train_per_class,
                               val_per_class=d.synthetic_val_per_class, size=d.synthetic_size, seed=recipe.train.seed)
-    if recipe.data.source == "shards":
+    if recipe.data.source == "hf":
+        for split in ("train", "val"):
+            try:
+                hf_files(root / getattr(recipe.data, split))
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(f"{exc} (data.root / data.{split})") from None
+    elif recipe.data.source == "shards":
         if not glob.glob(str(root / recipe.data.train)):
             raise FileNotFoundError(f"no training shards match {root / recipe.data.train} (data.root / data.train, "
                                     "a glob such as train-*.tar)")

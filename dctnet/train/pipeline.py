@@ -22,6 +22,7 @@ CPU time for dctnet, worker-process CPU time for torchvision (:mod:`dctnet.train
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -214,6 +215,30 @@ def _described(obj) -> str:
 
 
 # ---------------------------------------------------------------------- building
+def _hf_datasets(r: Recipe, root, crop, center, rank: int, world_size: int, policy: dict,
+                 excluded: list, warned: list) -> tuple[object, object]:
+    """``data.source: hf``: the train and val datasets over Hugging Face data (saved or parquet)
+    — read by row (:class:`dctnet.data.HFDataset`, its rows checked by a full decode once, as a
+    folder's files are) or streamed (:class:`dctnet.data.HFStreamDataset`, split and mixed as tar
+    shards are)."""
+    d = r.data
+    cols = dict(image_column=d.image_column, label_column=d.label_column, warnings=d.warnings)
+    if d.streaming:
+        train = D.HFStreamDataset(str(root / d.train), crop=crop, rank=rank, world_size=world_size,
+                                  interleave=d.interleave, **cols, **policy)
+        val = D.HFStreamDataset(str(root / d.val), crop=center, shuffle=False, rank=rank, world_size=world_size,
+                                **cols, **policy)
+        return train, val
+    threads = max(1, available_cpus() // world_size)
+    out = []
+    for split, box in (("train", crop), ("val", center)):
+        ds = D.HFDataset(str(root / getattr(d, split)), crop=box, **cols, **policy)
+        excluded += [(split, name, reason) for name, reason in ds.check(threads=threads)]
+        warned += [(split, name, "; ".join(w)) for name, w in ds.warned.items()]
+        out.append(ds)
+    return out[0], out[1]
+
+
 def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_size: int = 1) -> Pipeline:
     """Datasets and loaders for ``recipe`` on this rank (training split by rank, drop_last;
     validation split by rank without padding, so summed counts cover it exactly once)."""
@@ -224,7 +249,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     policy = dict(seed=r.train.seed, on_error=r.data.on_error)
     excluded: list[tuple[str, str, str]] = []  # (split, path, reason): files left out before training
     warned: list[tuple[str, str, str]] = []    # (split, path, warnings): files used, read with warnings
-    if r.data.source not in ("cache", "shards"):  # an image folder (or the generated synthetic one)
+    if r.data.source not in ("cache", "shards", "hf"):  # an image folder (or the generated synthetic one)
         # which files are usable is decided once, by a full decode of each under data.warnings, for
         # every epoch, every rank and both arms (the torchvision baseline decodes with Pillow, which
         # reads PNG data under a .jpg name and fills in corrupt data without a word)
@@ -237,7 +262,7 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
             warned += [(split, path, "; ".join(w)) for path, w in folders[split].warned.items()]
     if r.model.input == "rgb":
         usable = None
-        if r.data.source not in ("cache", "shards"):
+        if r.data.source not in ("cache", "shards", "hf"):
             usable = {split: [p for p, _ in ds.samples] for split, ds in folders.items()}
         train, val, classes = torchvision_loaders(r, root, rank, world_size, usable)
         n_classes = r.model.num_classes or len(classes)
@@ -252,19 +277,26 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         val_ds = D.CacheDataset(root / r.data.val, crop=center, verify=r.data.verify, device_expand=pin, **policy)
     elif r.data.source == "shards":
         train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
-                                     interleave=r.data.interleave, warnings=r.data.warnings, **policy)
+                                     interleave=r.data.interleave, buffer=r.data.buffer, warnings=r.data.warnings,
+                                     **policy)
         val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
                                    world_size=world_size, warnings=r.data.warnings, **policy)
+    elif r.data.source == "hf":
+        train_ds, val_ds = _hf_datasets(r, root, crop, center, rank, world_size, policy, excluded, warned)
     else:
         train_ds, val_ds = folders["train"], folders["val"]
-    if r.data.source == "shards":
+    if isinstance(train_ds, (D.TarShardDataset, D.HFStreamDataset)):
         if r.data.limit_train or r.data.limit_val:
             raise ValueError("data.limit_train / limit_val need indexable data; shards are streamed (use a cache)")
         if r.data.repeated_aug > 1:
             raise ValueError("data.repeated_aug needs indexable data (a folder or a cache); shards are streamed")
         classes = [str(c) for c in range(r.model.num_classes)] if r.model.num_classes else None
+        if getattr(train_ds, "classes", None):  # a streamed HF dataset's ClassLabel names
+            if list(getattr(val_ds, "classes", [])) != list(train_ds.classes):
+                raise ValueError(f"train and val splits have different classes under {root}")
+            classes = list(train_ds.classes)
         if classes is None:
-            raise ValueError("data.source: shards needs model.num_classes (shards carry labels, not class names)")
+            raise ValueError(f"data.source: {r.data.source} needs model.num_classes (the data carry labels, not class names)")
         train = D.ThreadLoader(train_ds, r.data.batch_size, threads=r.data.threads, drop_last=True, pin_memory=pin)
         val = D.ThreadLoader(val_ds, r.data.batch_size, threads=r.data.threads, pin_memory=pin)
     else:
@@ -315,9 +347,13 @@ def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
     if augment is not None:
         noisy = _noise_erasers(augment)
         augment = T.Compose([op for op in augment.transforms if op not in noisy], seed=r.train.seed)
-    if isinstance(ds, D.TarShardDataset):  # every rank reads the same stream: rank 0's view of all shards
-        ds = D.TarShardDataset(ds.shards, crop=ds.decode.crop, seed=r.train.seed + 1, rank=0, world_size=1,
-                               on_error=r.data.on_error)
+    if isinstance(ds, (D.TarShardDataset, D.HFStreamDataset)):  # every rank reads the same stream: rank 0's view
+        if isinstance(ds, D.TarShardDataset):
+            ds = D.TarShardDataset(ds.shards, crop=ds.decode.crop, seed=r.train.seed + 1, rank=0, world_size=1,
+                                   on_error=r.data.on_error)
+        else:
+            ds = copy.copy(ds)  # the same stream and columns, read as rank 0 of 1 with the statistics' seed
+            ds.seed, ds.rank, ds.world_size = r.train.seed + 1, 0, 1
         loader = D.ThreadLoader(ds, r.data.batch_size, threads=r.data.threads, pin_memory=False)
     else:
         sampler = D.SubsetSampler(limited_indices(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)

@@ -38,20 +38,28 @@ class RecipeError(ValueError):
 
 @dataclass
 class DataConfig:
-    source: Literal["folder", "cache", "shards", "synthetic", "coco"] = "folder"
+    source: Literal["folder", "cache", "shards", "synthetic", "coco", "hf"] = "folder"
     root: str = "${DCTNET_DATA:../shared/data/imagenette}"  # folder root, or synthetic output dir
-    # under root: subfolder, cache directory, or shard glob (train-*.tar); source coco: {images: DIR,
-    # annotations: FILE.json} (relative to root unless absolute)
+    # under root: subfolder, cache directory, or shard glob (train-*.tar); source hf: a save_to_disk
+    # directory, or a parquet file, glob or folder; source coco: {images: DIR, annotations: FILE.json}
+    # (relative to root unless absolute)
     train: str | dict[str, str] = "train"
     val: str | dict[str, str] = "val"
+    # source hf (Hugging Face datasets): the image column (JPEG bytes, read undecoded) and the label
+    # column (ClassLabel names become the classes) — ImageNet-1k's names on the Hub; streaming: read
+    # the data as a stream (split and mixed as tar shards are) instead of by row
+    image_column: str = "image"
+    label_column: str = "label"
+    streaming: bool = False
     on_error: Literal["raise", "skip"] = "raise"  # unreadable files: stop naming the file, or skip and report them
     # which libjpeg warnings make a file unreadable: raise = those that lost data (truncated, corrupt
     # entropy-coded data), accept = none (train on libjpeg's fill-in), strict = all
     warnings: Literal["raise", "accept", "strict"] = "raise"
     verify: Literal["stat", "hash", "none"] = "stat"  # source: cache — how the cache's sources are checked
-    # streamed sources (shards): shards each reader keeps open at once, read front to back, drawn
+    # streamed sources (shards, hf with streaming): shards each reader keeps open at once, read front to back, drawn
     # from at random before the shuffle buffer — class-sorted shards mix ~2 classes per open shard
     interleave: int = 32
+    buffer: int = 1000                # streamed sources: the shuffle buffer each reader draws from
     image_size: int = 224             # side of the square crops fed to the model
     batch_size: int = 64              # per process
     threads: int = 2                  # dctnet loader threads (input dct / device-rgb)
@@ -451,6 +459,7 @@ _INF = float("inf")
 #: numeric fields' ranges: (low, high, low excluded, high excluded)
 _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "data.image_size": (16, 8192, False, False), "data.interleave": (1, 4096, False, False),
+    "data.buffer": (1, _INF, False, True),
     "data.batch_size": (1, _INF, False, True),
     "data.threads": (1, 1024, False, False), "data.workers": (0, 1024, False, False),
     "data.crop_pct": (0, 4, True, False), "data.limit_train": (0, _INF, False, True),
@@ -560,6 +569,7 @@ def _check(r: Recipe, where: str) -> None:
     if r.data.source in ("cache", "shards") and r.model.input == "rgb":
         bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
             "baseline) reads image folders — use 'dct' or 'device-rgb'")
+    _check_hf(r, bad)
 
     try:
         check_stem(r.model.stem)
@@ -572,6 +582,27 @@ def _check(r: Recipe, where: str) -> None:
             check_recipe_model(r)
         except ValueError as exc:
             bad(str(exc))
+
+
+def _check_hf(r: Recipe, bad) -> None:
+    """The keys of ``data.source: hf`` (Hugging Face datasets), and only with it."""
+    d = r.data
+    if d.source != "hf":
+        if d.streaming:
+            bad(f"data.streaming is for data.source: hf (a streamed Hugging Face dataset), not {d.source!r}; tar shards "
+                "are always streamed")
+        return
+    if r.model.input == "rgb":
+        bad("data.source: 'hf' is read as JPEG bytes by dctnet's reader; model.input 'rgb' (the torchvision baseline) "
+            "reads image folders — use 'dct' or 'device-rgb'")
+    for key in ("image_column", "label_column"):
+        if not getattr(d, key).strip():
+            bad(f"data.{key} must name a column of the dataset (ImageNet-1k on the Hub: image, label)")
+    if d.image_column == d.label_column:
+        bad(f"data.image_column and data.label_column are both {d.image_column!r}")
+    if d.streaming and (d.limit_train or d.limit_val or d.repeated_aug > 1):
+        bad("data.limit_train / limit_val / repeated_aug need indexable data; data.streaming: true streams the "
+            "dataset (set streaming: false to read it by row)")
 
 
 def _check_detection(r: Recipe, bad) -> None:

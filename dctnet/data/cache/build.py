@@ -19,6 +19,7 @@ import torch
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, warn_mode
 from dctnet.data import sparse as S
 from dctnet.data.dataset import ImageFolderDataset
+from dctnet.data.hf import HFDataset, hf_files
 from dctnet.data.plan import COLOR_SPACES
 from dctnet.data.shards import IMAGE_EXTS, _key_of
 from dctnet.distributed import placement
@@ -40,8 +41,10 @@ def _encode_sample(coeffs, fmt: str) -> tuple[list[bytes], np.ndarray, int, int]
 
 
 def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, world: int, resume: bool,
-                 on_error: str, max_pixels: int | None, progress: bool, warnings: str = "raise") -> None:
-    """Decode samples [lo, hi) of ``src`` into this rank's part files (append, resumable)."""
+                 on_error: str, max_pixels: int | None, progress: bool, warnings: str = "raise",
+                 hf: HFDataset | None = None) -> None:
+    """Decode samples [lo, hi) of ``src`` into this rank's part files (append, resumable);
+    ``hf``: the Hugging Face dataset whose rows they are."""
     n = len(src)
     lo, hi = rank * n // world, (rank + 1) * n // world
     name = _part_name(rank, world)
@@ -62,11 +65,16 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
         rec = np.zeros(1, INDEX_DTYPE)
         for i in range(lo + done, hi):
             path, label = src[i][0], src[i][1]
-            name_i = f"{path}:{src[i][4]}" if len(src[i]) > 2 else path
+            name_i = f"{path}:{src[i][4]}" if len(src[i]) > 2 and hf is None else path
             rec[:] = 0
             rec["part"], rec["label"], rec["offset"] = rank, label, offset
             try:
-                if len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
+                if hf is not None:  # a Hugging Face dataset's row: its stored bytes (or path)
+                    data, _ = hf.image_source(i)
+                    if data is None:
+                        raise JpegError("no image bytes", name_i)
+                    coeffs = read_coefficients(data, max_pixels=max_pixels, name=name_i, warnings=warnings)
+                elif len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
                     coeffs = read_coefficients(_read_member(path, src[i][2], src[i][3]), max_pixels=max_pixels,
                                                name=name_i, warnings=warnings)
                 else:
@@ -115,6 +123,44 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
 
 def _is_glob(text: str) -> bool:
     return any(ch in text for ch in "*?[")
+
+
+def _hf_source(src: Any) -> HFDataset | None:
+    """The Hugging Face dataset ``src`` names, or None: an :class:`HFDataset`, a ``save_to_disk``
+    directory, a parquet file or glob, or a folder with ``*.parquet`` or ``data/*.parquet``."""
+    if isinstance(src, HFDataset):
+        return src
+    if isinstance(src, (list, tuple, ImageFolderDataset)):
+        return None
+    text, p = str(src), Path(str(src))
+    named = text.endswith(".parquet") or (p.is_dir() and (
+        (p / "state.json").is_file() or (p / "dataset_dict.json").is_file()
+        or any(p.glob("*.parquet")) or any(p.glob("data/*.parquet"))))
+    return HFDataset(src) if named else None
+
+
+def _hf_meta(ds: HFDataset) -> tuple[str, dict[str, Any], str | None]:
+    """``(root, meta["hf"], shard_pattern)`` of a cache of ``ds``: its data files relative to the
+    root (checked like tar shards when the cache is opened), how to reopen it for ``cache verify``."""
+    kind, files = "memory", []
+    cache_files = [f["filename"] for f in getattr(ds.data, "cache_files", [])]
+    if ds.name not in ("Dataset", ".") and (Path(ds.name).exists() or _is_glob(ds.name)):
+        kind, files = hf_files(ds.name)
+    elif cache_files and getattr(ds.data, "_indices", None) is None:  # rows in the order of its arrow files
+        kind, files = "arrow", list(cache_files)
+    if not files:
+        raise CacheError("a cache of a Hugging Face dataset needs its files on disk: save_to_disk it, or build from "
+                         "its parquet files")
+    root = ds.name if kind == "saved" else os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
+    rel = [os.path.relpath(f, root) for f in files]
+    pattern = None
+    if kind == "saved":
+        pattern = "*.arrow"
+    elif kind == "parquet" and _is_glob(ds.name):
+        pattern = os.path.relpath(os.path.abspath(ds.name), root)
+    elif kind == "parquet" and Path(ds.name).is_dir() and all(os.sep not in f for f in rel):
+        pattern = "*.parquet"
+    return root, {"kind": kind, "files": rel, "image_column": ds.image_column}, pattern
 
 
 def _shard_list(src: Any) -> list[str] | None:
@@ -209,7 +255,16 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         raise ValueError(f"format must be 'dense' or 'sparse', not {format!r}")
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
-    samples, classes, root, shards = _sources(src)
+    hf = _hf_source(src)
+    if hf is not None:
+        root, hf_meta, pattern = _hf_meta(hf)
+        # (name, label, row): a row's name says the dataset, the row and its stored file name
+        samples = [(hf.image_source(i)[1], int(label), int(row)) for i, (label, row) in
+                   enumerate(zip(hf.targets.tolist(), hf.rows.tolist()))]
+        classes, shards = list(hf.classes), [os.path.join(root, f) for f in hf_meta["files"]]
+    else:
+        samples, classes, root, shards = _sources(src)
+        hf_meta, pattern = None, _shard_pattern(src, root) if shards is not None else None
     rank, world, _ = placement()
     distributed = world > 1
     if distributed and not torch.distributed.is_initialized():
@@ -228,7 +283,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         pfile.write_text(json.dumps(params))
     if distributed:
         torch.distributed.barrier()
-        _build_range(samples, partial, format, rank, world, resume, on_error, max_pixels, progress, warnings)
+        _build_range(samples, partial, format, rank, world, resume, on_error, max_pixels, progress, warnings, hf)
         torch.distributed.barrier()
         parts = world
     elif workers > 1:
@@ -238,7 +293,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
         # caller's unguarded __main__ in every worker
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         procs = [ctx.Process(target=_build_range, args=(samples, partial, format, r, workers, resume, on_error,
-                                                         max_pixels, progress and r == 0, warnings))
+                                                         max_pixels, progress and r == 0, warnings, hf))
                  for r in range(workers)]
         for p in procs:
             p.start()
@@ -248,18 +303,18 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
             raise RuntimeError(f"a build worker failed; {partial} is left for --resume")
         parts = workers
     else:
-        _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress, warnings)
+        _build_range(samples, partial, format, 0, 1, resume, on_error, max_pixels, progress, warnings, hf)
         parts = 1
     if rank == 0:
-        _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards,
-                  _shard_pattern(src, root) if shards is not None else None)
+        _finalize(partial, out, samples, classes, root, format, parts, hash_sources, shards, pattern, hf_meta)
     if distributed:
         torch.distributed.barrier()
     return out
 
 
 def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str], root: str, fmt: str,
-              parts: int, hash_sources: bool, shards: list[str] | None = None, shard_pattern: str | None = None) -> None:
+              parts: int, hash_sources: bool, shards: list[str] | None = None, shard_pattern: str | None = None,
+              hf: dict[str, Any] | None = None) -> None:
     index = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
     tables = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
     if len(index) != len(samples):
@@ -283,10 +338,14 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
             st = os.stat(shard)
             shard_meta.append({"path": os.path.relpath(shard, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                                "hash": _file_hash(shard) if hash_sources else None})
-        for shard, label, offset, size, key in samples:
+        for shard, label, *rest in samples:
+            if hf is not None:  # a Hugging Face dataset's row i (its bytes are in the data files above)
+                sources.append({"path": shard, "label": label, "row": rest[0], "size": 0})
+                continue
+            offset, size, key = rest
             sources.append({"path": f"{os.path.relpath(shard, root)}:{key}", "shard": os.path.relpath(shard, root),
                             "offset": offset, "size": size, "label": label})
-    src_bytes = sum(s["size"] for s in sources)
+    src_bytes = sum(s["size"] for s in (shard_meta if hf is not None else sources))
     data_bytes = sum((partial / f"{_part_name(r, parts)}.bin").stat().st_size for r in range(parts))
     import dctnet  # the package's version: dctnet/__init__ imports this module's layer
 
@@ -294,7 +353,7 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
             "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
             "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
             "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta,
-            "shard_pattern": shard_pattern}
+            "shard_pattern": shard_pattern, "hf": hf}
     for r in range(parts):  # build bookkeeping is not part of the cache
         for suffix in (".idx", ".tab", ".progress.json", ".done", ".bad.jsonl"):
             (partial / f"{_part_name(r, parts)}{suffix}").unlink(missing_ok=True)

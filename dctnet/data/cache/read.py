@@ -18,6 +18,7 @@ from dctnet.codec import JpegError
 from dctnet.data import sparse as S
 from dctnet.data.crop import crop_frames, draw_boxes
 from dctnet.data.dataset import CropDataset, ImageFolderDataset, sample_from_coefficients
+from dctnet.data.hf import HFDataset, require_datasets
 from dctnet.data.sample import CoefficientSample
 from dctnet.data.collate import collate
 from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, BatchPlan, batch_storage, copy_ranges, gather_collated,
@@ -269,11 +270,38 @@ class Cache:
 
 
 def source_bytes(meta: dict[str, Any], root: str | os.PathLike, i: int) -> bytes | str:
-    """What sample ``i`` was built from: a file path, or a tar member's bytes."""
+    """What sample ``i`` was built from: a file path, a tar member's bytes, or a Hugging Face
+    dataset row's stored bytes (or path)."""
     s = meta["sources"][i]
+    if meta.get("hf"):
+        return _hf_rows(meta["hf"], str(root)).image_source(int(s["row"]))[0] or b""
     if "offset" in s:
         return _read_member(os.path.join(root, s["shard"]), s["offset"], s["size"])
     return os.path.join(root, s["path"])
+
+
+_HF_OPEN: dict[tuple, HFDataset] = {}
+
+
+def _hf_rows(hf: Any, root: str) -> HFDataset:
+    """The Hugging Face dataset a cache was built from (``meta["hf"]``), opened once per process;
+    ``source_bytes`` then takes rows by their number (no check has left any out)."""
+    files = hf.get("files") if isinstance(hf, dict) else None
+    if not (isinstance(files, list) and files and all(isinstance(f, str) and not os.path.isabs(f)
+                                                      and ".." not in Path(f).parts for f in files)
+            and hf.get("kind") in ("saved", "parquet", "arrow") and isinstance(hf.get("image_column"), str)):
+        raise CacheError("meta.json: 'hf' must list the dataset's files relative to the root")  # never a path elsewhere
+    key = (root, hf["kind"], tuple(files), hf["image_column"])
+    if key not in _HF_OPEN:
+        if hf["kind"] == "saved":
+            data: Any = root
+        elif hf["kind"] == "parquet":
+            data = [os.path.join(root, f) for f in files]
+        else:  # the arrow files of a Dataset that was in memory
+            ds_mod = require_datasets()
+            data = ds_mod.concatenate_datasets([ds_mod.Dataset.from_file(os.path.join(root, f)) for f in files])
+        _HF_OPEN[key] = HFDataset(data, image_column=hf["image_column"], label_column=None)
+    return _HF_OPEN[key]
 
 
 def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = None, verify: str = "stat",
