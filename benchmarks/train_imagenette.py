@@ -3,8 +3,10 @@
 
 Runs the CPU-sized recipes (recipes/imagenette/*_cpu.yaml) one after another with
 ``python -m dctnet train``, then converts the trained RGB ViT with ``dctnet convert`` and evaluates
-it on Imagenette val straight from coefficients. Prints a markdown table and, with ``--readme``,
-writes it into README.md between the ``evidence`` markers.
+it on Imagenette val straight from coefficients. Prints a markdown table and, with ``--doc``
+(``--readme``, its old name, is the same flag: ``make evidence`` passes it), writes it into
+docs/evidence.md between the ``evidence`` markers (its section on the ``make evidence`` table; the
+README keeps only the headline figures).
 
 Columns: final val top-1 (centre crop), train images/s (median over epochs after the first),
 data wait (fraction of step time blocked on the loader, mean over epochs) and host data CPU µs per
@@ -12,7 +14,7 @@ sample (decode/crop/collate: dctnet loader threads, or torchvision's worker proc
 On a CPU-only machine the "device" transforms (IDCT, resize, augmentation) run on the same cores
 as the model and are part of the step, not of the data CPU column.
 
-    python benchmarks/train_imagenette.py [--out runs/evidence] [--readme] [--reuse]
+    python benchmarks/train_imagenette.py [--out runs/evidence] [--doc] [--reuse]
     python benchmarks/train_imagenette.py --seed 1 --out runs/evidence-seed1 --recipes vit_s16_rgb_cpu vit_s16_dct_cpu
 """
 
@@ -28,6 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: where ``--doc`` writes the table, and the markers it goes between (whatever lies between them is replaced)
+EVIDENCE_DOC = ROOT / "docs" / "evidence.md"
+MARKERS = ("<!-- evidence:start -->", "<!-- evidence:end -->")
 RECIPES = ["resnet18_rgb_cpu", "resnet18_exact_cpu", "resnet18_dct_cpu", "vit_s16_rgb_cpu", "vit_s16_dct_cpu"]
 LABELS = {"resnet18_rgb_cpu": "ResNet-18, RGB (torchvision pipeline)",
           "resnet18_exact_cpu": "ResNet-18, plan A: device decode, unchanged model",
@@ -143,33 +148,49 @@ def table(results: dict, conv: dict | None) -> str:
     return "\n".join(lines)
 
 
+def marked_text(path: Path) -> str:
+    """``path``'s text, checked to hold exactly one pair of evidence markers, in order (checked before
+    the runs too, so a missing marker does not surface after hours of training)."""
+    text = path.read_text(encoding="utf-8")
+    start, end = MARKERS
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise SystemExit(f"{path}: needs one {start} followed by one {end}")
+    return text
+
+
+def write_between_markers(path: Path, md: str) -> None:
+    """Replace what lies between the evidence markers of ``path`` with ``md``; the rest of the file is
+    kept byte for byte."""
+    text, (start, end) = marked_text(path), MARKERS
+    path.write_text(text[:text.index(start) + len(start)] + "\n" + md + "\n" + text[text.index(end):], encoding="utf-8")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "runs" / "evidence"))
     ap.add_argument("--recipes", nargs="*", default=RECIPES)
     ap.add_argument("--reuse", action="store_true", help="reuse finished runs in --out")
-    ap.add_argument("--readme", action="store_true", help="write the table into README.md")
+    ap.add_argument("--doc", "--readme", dest="doc", action="store_true",
+                    help=f"write the table into {EVIDENCE_DOC.relative_to(ROOT)} between the evidence markers "
+                         "(--readme: the old name)")
     ap.add_argument("--seed", type=int, default=0, help="train.seed of every run (use another --out per seed)")
     args = ap.parse_args()
+    if args.doc:
+        marked_text(EVIDENCE_DOC)
     out = Path(args.out)
     results = {name: run_recipe(name, out, args.reuse, args.seed) for name in args.recipes}
     t0 = time.perf_counter()
     conv = conversion_check(out) if (out / "vit_s16_rgb_cpu" / "last.pt").exists() else None
     total = time.perf_counter() - t0 + sum(r["wall_s"] or 0.0 for r in results.values())
     md = table(results, conv)
-    md += (f"\n\nReproduce: `python benchmarks/train_imagenette.py --readme` ({os.cpu_count()} CPU cores; "
+    md += (f"\n\nReproduce: `make evidence` (`python benchmarks/train_imagenette.py --doc`; {os.cpu_count()} CPU cores; "
            f"{total / 60:.0f} min of training and evaluation in all; per recipe: "
            "`dctnet train recipes/imagenette/NAME.yaml`).")
     print(md)
     (out / "evidence.json").write_text(json.dumps({"results": results, "conversion": conv, "seconds": total}, indent=1))
-    if args.readme:
-        readme = ROOT / "README.md"
-        text = readme.read_text()
-        start, end = "<!-- evidence:start -->", "<!-- evidence:end -->"
-        if start in text and end in text:
-            text = text[:text.index(start) + len(start)] + "\n" + md + "\n" + text[text.index(end):]
-            readme.write_text(text)
-            print("README.md updated")
+    if args.doc:
+        write_between_markers(EVIDENCE_DOC, md)
+        print(f"{EVIDENCE_DOC.relative_to(ROOT)} updated")
 
 
 if __name__ == "__main__":
