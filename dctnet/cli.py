@@ -146,6 +146,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from dctnet.data.verify import format_report, verify_dataset  # lazy
 
+    if not os.path.isdir(args.src):  # tar shards (a glob): how mixed their stream's batches are
+        return _verify_shards(args)
     try:
         report = verify_dataset(args.src, threads=args.threads, warnings=args.warnings)
     except (OSError, ValueError) as exc:
@@ -158,6 +160,34 @@ def cmd_verify(args: argparse.Namespace) -> int:
     # files the loaders would refuse: unreadable (incl. lost data), and non-JPEG data under JPEG names
     bad = sum(len(s["unreadable"]) + len(s["not_jpeg_data"]) for s in report["splits"].values())
     return 1 if (bad or report["leakage"]) and args.strict else 0
+
+
+def _verify_shards(args: argparse.Namespace) -> int:
+    from dctnet.data.shards import TarShardDataset  # lazy
+    from dctnet.data.shuffle_quality import shards_quality  # lazy
+
+    try:
+        ds = TarShardDataset(args.src, rank=0, world_size=1, interleave=args.interleave, buffer=args.buffer)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    report = {"shards": len(ds.shards), "interleave": ds.interleave, "batch_size": args.batch_size, "loaders": {}}
+    print(f"{len(ds.shards)} shards, interleave {ds.interleave}, buffer {ds.buffer}:")
+    worst = 1.0
+    for readers, mode, what in ((1, "round-robin", "1 reader"),
+                                (args.readers, "round-robin", f"dctnet ThreadLoader, {args.readers} threads"),
+                                (args.readers, "per-reader", f"torch DataLoader, {args.readers} workers")):
+        q = shards_quality(ds, args.batch_size, readers, mode=mode)
+        worst = min(worst, q.ratio)
+        report["loaders"][what] = {"distinct": q.distinct, "uniform_distinct": q.uniform_distinct, "entropy": q.entropy,
+                                   "uniform_entropy": q.uniform_entropy, "batches": q.batches}
+        print(f"  {what}: {q.describe()}")
+    if worst < 0.5:
+        print("  far from a uniform shuffle: rewrite them with `dctnet shards write SRC DIR` (one global random order), "
+              "or raise data.interleave")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 1 if args.strict and worst < 0.5 else 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -319,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``dctnet`` argument parser: one sub-command each, its function in ``func``."""
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_info, _add_demo, _add_convert, _add_cache, _add_verify, _add_stats, _add_bench, _add_train, _add_browse):
+    for add in (_add_info, _add_demo, _add_convert, _add_cache, _add_shards, _add_verify, _add_stats, _add_bench, _add_train,
+                _add_browse):
         add(sub)
     return parser
 
@@ -396,10 +427,45 @@ def _add_cache(sub) -> None:
     p.set_defaults(func=cmd_cache)
 
 
+def _add_shards(sub) -> None:
+    p = sub.add_parser("shards", help="write WebDataset shards in a seeded global random order",
+                       description="Shards written from an ImageFolder are class-sorted; streamed shard by shard "
+                                   "their batches hold a handful of classes. These shards hold the samples in one "
+                                   "global random order, so a stream reads batches as mixed as a folder's.")
+    ssub = p.add_subparsers(dest="shards_command", required=True)
+    w = ssub.add_parser("write", help="SRC (an image folder, or tar shards as a glob) -> DIR/PREFIX-NNNNNN.tar")
+    w.add_argument("src", metavar="SRC")
+    w.add_argument("out", metavar="DIR")
+    w.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
+    w.add_argument("--seed", type=int, default=0, help="seed of the global order (default 0)")
+    w.add_argument("--prefix", default="shard", help="shard file prefix (default 'shard')")
+    w.set_defaults(func=cmd_shards_write)
+
+
+def cmd_shards_write(args: argparse.Namespace) -> int:
+    from dctnet.data.shards import write_shards  # lazy
+
+    try:
+        info = write_shards(args.src, args.out, shard_size=args.shard_size, seed=args.seed, prefix=args.prefix)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{info['samples']} samples in {len(info['shards'])} shards under {args.out} (seed {args.seed}, global "
+          f"random order; order.json maps each key to its source)" +
+          (f"; {len(info['classes'])} classes in classes.txt" if info["classes"] else ""))
+    return 0
+
+
 def _add_verify(sub) -> None:
     p = sub.add_parser("verify", help="decode a dataset once: unreadable files, warnings, duplicates, leakage, balance",
-                       description="SRC is an image folder (SRC/<class>/...) or a folder of splits (SRC/<split>/<class>/...).")
+                       description="SRC is an image folder (SRC/<class>/...) or a folder of splits (SRC/<split>/<class>/...); "
+                                   "or tar shards (a glob): then the shuffle quality of their stream — distinct classes "
+                                   "and class entropy per batch against a uniform shuffle, from the label members only.")
     p.add_argument("src", metavar="SRC")
+    p.add_argument("--batch-size", type=int, default=256, help="shards: the batch size to measure (default 256)")
+    p.add_argument("--readers", type=int, default=8, help="shards: loader threads or workers (default 8)")
+    p.add_argument("--interleave", type=int, default=32, help="shards: open shards per reader (data.interleave)")
+    p.add_argument("--buffer", type=int, default=1000, help="shards: shuffle buffer per reader (data.buffer)")
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--threads", type=int, help="decode threads (default: all CPUs)")
     p.add_argument("--warnings", choices=["raise", "accept", "strict"], default="raise",

@@ -8,7 +8,7 @@ kills. Not part of CI: each C mutant is a rebuild (~20 s) plus its tests.
     python tests/mutants.py -k sparse       # the mutants whose name contains "sparse"
 
 A mutant is killed when its tests fail (or crash); one that survives means a bug the suite would
-let through. The README's testing section keeps the last report.
+let through. docs/testing.md (Mutation check) keeps the last report.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from dctnet.data.coco import CocoDataset, collate_detection
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.collate import collate
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, RepeatedAugSampler, ThreadLoader, make_dataloader
-from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode
+from dctnet.data.shards import TarShardDataset, WdsDecode, wds_decode, write_shards
+from dctnet.data.shuffle_quality import ShuffleQuality, shards_quality, stream_quality
 from dctnet.data.hf import HFDataset, HFStreamDataset
 from dctnet.data.usable import CheckedFiles, check_files, data_kind
 from dctnet.data.verify import format_report, verify_dataset
@@ -67,6 +68,10 @@ __all__ = [
     "RandomResizedCrop",
     "ResizeCenterCrop",
     "TarShardDataset",
+    "ShuffleQuality",
+    "shards_quality",
+    "stream_quality",
+    "write_shards",
     "ThreadLoader",
     "UnusedFilesWarning",
     "WdsDecode",

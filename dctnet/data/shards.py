@@ -16,18 +16,22 @@ a cropped :class:`CoefficientSample`. Use it with ``DataLoader(batch_size=..., c
 from __future__ import annotations
 
 import glob
+import io
+import json
 import os
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from dctnet.distributed import placement
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, warn_mode
 from dctnet.data.crop import FullImage
-from dctnet.data.dataset import sample_from_coefficients
+from dctnet.data.dataset import ImageFolderDataset, sample_from_coefficients
 from dctnet.data.sample import CoefficientSample
 
 __all__ = ["TarShardDataset", "WdsDecode", "wds_decode"]
@@ -56,6 +60,26 @@ def _iter_tar(path: str) -> Iterator[dict[str, Any]]:
             if current is None:
                 current = {"__key__": key, "__shard__": path}
             current[ext] = data
+    if current is not None:
+        yield current
+
+
+def iter_labels(path: str, label_key: str = "cls") -> Iterator[dict[str, Any]]:
+    """A shard's samples as ``{"__key__": key, label_key: bytes}`` — only the label members are
+    read; image data is skipped by its tar header (the shuffle-quality figure's reader)."""
+    current: dict[str, Any] | None = None
+    with tarfile.open(path, "r:*") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            key, ext = _key_of(member.name)
+            if current is not None and current["__key__"] != key:
+                yield current
+                current = None
+            if current is None:
+                current = {"__key__": key}
+            if ext == label_key:
+                current[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]
     if current is not None:
         yield current
 
@@ -129,14 +153,15 @@ def wds_decode(crop: Callable | None = None, **kwargs: Any) -> WdsDecode:
 DEFAULT_INTERLEAVE = 32
 
 
-def _interleaved(shards: Sequence[str], k: int, g: torch.Generator) -> Iterator[dict[str, Any]]:
+def _interleaved(shards: Sequence[str], k: int, g: torch.Generator,
+                 read: Callable[[str], Iterator[dict[str, Any]]] = _iter_tar) -> Iterator[dict[str, Any]]:
     """The samples of ``shards``, ``k`` of them open at once: each next sample comes from an open
     shard drawn uniformly (``g``), each shard read front to back; a finished shard is replaced by
     the next in order. ``k = 1``: the shards one after another."""
     pending = iter(shards)
     open_: list[Iterator[dict[str, Any]]] = []
     for shard in pending:
-        open_.append(_iter_tar(shard))
+        open_.append(read(shard))
         if len(open_) == k:
             break
     while open_:
@@ -147,7 +172,7 @@ def _interleaved(shards: Sequence[str], k: int, g: torch.Generator) -> Iterator[
             if nxt is None:
                 open_.pop(j)
             else:
-                open_[j] = _iter_tar(nxt)
+                open_[j] = read(nxt)
             continue
         yield sample
 
@@ -213,8 +238,19 @@ class TarShardDataset(torch.utils.data.IterableDataset):
     def iter_split(self, me: int, total: int) -> Iterator[CoefficientSample | tuple[int, str, str]]:
         """The samples of reader ``me`` of ``total`` readers over all ranks (``__iter__`` uses
         ``rank × DataLoader worker``; :class:`dctnet.data.ThreadLoader` uses ``rank × thread``)."""
+        self.decode.epoch = self.epoch
+        for sample in self.raw_split(me, total):
+            yield self.decode(sample)
+
+    def raw_split(self, me: int, total: int,
+                  read: Callable[[str], Iterator[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
+        """The undecoded samples of reader ``me`` of ``total``, in the order :meth:`iter_split`
+        yields them: the epoch's shard order, this reader's shards, ``interleave`` of them open at
+        once, the shuffle buffer. ``read`` opens a shard (default: every member's bytes; the
+        shuffle-quality figure passes a labels-only reader)."""
         if not 0 <= me < total:
             raise ValueError(f"reader {me} of {total}")
+        read = read or _iter_tar
         order = list(self.shards)
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
@@ -223,26 +259,115 @@ class TarShardDataset(torch.utils.data.IterableDataset):
             mine, keep = order[me::total], None
         else:  # fewer shards than readers: everyone streams all, keeps every total-th sample
             mine, keep = order, (me, total)
-        self.decode.epoch = self.epoch
         g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + me)
         buf: list[dict[str, Any]] = []
         count = 0
         # the interleaving draws: every reader's own, except when all readers stream the same shards and
         # split them by position — then they must all see one order
         mix = g if keep is None else torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + total)
-        for sample in _interleaved(mine, self.interleave if self.shuffle else 1, mix):
+        for sample in _interleaved(mine, self.interleave if self.shuffle else 1, mix, read):
             count += 1
             if keep is not None and (count - 1) % keep[1] != keep[0]:
                 continue
             if not self.shuffle:
-                yield self.decode(sample)
+                yield sample
                 continue
             if len(buf) < self.buffer:
                 buf.append(sample)
                 continue
             j = int(torch.randint(len(buf), (1,), generator=g))
             buf[j], sample = sample, buf[j]
-            yield self.decode(sample)
+            yield sample
         while buf:
             j = int(torch.randint(len(buf), (1,), generator=g))
-            yield self.decode(buf.pop(j))
+            yield buf.pop(j)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+def _tar_index(shards: Sequence[str]) -> list[tuple[str, list[tarfile.TarInfo]]]:
+    """Per shard, its samples as groups of consecutive members with one key (headers only)."""
+    out = []
+    for path in shards:
+        groups: list[tarfile.TarInfo] = []
+        with tarfile.open(path, "r:") as tar:
+            current, members = None, []
+            for m in tar:
+                if not m.isfile():
+                    continue
+                key = _key_of(m.name)[0]
+                if current is not None and key != current:
+                    groups.append(members)
+                    members = []
+                current = key
+                members.append(m)
+            if members:
+                groups.append(members)
+        out.append((path, groups))
+    return out
+
+
+def global_order(n: int, seed: int) -> np.ndarray:
+    """The order :func:`write_shards` writes ``n`` samples in: ``int64 (n,)``, position → source index."""
+    return np.random.default_rng(seed).permutation(n)
+
+
+def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLike, *, shard_size: int = 1000,
+                 seed: int = 0, prefix: str = "shard") -> dict[str, Any]:
+    """Write WebDataset tar shards (``KEY.jpg`` + ``KEY.cls``) holding the samples of ``source`` in
+    one seeded global permutation, so that a stream read shard by shard is as mixed as a folder's
+    sampler (the shards themselves need no shuffling across them).
+
+    ``source``: an ImageFolder directory (``root/<class>/*.jpg``; labels are the sorted class
+    folders' indices, written to ``out/classes.txt``), or tar shards (a glob or a list: every sample
+    and member copied as it is). Samples are written ``shard_size`` per shard as
+    ``out/{prefix}-{i:06d}.tar``; keys are ``{position:09d}`` (unique, in the written order) and
+    ``out/order.json`` maps each key's position to its source. Returns ``{"shards", "samples",
+    "classes"}``. The order is :func:`global_order` (``numpy.random.default_rng(seed).permutation``):
+    the same seed writes the same shards."""
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be at least 1, got {shard_size}")
+    out = Path(out)
+    items: list[tuple[str, Any]] = []  # (description, reader of {ext: bytes})
+    classes: list[str] = []
+    src = source if isinstance(source, (str, os.PathLike)) else None
+    if src is not None and os.path.isdir(src):
+        folder = ImageFolderDataset(src)
+        classes = list(folder.classes)
+        for path, label in folder.samples:
+            ext = Path(path).suffix.lower().lstrip(".")
+            ext = "jpg" if ext not in IMAGE_EXTS else ext
+            items.append((path, lambda p=path, y=label, e=ext: {e: Path(p).read_bytes(), "cls": str(y).encode()}))
+    else:
+        paths = sorted(glob.glob(str(src))) if src is not None else [str(p) for p in source]  # type: ignore[union-attr]
+        if not paths:
+            raise FileNotFoundError(f"no image folder or tar shards at {source!r}")
+        for path, groups in _tar_index(paths):
+            for members in groups:
+                def read(p=path, ms=members) -> dict[str, bytes]:
+                    with open(p, "rb") as f:
+                        got = {}
+                        for m in ms:
+                            f.seek(m.offset_data)
+                            got[_key_of(m.name)[1]] = f.read(m.size)
+                        return got
+                items.append((f"{path}:{_key_of(members[0].name)[0]}", read))
+    order = global_order(len(items), seed)
+    out.mkdir(parents=True, exist_ok=True)
+    shards: list[str] = []
+    for s in range(0, len(order), shard_size):
+        name = out / f"{prefix}-{s // shard_size:06d}.tar"
+        tmp = name.with_suffix(".tar.tmp")
+        with tarfile.open(tmp, "w") as tar:
+            for pos in range(s, min(s + shard_size, len(order))):
+                members = items[order[pos]][1]()
+                for ext in sorted(members, key=lambda e: (e not in IMAGE_EXTS, e)):  # the image first
+                    data = members[ext]
+                    info = tarfile.TarInfo(f"{pos:09d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        os.replace(tmp, name)
+        shards.append(str(name))
+    (out / "order.json").write_text(json.dumps([items[i][0] for i in order.tolist()]))
+    if classes:
+        (out / "classes.txt").write_text("\n".join(classes) + "\n")
+    return {"shards": shards, "samples": len(order), "classes": classes}

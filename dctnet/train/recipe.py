@@ -646,7 +646,7 @@ def _check_detection(r: Recipe, bad) -> None:
         try:
             build_detection_ops(r.detect.ops)
             if r.model.input == "rgb":
-                from dctnet.train.detection import torchvision_ops  # (as above)
+                from dctnet.transforms.detection import torchvision_ops  # (as above)
 
                 torchvision_ops(r.detect.ops)
         except (TypeError, ValueError) as exc:

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dctnet.data.shards import TarShardDataset
+from dctnet.data.shuffle_quality import shards_quality
 from dctnet.train.recipe_model import build_recipe_model
 from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
@@ -48,6 +50,8 @@ class Trainer:
         self._seed(r.train.seed)
         self.pipe: Pipeline = build_pipeline(r, self.device, self.rank, self.world_size)
         self._seed(r.train.seed)  # the same initial weights on every rank, whatever the pipeline drew
+        if self.rank == 0:
+            self._check_stream_mixing()
         model = build_recipe_model(r, self.pipe.num_classes).to(self.device)
         self.model = model
         global_batch = r.data.batch_size * self.world_size
@@ -104,6 +108,21 @@ class Trainer:
             self._note_checked_files()
 
     # ------------------------------------------------------------------ helpers
+    def _check_stream_mixing(self) -> None:
+        """A streamed training set (tar shards) whose first batches hold far fewer classes than a
+        uniform shuffle's (class-sorted shards): say so before a long run, naming the fix. Reads
+        the label members of the first batches only."""
+        loader = self.pipe.train_loader
+        ds = getattr(loader, "dataset", None) or getattr(getattr(loader, "loader", None), "dataset", None)
+        if not isinstance(ds, TarShardDataset) or self.recipe.model.num_classes < 2:
+            return
+        q = shards_quality(ds, self.recipe.data.batch_size, max(1, self.recipe.data.threads),
+                           num_classes=self.recipe.model.num_classes, batches=8)
+        if q.poor:
+            self.log(f"warning: the training stream is far from shuffled — {q.describe()}. Rewrite the shards in "
+                     "one global random order (`dctnet shards write SRC DIR`) or raise data.interleave "
+                     f"(now {ds.interleave}).")
+
     def _rewrite_records(self) -> None:
         """``metrics.jsonl`` holds exactly this run's epochs so far (the resumed history, or
         nothing); ``skipped.txt`` starts empty on a fresh run."""

@@ -1,0 +1,161 @@
+"""Streams shuffled as well as a folder, or told otherwise: the reader order over ImageNet-sized
+class-sorted shards (labels only: 1,000 classes × 1,281, shards of 1,000) with and without
+interleaving, the same stream rewritten by ``write_shards`` (≥ 0.95× a uniform shuffle's distinct
+classes per batch of 256), every sample read exactly once under interleaving, real shards written
+and read back, ``dctnet verify`` on shards and the warning at the start of ``dctnet train``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+from dctnet.data.shards import TarShardDataset, global_order, write_shards
+from dctnet.data.shuffle_quality import batch_stats, labels_of, stream_quality, uniform_stats
+from dctnet.synthetic import synthetic_jpeg
+
+C, PER, SHARD, BATCH = 1000, 1281, 1000, 256
+
+
+def _simulated(labels: np.ndarray, interleave: int, seed: int = 0) -> tuple[TarShardDataset, object]:
+    """A TarShardDataset over in-memory shards of ``labels`` (consecutive SHARD-sized chunks) and
+    the labels-only reader its ``raw_split`` takes — the real order logic, no files."""
+    shards = {f"s{i:05d}": labels[i * SHARD:(i + 1) * SHARD] for i in range(-(-len(labels) // SHARD))}
+    ds = TarShardDataset.__new__(TarShardDataset)
+    ds.shards, ds.seed, ds.shuffle, ds.buffer, ds.epoch, ds.interleave = sorted(shards), seed, True, 1000, 0, interleave
+
+    def read(name):
+        return ({"__key__": f"{name}/{j}", "cls": str(int(y)).encode()} for j, y in enumerate(shards[name]))
+    return ds, read
+
+
+def _quality(ds, read, readers, mode):
+    return stream_quality(lambda me, total: labels_of(ds.raw_split(me, total, read)), readers, BATCH, num_classes=C,
+                          mode=mode, batches=10)
+
+
+SORTED = np.repeat(np.arange(C), PER)
+
+
+def test_uniform_baseline_is_the_closed_form():
+    d, e = uniform_stats([PER] * C, BATCH, batches=40)
+    assert abs(d - C * (1 - (1 - 1 / C) ** BATCH)) < 3  # 225.9 for ImageNet's sizes
+    assert 7.6 < e < 7.9
+    assert batch_stats([0] * BATCH + [1, 2] * (BATCH // 2), BATCH)[:2] == (1.5, 0.5)
+
+
+@pytest.mark.parametrize("readers,mode", [(1, "round-robin"), (8, "per-reader"), (8, "round-robin")])
+def test_interleaving_raises_the_class_sorted_case(readers, mode):
+    one = _quality(*_simulated(SORTED, 1), readers, mode)
+    default = _quality(*_simulated(SORTED, TarShardDataset.__init__.__kwdefaults__["interleave"]), readers, mode)
+    assert one.poor  # the problem the test is named for: a handful of classes per batch
+    assert default.distinct >= 5 * one.distinct and default.distinct >= 30
+
+
+@pytest.mark.parametrize("readers,mode", [(1, "round-robin"), (8, "per-reader"), (8, "round-robin")])
+def test_rewritten_shards_read_as_mixed_as_a_folder(readers, mode):
+    written = SORTED[global_order(len(SORTED), seed=0)]
+    q = _quality(*_simulated(written, 32), readers, mode)
+    assert q.distinct >= 0.95 * q.uniform_distinct, q.describe()
+    assert not q.poor
+
+
+@pytest.mark.parametrize("n_shards,readers", [(12, 3), (2, 5)])
+def test_every_sample_once_across_readers_under_interleaving(n_shards, readers):
+    labels = np.arange(n_shards * SHARD) // 7
+    ds, read = _simulated(labels, 4)
+    seen = [s["__key__"] for me in range(readers) for s in ds.raw_split(me, readers, read)]
+    assert len(seen) == len(set(seen)) == len(labels)
+
+
+def _folder(root, classes=3, per=5):
+    for c in range(classes):
+        d = root / f"class{c}"
+        d.mkdir(parents=True)
+        for i in range(per):
+            (d / f"{i}.jpg").write_bytes(synthetic_jpeg(c * 100 + i, 24, 32))
+    return sorted(p for p in root.rglob("*.jpg"))
+
+
+def _read_back(pattern):
+    out = []
+    for path in sorted(__import__("glob").glob(pattern)):
+        with tarfile.open(path) as tar:
+            members = [m for m in tar if m.isfile()]
+            for jpg, cls in zip(members[0::2], members[1::2]):
+                assert cls.name.rsplit(".", 1)[0] == jpg.name.rsplit(".", 1)[0]
+                out.append((jpg.name, tar.extractfile(cls).read(), tar.extractfile(jpg).read()))
+    return out
+
+
+def test_write_shards_from_a_folder_and_from_shards(tmp_path):
+    files = _folder(tmp_path / "src")
+    info = write_shards(tmp_path / "src", tmp_path / "out", shard_size=4, seed=3)
+    assert info["samples"] == 15 and len(info["shards"]) == 4 and info["classes"] == ["class0", "class1", "class2"]
+    got = _read_back(str(tmp_path / "out" / "shard-*.tar"))
+    # the written order is the seeded permutation of the folder's sorted samples, labels its class indices
+    order = global_order(15, 3)
+    assert [name for name, _, _ in got] == [f"{i:09d}.jpg" for i in range(15)]
+    for (name, cls, data), src in zip(got, order):
+        assert data == files[src].read_bytes() and int(cls) == int(files[src].parent.name[-1])
+    assert write_shards(tmp_path / "src", tmp_path / "again", shard_size=4, seed=3)["samples"] == 15
+    assert _read_back(str(tmp_path / "again" / "shard-*.tar")) == got
+    other = write_shards(tmp_path / "src", tmp_path / "other", shard_size=4, seed=4)
+    assert [d for _, _, d in _read_back(str(tmp_path / "other" / "shard-*.tar"))] != [d for _, _, d in got]
+    assert other["samples"] == 15
+    # from those shards again: every sample once, members copied as they are
+    again = write_shards(str(tmp_path / "out" / "shard-*.tar"), tmp_path / "re", shard_size=6, seed=1)
+    assert again["samples"] == 15 and again["classes"] == []
+    assert sorted((c, d) for _, c, d in _read_back(str(tmp_path / "re" / "shard-*.tar"))) == sorted((c, d) for _, c, d in got)
+
+
+def _sorted_shards(root, classes=6, per=40):
+    """Class-sorted shards of synthetic JPEGs: one class per shard, as a folder written in order gives."""
+    root.mkdir()
+    for c in range(classes):
+        with tarfile.open(root / f"train-{c:03d}.tar", "w") as tar:
+            for i in range(per):
+                for ext, data in (("jpg", synthetic_jpeg(c * 1000 + i, 16, 16)), ("cls", str(c).encode())):
+                    info = tarfile.TarInfo(f"c{c}_{i:04d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, __import__("io").BytesIO(data))
+    return str(root / "train-*.tar")
+
+
+def test_verify_reports_the_shuffle_quality_of_shards(tmp_path):
+    pattern = _sorted_shards(tmp_path / "shards")
+    run = [sys.executable, "-m", "dctnet", "verify", pattern, "--batch-size", "32", "--readers", "2", "--buffer", "16"]
+    sorted_out = subprocess.run(run + ["--interleave", "1", "--strict"], capture_output=True, text=True, timeout=120)
+    assert sorted_out.returncode == 1 and "far from a uniform shuffle" in sorted_out.stdout, sorted_out.stdout
+    assert "dctnet shards write" in sorted_out.stdout
+    write = subprocess.run([sys.executable, "-m", "dctnet", "shards", "write", pattern, str(tmp_path / "mixed")],
+                           capture_output=True, text=True, timeout=120)
+    assert write.returncode == 0 and "240 samples in 1 shards" in write.stdout, write.stderr
+    mixed = subprocess.run([sys.executable, "-m", "dctnet", "verify", str(tmp_path / "mixed" / "*.tar"), "--batch-size",
+                            "32", "--readers", "2", "--interleave", "1", "--buffer", "16", "--strict"], capture_output=True,
+                           text=True,
+                           timeout=120)
+    assert mixed.returncode == 0 and "far from" not in mixed.stdout, mixed.stdout
+
+
+@pytest.mark.parametrize("interleave,warns", [(1, True), (32, False)])
+def test_dctnet_train_warns_on_a_class_sorted_stream(tmp_path, interleave, warns):
+    from dctnet.train import load_recipe
+    from dctnet.train.trainer import Trainer
+
+    pattern = _sorted_shards(tmp_path / "shards")
+    recipe = load_recipe(None, {
+        "data": {"source": "shards", "root": str(tmp_path), "train": "shards/train-*.tar", "val": "shards/train-00*.tar",
+                 "batch_size": 32, "threads": 1, "image_size": 16, "interleave": interleave, "buffer": 16},
+        "model": {"arch": "resnet18", "input": "device-rgb", "num_classes": 6},
+        "augment": [], "train": {"out": str(tmp_path / "run")}})
+    said = []
+    Trainer(recipe, log=said.append)
+    warned = [m for m in said if "far from shuffled" in m]
+    assert bool(warned) == warns, said
+    if warns:
+        assert "dctnet shards write" in warned[0] and "data.interleave" in warned[0]
+    assert pattern
