@@ -193,13 +193,12 @@ def test_detect_ops_name_torchvisions_classes_for_both_arms(tmp_path):
     torchvision package lacks (for rgb) is refused when the recipe loads."""
     from torchvision.transforms import v2
 
-    from dctnet.train.detection import torchvision_ops
     from dctnet.transforms import detection as TD
 
     specs = [{"name": "RandomCrop", "size": 256, "pad_if_needed": True, "fill": 0}, {"name": "RandomVerticalFlip"},
              {"name": "RandomPhotometricDistort", "p": 0.3}]
     ours = TD.build_detection_ops(specs)
-    theirs = torchvision_ops(specs).transforms
+    theirs = TD.torchvision_ops(specs).transforms
     assert [type(o).__name__ for o in ours] == [type(o).__name__ for o in theirs] == [
         "RandomCrop", "RandomVerticalFlip", "RandomPhotometricDistort", "SanitizeBoundingBoxes"]
     assert ours[0].size == (256, 256) and theirs[0].pad_if_needed and isinstance(theirs[-1], v2.SanitizeBoundingBoxes)

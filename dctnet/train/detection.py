@@ -167,33 +167,6 @@ def torchvision_preset(name: str, hflip_prob: float) -> Any:
     return v2.Compose([*ops[name], v2.SanitizeBoundingBoxes()])
 
 
-#: ops whose ``fill`` torchvision v2 takes per type: the image's (8-bit levels), masks 0 as the references
-_FILLED = ("RandomZoomOut", "RandomAffine", "RandomRotation", "RandomCrop")
-
-
-def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
-    """torchvision v2's own classes for a recipe's ``detect.ops`` (the ``rgb`` arm), ending in
-    ``SanitizeBoundingBoxes``: the same names and arguments; ``ValueError`` for an op torchvision's
-    package lacks (the references' ``FixedSizeCrop``, ``RandomResize``, ``PadIfSmaller``)."""
-    from torchvision import tv_tensors  # optional dependency (the baseline's)
-    from torchvision.transforms import v2  # (as above)
-
-    ops = []
-    for i, spec in enumerate(specs):
-        name = spec["name"]
-        cls = getattr(v2, name, None)
-        if cls is None or name in ("RandomResize",):  # v2.RandomResize exists but is not the references' op
-            raise ValueError(f"op {i} ({name}) is torchvision's references', not in the torchvision package: "
-                             "input 'rgb' cannot run it; use 'device-rgb'")
-        args = {k: v for k, v in spec.items() if k != "name"}
-        if name in _FILLED and "fill" in args:
-            args["fill"] = {tv_tensors.Image: args["fill"], tv_tensors.Mask: 0}
-        ops.append(cls(**args))
-    if not ops or not isinstance(ops[-1], v2.SanitizeBoundingBoxes):
-        ops.append(v2.SanitizeBoundingBoxes())
-    return v2.Compose(ops)
-
-
 class DetectionTrainer:
     """Builds what a detection recipe names and trains it: ``DetectionTrainer(recipe).fit()``."""
 
@@ -302,7 +275,7 @@ class DetectionTrainer:
         else:
             tfm = None
             if train:
-                tfm = (torchvision_ops(r.detect.ops) if r.detect.ops else
+                tfm = (TD.torchvision_ops(r.detect.ops) if r.detect.ops else
                        torchvision_preset(r.detect.preset, r.detect.hflip_prob))
             dataset, collate = _PillowCoco(ds, tfm), _list_collate
         return torch.utils.data.DataLoader(

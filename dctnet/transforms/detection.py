@@ -53,9 +53,10 @@ from dctnet.transforms.device_crop import crops_to_rgb
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
     "RandomAffine", "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort",
-    "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomVerticalFlip", "RandomZoomOut", "Resize",
-    "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan", "build_detection_ops", "coefficient_mosaics",
-    "detection_preset", "resized_output_size", "sample_generator", "segmentation_preset", "semantic_maps",
+    "RandomResize", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomVerticalFlip",
+    "RandomZoomOut", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan",
+    "build_detection_ops", "coefficient_mosaics", "detection_preset", "resized_output_size", "sample_generator",
+    "segmentation_preset", "semantic_maps", "torchvision_ops",
 ]
 
 #: per-box fields of a target, dropped together with their boxes
@@ -1447,6 +1448,33 @@ def build_detection_ops(specs: Sequence[dict[str, Any]]) -> list[DetectionOp]:
     if not ops or not isinstance(ops[-1], SanitizeBoundingBoxes):
         ops.append(SanitizeBoundingBoxes())
     return ops
+
+
+#: ops whose ``fill`` torchvision v2 takes per type: the image's (8-bit levels), masks 0 as the references
+_FILLED = ("RandomZoomOut", "RandomAffine", "RandomRotation", "RandomCrop")
+
+
+def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
+    """torchvision v2's own classes for a recipe's ``detect.ops`` (the ``rgb`` arm), ending in
+    ``SanitizeBoundingBoxes``: the same names and arguments; ``ValueError`` for an op torchvision's
+    package lacks (the references' ``FixedSizeCrop``, ``RandomResize``, ``PadIfSmaller``)."""
+    from torchvision import tv_tensors  # optional dependency (the rgb baseline's own ops)
+    from torchvision.transforms import v2  # (as above)
+
+    ops = []
+    for i, spec in enumerate(specs):
+        name = spec["name"]
+        cls = getattr(v2, name, None)
+        if cls is None or name in ("RandomResize",):  # v2.RandomResize exists but is not the references' op
+            raise ValueError(f"op {i} ({name}) is torchvision's references', not in the torchvision package: "
+                             "input 'rgb' cannot run it; use 'device-rgb'")
+        args = {k: v for k, v in spec.items() if k != "name"}
+        if name in _FILLED and "fill" in args:
+            args["fill"] = {tv_tensors.Image: args["fill"], tv_tensors.Mask: 0}
+        ops.append(cls(**args))
+    if not ops or not isinstance(ops[-1], v2.SanitizeBoundingBoxes):
+        ops.append(v2.SanitizeBoundingBoxes())
+    return v2.Compose(ops)
 
 
 def detection_preset(name: str, hflip_prob: float = 0.5,
