@@ -50,7 +50,7 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, read_
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import CropDataset, sample_from_coefficients, samples_from_coefficients
 from dctnet.data.sample import CoefficientSample
-from dctnet.data.shards import DEFAULT_INTERLEAVE
+from dctnet.data.shards import DEFAULT_INTERLEAVE, reader_stream
 from dctnet.data.usable import data_kind
 from dctnet.distributed import placement
 
@@ -328,29 +328,6 @@ class HFDataset(CropDataset):
 
 
 # ---------------------------------------------------------------------- streaming
-def _interleave(sources: Sequence[Callable[[], Iterator[Any]]], k: int, g: torch.Generator) -> Iterator[Any]:
-    """The items of ``sources`` (each opened by calling it), ``k`` of them open at once: each next
-    item comes from an open source drawn uniformly (``g``), each source read front to back; a
-    finished one is replaced by the next in order (the tar shards' rule). ``k = 1``: one after another."""
-    pending = iter(sources)
-    open_: list[Iterator[Any]] = []
-    for open_source in pending:
-        open_.append(open_source())
-        if len(open_) == k:
-            break
-    while open_:
-        j = int(torch.randint(len(open_), (1,), generator=g)) if len(open_) > 1 else 0
-        item = next(open_[j], None)
-        if item is None:
-            nxt = next(pending, None)
-            if nxt is None:
-                open_.pop(j)
-            else:
-                open_[j] = nxt()
-            continue
-        yield item
-
-
 class HFStreamDataset(torch.utils.data.IterableDataset):
     """Stream cropped coefficient samples from a ``datasets.IterableDataset``, split, ordered and
     mixed as :class:`dctnet.data.TarShardDataset` does its shards (module docstring).
@@ -445,38 +422,10 @@ class HFStreamDataset(torch.utils.data.IterableDataset):
 
     def raw_split(self, me: int, total: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
         """The undecoded rows of reader ``me`` of ``total`` as ``(source, row in source, row)``,
-        in the order :meth:`iter_split` yields them (the epoch's source order, this reader's
-        sources, ``interleave`` of them open at once, the shuffle buffer)."""
-        if not 0 <= me < total:
-            raise ValueError(f"reader {me} of {total}")
-        base = self.seed * 1_000_003 + self.epoch  # the tar shards' streams, so one seed means one order rule
-        order = list(range(self.num_shards))
-        if self.shuffle:
-            order = torch.randperm(self.num_shards, generator=torch.Generator().manual_seed(base)).tolist()
-        if len(order) >= total:
-            mine, keep = order[me::total], None
-        else:  # fewer sources than readers: everyone streams all, keeps every total-th sample
-            mine, keep = order, (me, total)
-        g = torch.Generator().manual_seed(base * 65_537 + me)
-        # readers that split one stream by position must all see one interleaving order
-        mix = g if keep is None else torch.Generator().manual_seed(base * 65_537 + total)
-        buf: list[tuple[int, int, dict[str, Any]]] = []
-        for count, item in enumerate(_interleave([self._open(s) for s in mine], self.interleave if self.shuffle else 1,
-                                                 mix)):
-            if keep is not None and count % keep[1] != keep[0]:
-                continue
-            if not self.shuffle:
-                yield item
-                continue
-            if len(buf) < self.buffer:
-                buf.append(item)
-                continue
-            j = int(torch.randint(len(buf), (1,), generator=g))
-            buf[j], item = item, buf[j]
-            yield item
-        while buf:
-            j = int(torch.randint(len(buf), (1,), generator=g))
-            yield buf.pop(j)
+        in the order :meth:`iter_split` yields them — the tar shards' rule
+        (:func:`dctnet.data.shards.reader_stream`): one seed means one order rule."""
+        return reader_stream(range(self.num_shards), lambda s: self._open(s)(), me, total, seed=self.seed,
+                             epoch=self.epoch, shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer)
 
     def iter_split(self, me: int, total: int) -> Iterator[CoefficientSample | tuple[int, str, str]]:
         """The samples of reader ``me`` of ``total`` readers over all ranks (``__iter__`` uses

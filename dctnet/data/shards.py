@@ -153,28 +153,66 @@ def wds_decode(crop: Callable | None = None, **kwargs: Any) -> WdsDecode:
 DEFAULT_INTERLEAVE = 32
 
 
-def _interleaved(shards: Sequence[str], k: int, g: torch.Generator,
-                 read: Callable[[str], Iterator[dict[str, Any]]] = _iter_tar) -> Iterator[dict[str, Any]]:
-    """The samples of ``shards``, ``k`` of them open at once: each next sample comes from an open
-    shard drawn uniformly (``g``), each shard read front to back; a finished shard is replaced by
-    the next in order. ``k = 1``: the shards one after another."""
-    pending = iter(shards)
-    open_: list[Iterator[dict[str, Any]]] = []
-    for shard in pending:
-        open_.append(read(shard))
+def _interleaved(sources: Sequence[Any], read: Callable[[Any], Iterator[Any]], k: int,
+                 g: torch.Generator) -> Iterator[Any]:
+    """The items of ``sources`` (each opened by ``read``), ``k`` of them open at once: each next
+    item comes from an open source drawn uniformly (``g``), each source read front to back; a
+    finished source is replaced by the next in order. ``k = 1``: the sources one after another."""
+    pending = iter(sources)
+    open_: list[Iterator[Any]] = []
+    for source in pending:
+        open_.append(read(source))
         if len(open_) == k:
             break
     while open_:
         j = int(torch.randint(len(open_), (1,), generator=g)) if len(open_) > 1 else 0
-        sample = next(open_[j], None)
-        if sample is None:
+        item = next(open_[j], None)
+        if item is None:
             nxt = next(pending, None)
             if nxt is None:
                 open_.pop(j)
             else:
                 open_[j] = read(nxt)
             continue
-        yield sample
+        yield item
+
+
+def reader_stream(sources: Sequence[Any], read: Callable[[Any], Iterator[Any]], me: int, total: int, *, seed: int,
+                  epoch: int, shuffle: bool, interleave: int, buffer: int) -> Iterator[Any]:
+    """The items reader ``me`` of ``total`` streams from ``sources`` (tar shards, a streamed
+    dataset's sources), each opened by ``read``: the epoch's seeded source order; this reader's
+    sources ``order[me::total]`` (fewer sources than readers: every reader streams all and keeps
+    every ``total``-th item, one shared interleaving order); ``interleave`` of them open at once;
+    a shuffle buffer of ``buffer`` items. Without ``shuffle``: the sources in order, one at a time."""
+    if not 0 <= me < total:
+        raise ValueError(f"reader {me} of {total}")
+    base = seed * 1_000_003 + epoch
+    order = list(sources)
+    if shuffle:
+        order = [order[i] for i in torch.randperm(len(order), generator=torch.Generator().manual_seed(base)).tolist()]
+    if len(order) >= total:
+        mine, keep = order[me::total], None
+    else:
+        mine, keep = order, (me, total)
+    g = torch.Generator().manual_seed(base * 65_537 + me)
+    # readers that split one stream by position must all see one interleaving order
+    mix = g if keep is None else torch.Generator().manual_seed(base * 65_537 + total)
+    buf: list[Any] = []
+    for count, item in enumerate(_interleaved(mine, read, interleave if shuffle else 1, mix)):
+        if keep is not None and count % keep[1] != keep[0]:
+            continue
+        if not shuffle:
+            yield item
+            continue
+        if len(buf) < buffer:
+            buf.append(item)
+            continue
+        j = int(torch.randint(len(buf), (1,), generator=g))
+        buf[j], item = item, buf[j]
+        yield item
+    while buf:
+        j = int(torch.randint(len(buf), (1,), generator=g))
+        yield buf.pop(j)
 
 
 class TarShardDataset(torch.utils.data.IterableDataset):
@@ -245,42 +283,10 @@ class TarShardDataset(torch.utils.data.IterableDataset):
     def raw_split(self, me: int, total: int,
                   read: Callable[[str], Iterator[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
         """The undecoded samples of reader ``me`` of ``total``, in the order :meth:`iter_split`
-        yields them: the epoch's shard order, this reader's shards, ``interleave`` of them open at
-        once, the shuffle buffer. ``read`` opens a shard (default: every member's bytes; the
-        shuffle-quality figure passes a labels-only reader)."""
-        if not 0 <= me < total:
-            raise ValueError(f"reader {me} of {total}")
-        read = read or _iter_tar
-        order = list(self.shards)
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = [order[i] for i in torch.randperm(len(order), generator=g).tolist()]
-        if len(order) >= total:
-            mine, keep = order[me::total], None
-        else:  # fewer shards than readers: everyone streams all, keeps every total-th sample
-            mine, keep = order, (me, total)
-        g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + me)
-        buf: list[dict[str, Any]] = []
-        count = 0
-        # the interleaving draws: every reader's own, except when all readers stream the same shards and
-        # split them by position — then they must all see one order
-        mix = g if keep is None else torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 65_537 + total)
-        for sample in _interleaved(mine, self.interleave if self.shuffle else 1, mix, read):
-            count += 1
-            if keep is not None and (count - 1) % keep[1] != keep[0]:
-                continue
-            if not self.shuffle:
-                yield sample
-                continue
-            if len(buf) < self.buffer:
-                buf.append(sample)
-                continue
-            j = int(torch.randint(len(buf), (1,), generator=g))
-            buf[j], sample = sample, buf[j]
-            yield sample
-        while buf:
-            j = int(torch.randint(len(buf), (1,), generator=g))
-            yield buf.pop(j)
+        yields them (:func:`reader_stream`). ``read`` opens a shard (default: every member's bytes;
+        the shuffle-quality figure passes a labels-only reader)."""
+        return reader_stream(self.shards, read or _iter_tar, me, total, seed=self.seed, epoch=self.epoch,
+                             shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer)
 
 
 # ---------------------------------------------------------------------------------------------- writing
