@@ -50,7 +50,7 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, read_
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import CropDataset, sample_from_coefficients, samples_from_coefficients
 from dctnet.data.sample import CoefficientSample
-from dctnet.data.shards import DEFAULT_INTERLEAVE, reader_stream
+from dctnet.data.shards import DEFAULT_INTERLEAVE, ReaderSplit, reader_stream
 from dctnet.data.usable import data_kind
 from dctnet.distributed import placement
 
@@ -328,7 +328,7 @@ class HFDataset(CropDataset):
 
 
 # ---------------------------------------------------------------------- streaming
-class HFStreamDataset(torch.utils.data.IterableDataset):
+class HFStreamDataset(ReaderSplit, torch.utils.data.IterableDataset):
     """Stream cropped coefficient samples from a ``datasets.IterableDataset``, split, ordered and
     mixed as :class:`dctnet.data.TarShardDataset` does its shards (module docstring).
 
@@ -400,14 +400,6 @@ class HFStreamDataset(torch.utils.data.IterableDataset):
         if self.num_shards < self.world_size:
             return len(range(self.rank, total, self.world_size))
         return sum(sorted(self.shard_sizes)[: self.num_shards // self.world_size])
-
-    def _split(self) -> tuple[int, int]:
-        info = torch.utils.data.get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        return self.rank * workers + worker, self.world_size * workers
-
-    def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
-        return self.iter_split(*self._split())
 
     def _open(self, shard: int) -> Callable[[], Iterator[tuple[int, int, dict[str, Any]]]]:
         def rows() -> Iterator[tuple[int, int, dict[str, Any]]]:

@@ -215,7 +215,23 @@ def reader_stream(sources: Sequence[Any], read: Callable[[Any], Iterator[Any]], 
         yield buf.pop(j)
 
 
-class TarShardDataset(torch.utils.data.IterableDataset):
+class ReaderSplit:
+    """What streamed datasets share: iterating in a DataLoader worker reads as reader
+    ``rank × workers + worker`` of ``world_size × workers`` (their ``iter_split``)."""
+
+    rank: int
+    world_size: int
+
+    def _split(self) -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        return self.rank * workers + worker, self.world_size * workers
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter_split(*self._split())  # type: ignore[attr-defined]
+
+
+class TarShardDataset(ReaderSplit, torch.utils.data.IterableDataset):
     """Stream cropped coefficient samples from WebDataset tar shards.
 
     Args:
@@ -264,14 +280,6 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         # the smallest share any rank could get, so that ranks agree on a step count
         per = sorted(self._counts)
         return sum(per[: len(self.shards) // self.world_size])
-
-    def _split(self) -> tuple[int, int]:
-        info = torch.utils.data.get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        return self.rank * workers + worker, self.world_size * workers
-
-    def __iter__(self) -> Iterator[CoefficientSample | tuple[int, str, str]]:
-        return self.iter_split(*self._split())
 
     def iter_split(self, me: int, total: int) -> Iterator[CoefficientSample | tuple[int, str, str]]:
         """The samples of reader ``me`` of ``total`` readers over all ranks (``__iter__`` uses
