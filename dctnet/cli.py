@@ -433,7 +433,8 @@ def _add_shards(sub) -> None:
                                    "their batches hold a handful of classes. These shards hold the samples in one "
                                    "global random order, so a stream reads batches as mixed as a folder's.")
     ssub = p.add_subparsers(dest="shards_command", required=True)
-    w = ssub.add_parser("write", help="SRC (an image folder, or tar shards as a glob) -> DIR/PREFIX-NNNNNN.tar")
+    w = ssub.add_parser("write", help="SRC (an image folder, tar shards as a glob, or a saved Hugging Face dataset / "
+                                      "parquet files) -> DIR/PREFIX-NNNNNN.tar")
     w.add_argument("src", metavar="SRC")
     w.add_argument("out", metavar="DIR")
     w.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")

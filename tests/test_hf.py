@@ -346,3 +346,24 @@ def test_cache_build_cli_takes_a_saved_dataset_and_refuses_bad_rows(bad, tmp_pat
     assert exit_.value.code == 0
     cache = D.open_cache(tmp_path / "c2")
     assert sorted(b["index"] for b in cache.meta["bad"]) == sorted(bad["bad_rows"])
+
+
+def test_shards_write_from_a_saved_dataset_and_parquet(real, tmp_path):
+    """dctnet shards write from a Hugging Face dataset: every row once, its stored bytes and label,
+    in the seeded global order; the ClassLabel names in classes.txt."""
+    import tarfile
+
+    from dctnet.data.shards import global_order, write_shards
+
+    for name, src in (("saved", real["saved"]), ("pq", real["pq"])):
+        info = write_shards(src, tmp_path / name, shard_size=5, seed=2)
+        assert info["samples"] == len(real["rows"]) and info["classes"] == real["classes"]
+        assert (tmp_path / name / "classes.txt").read_text().split() == real["classes"]
+        got = []
+        for shard in info["shards"]:
+            with tarfile.open(shard) as tar:
+                members = [m for m in tar if m.isfile()]
+                got += [(tar.extractfile(j).read(), int(tar.extractfile(c).read())) for j, c in zip(members[0::2],
+                                                                                                   members[1::2])]
+        want = [(real["bytes"][i], real["rows"][i][1]) for i in global_order(len(real["rows"]), 2)]
+        assert got == want, name

@@ -325,6 +325,22 @@ def global_order(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n)
 
 
+def _hf_source(source: Any) -> Any:
+    """An :class:`dctnet.data.hf.HFDataset` when ``source`` is a ``datasets.Dataset``, a saved
+    dataset directory or parquet files (and ``datasets`` is installed), else ``None``."""
+    try:
+        from dctnet.data import hf  # optional dependency (datasets); a cycle otherwise (hf builds on shards)
+    except ImportError:
+        return None
+    if not isinstance(source, (str, os.PathLike, list, tuple)):
+        return hf.HFDataset(source) if type(source).__name__ == "Dataset" else None
+    try:
+        hf.hf_files(source)
+    except FileNotFoundError:
+        return None
+    return hf.HFDataset(source)
+
+
 def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLike, *, shard_size: int = 1000,
                  seed: int = 0, prefix: str = "shard") -> dict[str, Any]:
     """Write WebDataset tar shards (``KEY.jpg`` + ``KEY.cls``) holding the samples of ``source`` in
@@ -332,8 +348,10 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
     sampler (the shards themselves need no shuffling across them).
 
     ``source``: an ImageFolder directory (``root/<class>/*.jpg``; labels are the sorted class
-    folders' indices, written to ``out/classes.txt``), or tar shards (a glob or a list: every sample
-    and member copied as it is). Samples are written ``shard_size`` per shard as
+    folders' indices, written to ``out/classes.txt``), tar shards (a glob or a list: every sample
+    and member copied as it is), or a Hugging Face dataset (a ``datasets.Dataset``, a
+    ``save_to_disk`` directory or parquet files: the image column's stored bytes and the labels,
+    ``ClassLabel`` names to ``classes.txt``; ``pip install dctnet[hf]``). Samples are written ``shard_size`` per shard as
     ``out/{prefix}-{i:06d}.tar``; keys are ``{position:09d}`` (unique, in the written order) and
     ``out/order.json`` maps each key's position to its source. Returns ``{"shards", "samples",
     "classes"}``. The order is :func:`global_order` (``numpy.random.default_rng(seed).permutation``):
@@ -344,7 +362,18 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
     items: list[tuple[str, Any]] = []  # (description, reader of {ext: bytes})
     classes: list[str] = []
     src = source if isinstance(source, (str, os.PathLike)) else None
-    if src is not None and os.path.isdir(src):
+    hf = _hf_source(source)
+    if hf is not None:  # a saved Hugging Face dataset or parquet files: rows as samples, ClassLabel names as classes
+        classes = list(hf.classes)
+        for i in range(len(hf)):
+            def read_row(i=i) -> dict[str, bytes]:
+                data, name = hf.image_source(i)
+                if data is None:
+                    raise JpegError("no image bytes", name)
+                data = Path(data).read_bytes() if isinstance(data, str) else bytes(data)
+                return {"jpg": data, "cls": str(int(hf.targets[i])).encode()}
+            items.append((hf.sample_name(i), read_row))
+    elif src is not None and os.path.isdir(src):
         folder = ImageFolderDataset(src)
         classes = list(folder.classes)
         for path, label in folder.samples:
