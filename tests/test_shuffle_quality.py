@@ -159,3 +159,17 @@ def test_dctnet_train_warns_on_a_class_sorted_stream(tmp_path, interleave, warns
     if warns:
         assert "dctnet shards write" in warned[0] and "data.interleave" in warned[0]
     assert pattern
+
+
+def test_dctnet_bench_reports_the_recipes_stream_mixing(tmp_path):
+    from dctnet.train import load_recipe
+    from dctnet.train.bench import _stream_mixing
+
+    _sorted_shards(tmp_path / "shards")
+    spec = {"data": {"source": "shards", "root": str(tmp_path), "train": "shards/train-*.tar", "val": "shards/train-00*.tar",
+                     "batch_size": 32, "threads": 1, "buffer": 16},
+            "model": {"arch": "resnet18", "input": "device-rgb", "num_classes": 6}, "augment": []}
+    poor = _stream_mixing(load_recipe(None, {**spec, "data": {**spec["data"], "interleave": 1}}))
+    good = _stream_mixing(load_recipe(None, spec))
+    assert poor["poor"] and not good["poor"] and good["distinct"] > poor["distinct"]
+    assert _stream_mixing(load_recipe(None, {"model": {"arch": "resnet18"}})) is None

@@ -257,6 +257,13 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
                                                None if timm_tf is None else timm_tf[0], say)
     report["pipelines"].update(_rows(times, r, dev, rate, timm_tf is not None))
     report["notes"] = _notes(report, dev.type != "cuda")
+    shuffle = _stream_mixing(r)
+    if shuffle is not None:
+        report["shuffle_quality"] = shuffle
+        report["notes"].append(f"The recipe's training stream ({r.data.threads} loader threads): "
+                               f"{shuffle['describe']}" + ("; far from a uniform shuffle — rewrite the shards with "
+                                                           "`dctnet shards write` or raise data.interleave"
+                                                           if shuffle["poor"] else ""))
     return report
 
 
@@ -376,6 +383,22 @@ def _rows(times: dict[str, list], r, dev: torch.device, rate: float, timm_timed:
         rows["timm"] = dict(rows["torchvision"], label="timm: the torchvision mapping (no timm policy in the list)",
                             same_as="torchvision")
     return rows
+
+
+def _stream_mixing(r) -> dict[str, Any] | None:
+    """The shuffle quality of a recipe's streamed training set (``data.source: shards``) as its
+    loader reads it, from the label members only; ``None`` for other sources."""
+    if r.data.source != "shards":
+        return None
+    from dctnet.data.shards import TarShardDataset  # lazy: shards only
+    from dctnet.data.shuffle_quality import shards_quality  # (as above)
+
+    root = Path(r.data.root)
+    ds = TarShardDataset(str(root / r.data.train), rank=0, world_size=1, interleave=r.data.interleave,
+                         buffer=r.data.buffer, seed=r.train.seed)
+    q = shards_quality(ds, r.data.batch_size, max(1, r.data.threads), num_classes=r.model.num_classes or None)
+    return {"distinct": q.distinct, "uniform_distinct": q.uniform_distinct, "entropy": q.entropy,
+            "uniform_entropy": q.uniform_entropy, "batches": q.batches, "poor": q.poor, "describe": q.describe()}
 
 
 def _notes(report: dict[str, Any], on_cpu: bool) -> list[str]:
