@@ -125,8 +125,16 @@ def _sorted_shards(root, classes=6, per=40):
     return str(root / "train-*.tar")
 
 
-def test_verify_reports_the_shuffle_quality_of_shards(tmp_path):
-    pattern = _sorted_shards(tmp_path / "shards")
+@pytest.fixture(scope="module")
+def sorted_root(tmp_path_factory):
+    """A root holding ``shards/train-*.tar``: class-sorted shards (built once for the module)."""
+    root = tmp_path_factory.mktemp("sorted")
+    _sorted_shards(root / "shards")
+    return root
+
+
+def test_verify_reports_the_shuffle_quality_of_shards(sorted_root, tmp_path):
+    pattern = str(sorted_root / "shards" / "train-*.tar")
     run = [sys.executable, "-m", "dctnet", "verify", pattern, "--batch-size", "32", "--readers", "2", "--buffer", "16"]
     sorted_out = subprocess.run(run + ["--interleave", "1", "--strict"], capture_output=True, text=True, timeout=120)
     assert sorted_out.returncode == 1 and "far from a uniform shuffle" in sorted_out.stdout, sorted_out.stdout
@@ -142,13 +150,12 @@ def test_verify_reports_the_shuffle_quality_of_shards(tmp_path):
 
 
 @pytest.mark.parametrize("interleave,warns", [(1, True), (32, False)])
-def test_dctnet_train_warns_on_a_class_sorted_stream(tmp_path, interleave, warns):
+def test_dctnet_train_warns_on_a_class_sorted_stream(sorted_root, tmp_path, interleave, warns):
     from dctnet.train import load_recipe
     from dctnet.train.trainer import Trainer
 
-    pattern = _sorted_shards(tmp_path / "shards")
     recipe = load_recipe(None, {
-        "data": {"source": "shards", "root": str(tmp_path), "train": "shards/train-*.tar", "val": "shards/train-00*.tar",
+        "data": {"source": "shards", "root": str(sorted_root), "train": "shards/train-*.tar", "val": "shards/train-00*.tar",
                  "batch_size": 32, "threads": 1, "image_size": 16, "interleave": interleave, "buffer": 16},
         "model": {"arch": "resnet18", "input": "device-rgb", "num_classes": 6},
         "augment": [], "train": {"out": str(tmp_path / "run")}})
@@ -158,15 +165,13 @@ def test_dctnet_train_warns_on_a_class_sorted_stream(tmp_path, interleave, warns
     assert bool(warned) == warns, said
     if warns:
         assert "dctnet shards write" in warned[0] and "data.interleave" in warned[0]
-    assert pattern
 
 
-def test_dctnet_bench_reports_the_recipes_stream_mixing(tmp_path):
+def test_dctnet_bench_reports_the_recipes_stream_mixing(sorted_root):
     from dctnet.train import load_recipe
     from dctnet.train.bench import _stream_mixing
 
-    _sorted_shards(tmp_path / "shards")
-    spec = {"data": {"source": "shards", "root": str(tmp_path), "train": "shards/train-*.tar", "val": "shards/train-00*.tar",
+    spec = {"data": {"source": "shards", "root": str(sorted_root), "train": "shards/train-*.tar", "val": "shards/train-00*.tar",
                      "batch_size": 32, "threads": 1, "buffer": 16},
             "model": {"arch": "resnet18", "input": "device-rgb", "num_classes": 6}, "augment": []}
     poor = _stream_mixing(load_recipe(None, {**spec, "data": {**spec["data"], "interleave": 1}}))
