@@ -249,3 +249,21 @@ def test_without_the_detector_resize_the_model_takes_the_ops_sizes(tmp_path, arm
     assert [tuple(i.shape[-2:]) for i in val] == sizes
     batched, _ = trainer.model.transform(images)
     assert [tuple(s) for s in batched.image_sizes] == [(160, 160)] * 2
+
+
+def test_the_rgb_arms_sanitize_keeps_iscrowd_and_area_with_their_boxes():
+    """v2.SanitizeBoundingBoxes' default getter drops labels only; the rgb arm's drops every
+    per-box field with its box."""
+    from torchvision import tv_tensors
+
+    from dctnet.transforms import detection as TD
+
+    boxes = tv_tensors.BoundingBoxes(torch.tensor([[0.0, 0, 10, 10], [5, 5, 5, 9], [2, 2, 8, 8]]), format="XYXY",
+                                     canvas_size=(20, 20))
+    sample = {"image": tv_tensors.Image(torch.zeros(3, 20, 20)), "boxes": boxes, "labels": torch.tensor([1, 2, 3]),
+              "iscrowd": torch.tensor([0, 1, 0]), "area": torch.tensor([100.0, 0.0, 36.0])}
+    out = TD.torchvision_sanitize()(sample)
+    assert out["labels"].tolist() == [1, 3] and out["iscrowd"].tolist() == [0, 0] and out["area"].tolist() == [100, 36]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(TD.torchvision_sanitize())) is not None  # DataLoader workers pickle it

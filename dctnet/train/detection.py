@@ -164,7 +164,7 @@ def torchvision_preset(name: str, hflip_prob: float) -> Any:
     if name not in ops:
         raise ValueError(f"detect.preset {name!r} with input 'rgb': its FixedSizeCrop lives in torchvision's "
                          "references, not in the torchvision package; use input 'device-rgb' or another preset")
-    return v2.Compose([*ops[name], v2.SanitizeBoundingBoxes()])
+    return v2.Compose([*ops[name], TD.torchvision_sanitize()])
 
 
 class DetectionTrainer:

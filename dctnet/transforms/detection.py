@@ -1473,8 +1473,22 @@ def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
             args["fill"] = {tv_tensors.Image: args["fill"], tv_tensors.Mask: 0}
         ops.append(cls(**args))
     if not ops or not isinstance(ops[-1], v2.SanitizeBoundingBoxes):
-        ops.append(v2.SanitizeBoundingBoxes())
+        ops.append(torchvision_sanitize())
     return v2.Compose(ops)
+
+
+def per_box_fields(sample: dict[str, Any]) -> tuple[Tensor, ...]:
+    """What v2's ``SanitizeBoundingBoxes`` drops with the boxes: ``labels`` and the other per-box
+    fields a COCO target carries (``iscrowd``, ``area``) — its default getter finds ``labels`` only,
+    which leaves the others misaligned. A module-level function: DataLoader workers pickle it."""
+    return tuple(sample[k] for k in ("labels", "iscrowd", "area") if k in sample)
+
+
+def torchvision_sanitize() -> Any:
+    """torchvision v2's ``SanitizeBoundingBoxes`` keeping every per-box field aligned (:func:`per_box_fields`)."""
+    from torchvision.transforms import v2  # optional dependency (the rgb baseline's own ops)
+
+    return v2.SanitizeBoundingBoxes(labels_getter=per_box_fields)
 
 
 def detection_preset(name: str, hflip_prob: float = 0.5,
