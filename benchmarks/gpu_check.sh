@@ -6,8 +6,8 @@
 # step eager vs compiled (kernels, host syncs, share of a ViT-S step), and two short trainings (bf16
 # AMP, then torch.compile). Writes a summary (and the full log) to $OUT, or runs/gpu-check/.
 #
-# On a bare machine the extension is built in place against Debian's libjpeg-turbo unpacked into
-# .gpu-bundle/ and the missing test dependencies are installed from its wheels: run
+# On a bare machine the extension is built in place (it carries its own libjpeg, third_party/) and
+# the missing test dependencies are installed from the wheels in .gpu-bundle/: run
 # benchmarks/gpu_prepare.sh first on a networked machine and carry .gpu-bundle with the checkout.
 # Budget: about 9 minutes of step timeouts (545 s) plus setup, so that it can run once and be rerun once
 # in a 15-minute lease (most steps finish well inside their timeouts).
@@ -36,15 +36,12 @@ fi
 t0=$(date +%s)
 if ! "$PY" -c "import dctnet._jpeg" 2>/dev/null; then
   B="$PWD/.gpu-bundle"
-  if [ ! -d "$B/root/usr/include" ]; then
+  if [ ! -d "$B/wheels" ]; then
     say "gpu_check: dctnet is not built here and .gpu-bundle/ is missing: run benchmarks/gpu_prepare.sh on a" \
         "networked machine and carry .gpu-bundle"
     exit 2
   fi
-  LIB="$B/root/usr/lib/x86_64-linux-gnu"
-  INC="$B/root/usr/include"
-  CFLAGS="-I$INC -I$INC/x86_64-linux-gnu" LDFLAGS="-L$LIB -Wl,-rpath,$LIB" \
-    "$PY" setup.py -q build_ext --inplace >>"$LOG" 2>&1 || { say "gpu_check: building the extension failed"; tail -30 "$LOG"; exit 3; }
+  "$PY" setup.py -q build_clib build_ext --inplace >>"$LOG" 2>&1 || { say "gpu_check: building the extension failed"; tail -30 "$LOG"; exit 3; }
   SITE=/tmp/dctnet-site
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$B"/wheels/*.whl >>"$LOG" 2>&1 || \
     { say "gpu_check: installing the carried wheels failed"; tail -30 "$LOG"; exit 3; }
