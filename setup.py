@@ -9,6 +9,17 @@ cannot clash with another libjpeg (Pillow's, the system's) loaded in the same pr
 from glob import glob
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class BuildExtWithLibjpeg(build_ext):
+    """`setup.py build_ext --inplace` alone links dctnet_libjpeg too: build it first (pip's builds
+    already run build_clib; a bare build_ext does not)."""
+
+    def run(self):
+        self.run_command("build_clib")
+        super().run()
+
 
 LIBJPEG = "third_party/libjpeg-turbo"
 # .c files that other .c files #include (colour and merged-upsampling variants, the standard Huffman
@@ -17,6 +28,7 @@ INCLUDED = {"jdcolext.c", "jdcol565.c", "jdmrgext.c", "jdmrg565.c", "jstdhuff.c"
 LIBJPEG_SOURCES = sorted(f for f in glob(f"{LIBJPEG}/*.c") if f.rsplit("/", 1)[-1] not in INCLUDED)
 
 setup(
+    cmdclass={"build_ext": BuildExtWithLibjpeg},
     libraries=[
         ("dctnet_libjpeg", {
             "sources": LIBJPEG_SOURCES,

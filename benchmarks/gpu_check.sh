@@ -41,7 +41,7 @@ if ! "$PY" -c "import dctnet._jpeg" 2>/dev/null; then
         "networked machine and carry .gpu-bundle"
     exit 2
   fi
-  "$PY" setup.py -q build_clib build_ext --inplace >>"$LOG" 2>&1 || { say "gpu_check: building the extension failed"; tail -30 "$LOG"; exit 3; }
+  "$PY" setup.py -q build_ext --inplace >>"$LOG" 2>&1 || { say "gpu_check: building the extension failed"; tail -30 "$LOG"; exit 3; }
   SITE=/tmp/dctnet-site
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$B"/wheels/*.whl >>"$LOG" 2>&1 || \
     { say "gpu_check: installing the carried wheels failed"; tail -30 "$LOG"; exit 3; }

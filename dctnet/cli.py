@@ -164,7 +164,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _verify_shards(args: argparse.Namespace) -> int:
     from dctnet.data.shards import TarShardDataset  # lazy
-    from dctnet.data.shuffle_quality import shards_quality  # lazy
+    from dctnet.data.shuffle_quality import shard_class_counts, shards_quality  # lazy
 
     try:
         ds = TarShardDataset(args.src, rank=0, world_size=1, interleave=args.interleave, buffer=args.buffer)
@@ -173,11 +173,13 @@ def _verify_shards(args: argparse.Namespace) -> int:
         return 1
     report = {"shards": len(ds.shards), "interleave": ds.interleave, "batch_size": args.batch_size, "loaders": {}}
     print(f"{len(ds.shards)} shards, interleave {ds.interleave}, buffer {ds.buffer}:")
+    counts = shard_class_counts(ds)  # every class of the shards: the uniform baseline's
+    print(f"  {sum(counts)} labelled samples in {len(counts)} classes")
     worst = 1.0
     for readers, mode, what in ((1, "round-robin", "1 reader"),
                                 (args.readers, "round-robin", f"dctnet ThreadLoader, {args.readers} threads"),
                                 (args.readers, "per-reader", f"torch DataLoader, {args.readers} workers")):
-        q = shards_quality(ds, args.batch_size, readers, mode=mode)
+        q = shards_quality(ds, args.batch_size, readers, mode=mode, class_counts=counts)
         worst = min(worst, q.ratio)
         report["loaders"][what] = {"distinct": q.distinct, "uniform_distinct": q.uniform_distinct, "entropy": q.entropy,
                                    "uniform_entropy": q.uniform_entropy, "batches": q.batches}

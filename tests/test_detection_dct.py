@@ -138,6 +138,12 @@ def test_dctnet_train_runs_the_dct_arm_and_resumes(tmp_path):
     assert "dct-up stem" in trainer.describe()
     record = trainer.fit()
     assert "bbox_AP" in record and math.isfinite(record["train_loss"])
+    # a DCT detector's checkpoint starts another run with its learned stem (model.init)
+    stem = trainer.model.backbone.body.conv1[1].proj.weight.detach().clone()
+    init = DetectionTrainer(load_recipe(None, {**spec, "model": {**spec["model"], "init": str(tmp_path / "run" / "last.pt")},
+                                               "train": {**spec["train"], "out": str(tmp_path / "init")}}),
+                            log=lambda m: None)
+    assert torch.equal(init.model.backbone.body.conv1[1].proj.weight, stem)
     spec["optim"]["epochs"] = 2
     again = DetectionTrainer(load_recipe(None, spec), resume=True, log=lambda m: None)
     assert again.start_epoch == 1 and again.model.dctnet_stem == "dct-up"

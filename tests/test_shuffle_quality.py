@@ -178,3 +178,13 @@ def test_dctnet_bench_reports_the_recipes_stream_mixing(sorted_root):
     good = _stream_mixing(load_recipe(None, spec))
     assert poor["poor"] and not good["poor"] and good["distinct"] > poor["distinct"]
     assert _stream_mixing(load_recipe(None, {"model": {"arch": "resnet18"}})) is None
+
+
+def test_verify_compares_with_every_class_of_the_shards_not_the_ones_seen(tmp_path):
+    """A badly mixed stream shows few classes in its first batches; its uniform baseline must count
+    all of the shards' classes (read from their labels), or the stream looks well shuffled."""
+    pattern = _sorted_shards(tmp_path / "many", classes=40, per=10)
+    out = subprocess.run([sys.executable, "-m", "dctnet", "verify", pattern, "--batch-size", "8", "--readers", "1",
+                          "--interleave", "1", "--buffer", "4", "--strict"], capture_output=True, text=True, timeout=120)
+    assert "400 labelled samples in 40 classes" in out.stdout, out.stdout
+    assert out.returncode == 1 and "far from a uniform shuffle" in out.stdout, out.stdout

@@ -394,6 +394,10 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
                             got[_key_of(m.name)[1]] = f.read(m.size)
                         return got
                 items.append((f"{path}:{_key_of(members[0].name)[0]}", read))
+    old = sorted(out.glob(f"{prefix}-*.tar")) if out.is_dir() else []
+    if old:  # a training glob would read them with the new ones — or they are the sources being read
+        raise ValueError(f"{out} already holds {len(old)} {prefix}-*.tar shards (e.g. {old[0].name}): write into an "
+                         "empty folder (or another --prefix)")
     order = global_order(len(items), seed)
     out.mkdir(parents=True, exist_ok=True)
     shards: list[str] = []

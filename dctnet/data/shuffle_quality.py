@@ -21,8 +21,8 @@ import numpy as np
 
 from dctnet.data.shards import iter_labels
 
-__all__ = ["ShuffleQuality", "batch_stats", "labels_of", "loader_batches", "shards_quality", "stream_quality",
-           "uniform_stats"]
+__all__ = ["ShuffleQuality", "batch_stats", "labels_of", "loader_batches", "shard_class_counts", "shards_quality",
+           "stream_quality", "uniform_stats"]
 
 #: below this fraction of a uniform shuffle's distinct classes per batch, ``dctnet train`` warns
 WARN_BELOW = 0.5
@@ -142,12 +142,26 @@ def labels_of(samples: Iterable[dict[str, Any]], label_key: str = "cls") -> Iter
         yield int(v) if v is not None else -1
 
 
+def shard_class_counts(dataset: Any) -> list[int]:
+    """Samples per class over all of a :class:`~dctnet.data.TarShardDataset`'s shards, read from
+    their label members only (the uniform baseline needs every class, not the ones a badly mixed
+    stream happens to show first)."""
+    key = dataset.decode.label_key
+    counts: dict[int, int] = {}
+    for path in dataset.shards:
+        for y in labels_of(iter_labels(path, key), key):
+            counts[y] = counts.get(y, 0) + 1
+    return [counts[c] for c in sorted(counts) if c >= 0]
+
+
 def shards_quality(dataset: Any, batch_size: int, readers: int, *, mode: str = "round-robin",
-                   num_classes: int | None = None, batches: int = 20) -> ShuffleQuality:
+                   num_classes: int | None = None, class_counts: Sequence[int] | None = None,
+                   batches: int = 20) -> ShuffleQuality:
     """:func:`stream_quality` of a :class:`dctnet.data.TarShardDataset` as its loader will read it
     (its epoch, seed, interleave and buffer; ``readers`` readers over all ranks), from the shards'
     label members only (:func:`dctnet.data.shards.iter_labels`)."""
     key = dataset.decode.label_key
     return stream_quality(lambda me, total: labels_of(dataset.raw_split(me, total, lambda p: iter_labels(p, key)), key),
-                          readers, batch_size, num_classes=num_classes, mode=mode, batches=batches,
+                          readers, batch_size, class_counts=class_counts, num_classes=num_classes, mode=mode,
+                          batches=batches,
                           seed=dataset.seed)

@@ -203,7 +203,11 @@ class DetectionTrainer:
         self.num_classes = num_classes
         if r.model.init:  # a detector's own checkpoint, or a classifier's weights for its backbone
             state = torch.load(r.model.init, map_location="cpu", weights_only=True)
-            state = backbone_state(state.get("model", state), self.model)
+            state = state.get("model", state)
+            if self.dct and any(k.startswith("backbone.body.conv1.1.") for k in state):
+                # a DCT detector's own checkpoint: its stem's keys exist only once the model is converted
+                dct_detector(self.model, r.model.stem or "idct", r.model.keep)
+            state = backbone_state(state, self.model)
             if not state:
                 raise ValueError(f"model.init {r.model.init}: no weights fit {r.model.arch} (neither its own keys nor "
                                  "a ResNet / MobileNetV3 classifier's backbone)")
@@ -218,8 +222,8 @@ class DetectionTrainer:
             resize = [TD.DetectorResize.from_model(self.model, train=True)] if r.detect.resize else []
             train_ops = [*ops, *resize]
             eval_ops = [TD.DetectorResize.from_model(self.model, train=False)] if r.detect.resize else []
-            if self.dct:  # after model.init: RGB weights carry into the converted stem
-                dct_detector(self.model, r.model.stem or "idct", r.model.keep)
+            if self.dct and getattr(self.model, "dctnet_stem", None) is None:  # after model.init: RGB weights
+                dct_detector(self.model, r.model.stem or "idct", r.model.keep)  # carry into the converted stem
             elif self.plan_a or not r.detect.resize:  # (resize false: the rgb arm's model must not resize either)
                 prepare_detector(self.model)
         self.model.to(self.device)
@@ -406,6 +410,12 @@ class DetectionTrainer:
                 size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
                 if self.plan_a:  # predictions are in the step's canvas: back to the file's pixels
                     canvas = tuple(image.shape[-2:])
+                    if self.dct:  # the mosaic is the canvas rounded up to 8: keep its canvas part
+                        boxes = boxes.clone()
+                        boxes[:, 0::2] = boxes[:, 0::2].clamp(0, canvas[1])
+                        boxes[:, 1::2] = boxes[:, 1::2].clamp(0, canvas[0])
+                        if masks is not None:
+                            masks = masks[..., :canvas[0], :canvas[1]]
                     boxes = boxes_to_image(boxes, canvas, size)
                     if masks is not None and len(masks):
                         masks = torch.nn.functional.interpolate(masks, size=size, mode="bilinear", align_corners=False)

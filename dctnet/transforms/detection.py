@@ -63,11 +63,12 @@ __all__ = [
 BOX_FIELDS = ("boxes", "labels", "masks", "iscrowd", "area")
 
 
-def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
+def sample_generator(seed: int, epoch: int, index: int, stream: str = "") -> torch.Generator:
     """A CPU ``torch.Generator`` that is a pure function of ``(seed, epoch, index)``: one sample's
-    draws, whatever the batch, worker or thread it is drawn in (a keyed BLAKE2b hash of the three)."""
-    digest = hashlib.blake2b(repr((int(seed), int(epoch), int(index))).encode(), digest_size=8,
-                             person=b"dctnet.detect").digest()
+    draws, whatever the batch, worker or thread it is drawn in (a keyed BLAKE2b hash of the three).
+    ``stream`` names another, independent stream of the same sample (copy-paste's draw)."""
+    key = (int(seed), int(epoch), int(index)) + ((stream,) if stream else ())
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8, person=b"dctnet.detect").digest()
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
@@ -1228,7 +1229,7 @@ class SimpleCopyPaste:
         out = []
         for b, key in enumerate(keys):
             n = int(counts[b - 1])
-            g = sample_generator(seed, epoch, (int(key) << 1) | 1)  # apart from the geometry's stream
+            g = sample_generator(seed, epoch, int(key), "copy-paste")  # apart from the geometry's stream
             out.append(torch.unique(torch.randint(0, n, (n,), generator=g)) if n else torch.zeros(0, dtype=torch.int64))
         return out
 
@@ -1469,6 +1470,8 @@ def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
             raise ValueError(f"op {i} ({name}) is torchvision's references', not in the torchvision package: "
                              "input 'rgb' cannot run it; use 'device-rgb'")
         args = {k: v for k, v in spec.items() if k != "name"}
+        if name == "SanitizeBoundingBoxes":  # every per-box field dropped with its box, as the appended one
+            args.setdefault("labels_getter", per_box_fields)
         if name in _FILLED and "fill" in args:
             args["fill"] = {tv_tensors.Image: args["fill"], tv_tensors.Mask: 0}
         ops.append(cls(**args))
