@@ -146,7 +146,8 @@ def test_the_evidence_markers_live_in_docs_evidence_around_no_superseded_figure(
     assert "69.5%" not in inside and "64.9%" not in inside
     history = text[text.index("\n## History"):].strip()
     assert "superseded" in history.splitlines()[0] and "69.5%" in history and start not in history
-    assert "## Detection: tree crowns\n\n(figures pending)" in text
+    trees = text[text.index("## Detection: tree crowns"):text.index("\n## History")]
+    assert "benchmarks/detection_trees.py" in trees and "| device-rgb" in trees and "Not met" in trees
 
 
 def test_the_evidence_table_is_written_between_the_markers_only(tmp_path):
