@@ -45,43 +45,31 @@ def _key_of(name: str) -> tuple[str, str]:
     return os.path.join(os.path.dirname(name), stem), ext.lower()
 
 
-def _iter_tar(path: str) -> Iterator[dict[str, Any]]:
-    """Samples of one shard as dicts ``{"__key__": key, ext: bytes, ...}`` (consecutive members)."""
+def _iter_tar(path: str, only: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Samples of one shard as dicts ``{"__key__": key, "__shard__": path, ext: bytes, ...}``
+    (consecutive members with one key). ``only``: read just the members with these extensions and
+    skip the others by their tar headers (random access; default: a stream, every member read)."""
     current: dict[str, Any] | None = None
-    with tarfile.open(path, "r|*") as tar:
+    with tarfile.open(path, "r|*" if only is None else "r:*") as tar:
         for member in tar:
             if not member.isfile():
                 continue
             key, ext = _key_of(member.name)
-            data = tar.extractfile(member).read()  # type: ignore[union-attr]
             if current is not None and current["__key__"] != key:
                 yield current
                 current = None
             if current is None:
                 current = {"__key__": key, "__shard__": path}
-            current[ext] = data
+            if only is None or ext in only:
+                current[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]
     if current is not None:
         yield current
 
 
 def iter_labels(path: str, label_key: str = "cls") -> Iterator[dict[str, Any]]:
-    """A shard's samples as ``{"__key__": key, label_key: bytes}`` — only the label members are
-    read; image data is skipped by its tar header (the shuffle-quality figure's reader)."""
-    current: dict[str, Any] | None = None
-    with tarfile.open(path, "r:*") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            key, ext = _key_of(member.name)
-            if current is not None and current["__key__"] != key:
-                yield current
-                current = None
-            if current is None:
-                current = {"__key__": key}
-            if ext == label_key:
-                current[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]
-    if current is not None:
-        yield current
+    """A shard's samples with only their label member read (``{"__key__", "__shard__", label_key}``);
+    image data is skipped by its tar header (the shuffle-quality figure's reader)."""
+    return _iter_tar(path, only=(label_key,))
 
 
 def _image_members(path: str) -> Iterator[str]:
