@@ -336,34 +336,37 @@ def _fill(fill: float | Sequence[float]) -> tuple[float, float, float]:
     return tuple(v / 255.0 for v in values)
 
 
-class RandomHorizontalFlip(DetectionOp):
-    """torchvision v2's ``RandomHorizontalFlip(p)``: boxes ``x ↦ W − x``, masks and image mirrored."""
+class _RandomFlip(DetectionOp):
+    """What the two flips share: torchvision's ``_RandomApplyTransform`` coin, then :meth:`_flip`."""
 
     def __init__(self, p: float = 0.5) -> None:
         self.p = float(p)
 
     def __call__(self, geom, target, gen):
-        if torch.rand(1, generator=gen) >= self.p:  # torchvision's _RandomApplyTransform
+        if torch.rand(1, generator=gen) >= self.p:
             return
+        self._flip(geom, target, target["boxes"])
+
+    def _flip(self, geom: Geometry, target: dict[str, Any], b: Tensor) -> None:
+        raise NotImplementedError
+
+
+class RandomHorizontalFlip(_RandomFlip):
+    """torchvision v2's ``RandomHorizontalFlip(p)``: boxes ``x ↦ W − x``, masks and image mirrored."""
+
+    def _flip(self, geom, target, b):
         w = geom.canvas[1]
-        b = target["boxes"]
         target["boxes"] = torch.stack([w - b[:, 2], b[:, 1], w - b[:, 0], b[:, 3]], dim=1)
         geom.hflip()
 
 
-class RandomVerticalFlip(DetectionOp):
+class RandomVerticalFlip(_RandomFlip):
     """torchvision v2's ``RandomVerticalFlip(p)``: boxes ``y ↦ H − y``; image and masks mirrored
     top to bottom — on the device as an affine warp of the canvas (``y ↦ −y`` about its centre:
     every sample position is a pixel centre, so nearest sampling is an exact row permutation)."""
 
-    def __init__(self, p: float = 0.5) -> None:
-        self.p = float(p)
-
-    def __call__(self, geom, target, gen):
-        if torch.rand(1, generator=gen) >= self.p:  # torchvision's _RandomApplyTransform
-            return
+    def _flip(self, geom, target, b):
         h = geom.canvas[0]
-        b = target["boxes"]
         target["boxes"] = torch.stack([b[:, 0], h - b[:, 3], b[:, 2], h - b[:, 1]], dim=1)
         geom.warp([1.0, 0.0, 0.0, 0.0, -1.0, 0.0], "nearest", (0.0, 0.0, 0.0))
 
