@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -173,7 +174,11 @@ def _verify_shards(args: argparse.Namespace) -> int:
         return 1
     report = {"shards": len(ds.shards), "interleave": ds.interleave, "batch_size": args.batch_size, "loaders": {}}
     print(f"{len(ds.shards)} shards, interleave {ds.interleave}, buffer {ds.buffer}:")
-    counts = shard_class_counts(ds)  # every class of the shards: the uniform baseline's
+    try:
+        counts = shard_class_counts(ds)  # every class of the shards: the uniform baseline's
+    except (OSError, ValueError, tarfile.TarError) as exc:
+        print(f"error: {args.src}: not readable tar shards ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
     print(f"  {sum(counts)} labelled samples in {len(counts)} classes")
     worst = 1.0
     for readers, mode, what in ((1, "round-robin", "1 reader"),
@@ -439,7 +444,7 @@ def _add_shards(sub) -> None:
                                       "parquet files) -> DIR/PREFIX-NNNNNN.tar")
     w.add_argument("src", metavar="SRC")
     w.add_argument("out", metavar="DIR")
-    w.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
+    w.add_argument("--shard-size", type=_positive, default=1000, help="samples per shard (default 1000)")
     w.add_argument("--seed", type=int, default=0, help="seed of the global order (default 0)")
     w.add_argument("--prefix", default="shard", help="shard file prefix (default 'shard')")
     w.set_defaults(func=cmd_shards_write)
@@ -450,7 +455,7 @@ def cmd_shards_write(args: argparse.Namespace) -> int:
 
     try:
         info = write_shards(args.src, args.out, shard_size=args.shard_size, seed=args.seed, prefix=args.prefix)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, tarfile.TarError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{info['samples']} samples in {len(info['shards'])} shards under {args.out} (seed {args.seed}, global "
@@ -465,10 +470,10 @@ def _add_verify(sub) -> None:
                                    "or tar shards (a glob): then the shuffle quality of their stream — distinct classes "
                                    "and class entropy per batch against a uniform shuffle, from the label members only.")
     p.add_argument("src", metavar="SRC")
-    p.add_argument("--batch-size", type=int, default=256, help="shards: the batch size to measure (default 256)")
-    p.add_argument("--readers", type=int, default=8, help="shards: loader threads or workers (default 8)")
-    p.add_argument("--interleave", type=int, default=32, help="shards: open shards per reader (data.interleave)")
-    p.add_argument("--buffer", type=int, default=1000, help="shards: shuffle buffer per reader (data.buffer)")
+    p.add_argument("--batch-size", type=_positive, default=256, help="shards: the batch size to measure (default 256)")
+    p.add_argument("--readers", type=_positive, default=8, help="shards: loader threads or workers (default 8)")
+    p.add_argument("--interleave", type=_positive, default=32, help="shards: open shards per reader (data.interleave)")
+    p.add_argument("--buffer", type=_positive, default=1000, help="shards: shuffle buffer per reader (data.buffer)")
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--threads", type=int, help="decode threads (default: all CPUs)")
     p.add_argument("--warnings", choices=["raise", "accept", "strict"], default="raise",

@@ -188,3 +188,12 @@ def test_verify_compares_with_every_class_of_the_shards_not_the_ones_seen(tmp_pa
                           "--interleave", "1", "--buffer", "4", "--strict"], capture_output=True, text=True, timeout=120)
     assert "400 labelled samples in 40 classes" in out.stdout, out.stdout
     assert out.returncode == 1 and "far from a uniform shuffle" in out.stdout, out.stdout
+
+
+def test_shards_commands_name_unreadable_shards_without_a_traceback(tmp_path):
+    bad = tmp_path / "bad-000.tar"
+    bad.write_bytes(b"not a tar at all")
+    for cmd in (["verify", str(bad)], ["shards", "write", str(bad), str(tmp_path / "out")],
+                ["verify", str(bad), "--batch-size", "0"]):
+        out = subprocess.run([sys.executable, "-m", "dctnet", *cmd], capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and "Traceback" not in out.stderr and "error" in out.stderr, (cmd, out.stderr)

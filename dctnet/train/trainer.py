@@ -17,6 +17,7 @@ import json
 import os
 import random
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,8 +117,12 @@ class Trainer:
         ds = getattr(loader, "dataset", None) or getattr(getattr(loader, "loader", None), "dataset", None)
         if not isinstance(ds, TarShardDataset) or self.recipe.model.num_classes < 2:
             return
-        q = shards_quality(ds, self.recipe.data.batch_size, max(1, self.recipe.data.threads),
-                           num_classes=self.recipe.model.num_classes, batches=8)
+        try:
+            q = shards_quality(ds, self.recipe.data.batch_size, max(1, self.recipe.data.threads),
+                               num_classes=self.recipe.model.num_classes, batches=8)
+        except (OSError, ValueError, tarfile.TarError) as exc:  # the reader itself names bad shards when it meets them
+            self.log(f"warning: could not measure the training stream's shuffle quality: {exc}")
+            return
         if q.poor:
             self.log(f"warning: the training stream is far from shuffled — {q.describe()}. Rewrite the shards in "
                      "one global random order (`dctnet shards write SRC DIR`) or raise data.interleave "
