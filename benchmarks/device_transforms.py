@@ -32,6 +32,10 @@ Rows (always), the device step as :meth:`dctnet.train.pipeline.Pipeline.device_s
   cost and is left out), against dctnet's host side for the same samples (the ThreadLoader read
   of the windows, one thread), as a ratio.
 
+The host allocator keeps freed memory for reuse by default, as ``dctnet train`` runs
+(:func:`dctnet.hostmem.keep_freed_host_memory`; ``--host-allocator system`` for the C library's
+defaults, under which the CPU rows pay a page fault for every page of every large temporary).
+
 Medians of ``--repeats`` (CUDA-synchronised on a GPU); on a shared machine read the ratios.
 ``--json PATH`` writes every row (with the fastest run too, ``min_ms_per_batch``: on a loaded CPU the
 median of a few runs can be several times the unloaded cost).
@@ -45,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -55,6 +60,8 @@ import torch
 
 from dctnet import data as D
 from dctnet import transforms as T
+from dctnet.hostmem import keep_freed_host_memory
+from dctnet.train.baseline import with_pillow12_posterize
 from dctnet.transforms import policy_base as AA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,6 +231,7 @@ def reference_rows(files: list[str], size: int, repeats: int, deit_device_s: flo
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
+        random.seed(0)  # timm's and torchvision's PIL policies draw from Python's random
 
         def per_sample(tf) -> Callable[[], int]:
             def run() -> int:
@@ -240,10 +248,12 @@ def reference_rows(files: list[str], size: int, repeats: int, deit_device_s: flo
             return v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(), policy, *norm,
                                v2.RandomErasing(p=0.25)])
 
+        deit_tf = timm.data.create_transform(size, is_training=True, auto_augment=DEIT_POLICY, interpolation="bicubic",
+                                             re_prob=0.25, re_mode="pixel")
+        for t in deit_tf.transforms:  # Pillow 13 refuses the 0 posterize bits that -inc1 draws (~1 in 500)
+            with_pillow12_posterize(t)
         refs = [
-            (f"timm create_transform DeiT ({DEIT_POLICY}, RE 0.25 pixel)",
-             timm.data.create_transform(size, is_training=True, auto_augment=DEIT_POLICY, interpolation="bicubic",
-                                        re_prob=0.25, re_mode="pixel")),
+            (f"timm create_transform DeiT ({DEIT_POLICY}, RE 0.25 pixel)", deit_tf),
             ("torchvision v2 RRC+flip+RandAugment(2, 9)+norm+RE(0.25)", tv(v2.RandAugment(2, 9))),
             ("torchvision v2 RRC+flip+TrivialAugmentWide+norm+RE(0.25)", tv(v2.TrivialAugmentWide())),
             ("torchvision v2 RRC+flip+AutoAugment(imagenet)+norm+RE(0.25)",
@@ -340,7 +350,12 @@ def main() -> None:
                     help="files of the batch the one-core references run over (default 64)")
     ap.add_argument("--no-reference", action="store_true", help="with --ops: skip the one-core CPU references")
     ap.add_argument("--json", type=Path, default=None, help="write the rows to this file")
+    ap.add_argument("--host-allocator", choices=["keep", "system"], default="keep",
+                    help="keep (default): freed host memory is reused, as dctnet train and dctnet bench run "
+                         "(dctnet.hostmem.keep_freed_host_memory); system: the C library's defaults, every large "
+                         "temporary mapped and faulted in afresh")
     args = ap.parse_args()
+    kept = args.host_allocator == "keep" and keep_freed_host_memory()
     device = torch.device(args.device)
     n = args.batch or (256 if device.type == "cuda" else 32)
     repeats = args.repeats or (10 if device.type == "cuda" else 5)
@@ -355,7 +370,8 @@ def main() -> None:
     default = "256 on CUDA" if device.type == "cuda" else "32 on the CPU"
     print(f"device {device} ({name}), batch {len(batch)} (default {default}), output {s}², {repeats} timed runs a row "
           f"(median); {source}; layouts: "
-          + ", ".join(f"{g.color_space} {g.sampling} x{len(g)}" for g in batch.groups), flush=True)
+          + ", ".join(f"{g.color_space} {g.sampling} x{len(g)}" for g in batch.groups)
+          + f"; host allocator: {'freed memory kept for reuse' if kept else 'the C library defaults'}", flush=True)
     tab = Table(device, len(batch), repeats)
 
     # the device step (Pipeline.device_step): crop to pixels, augment there, then what the model takes
@@ -390,7 +406,8 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "device": str(device), "device_name": name, "batch": len(batch), "size": s, "repeats": repeats,
-            "layouts": args.layouts, "source": source, "rows": tab.rows, "reference": reference,
+            "layouts": args.layouts, "source": source, "host_allocator": "keep" if kept else "system",
+            "rows": tab.rows, "reference": reference,
         }, indent=1))
         print(f"rows written to {args.json}")
 

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from dctnet.distributed import placement
+from dctnet.hostmem import keep_freed_host_memory
 from dctnet.train.recipe import Recipe
 
 __all__ = ["RunProcess", "start_process"]
@@ -30,7 +31,9 @@ class RunProcess:
 def start_process(recipe: Recipe, log: Callable[[str], None] | None = None) -> RunProcess:
     """Place this process: ``train.device`` (``auto``: ``cuda:LOCAL_RANK`` when CUDA is there, else
     the CPU), the process group under ``torchrun`` (NCCL on CUDA, gloo on the CPU),
-    ``train.torch_threads``, the log (stderr by default) and the run directory (made by rank 0)."""
+    ``train.torch_threads``, the host allocator (:func:`dctnet.hostmem.keep_freed_host_memory`: freed
+    batch-sized blocks are reused, not unmapped and faulted in again every batch), the log (stderr by
+    default) and the run directory (made by rank 0)."""
     r = recipe
     rank, world_size, local = placement()
     want = r.train.device
@@ -43,6 +46,7 @@ def start_process(recipe: Recipe, log: Callable[[str], None] | None = None) -> R
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if r.train.torch_threads:
         torch.set_num_threads(r.train.torch_threads)
+    keep_freed_host_memory()
     out = Path(r.train.out)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
