@@ -184,3 +184,31 @@ def test_an_empty_batch_passes_through():
     for fixed in (True, False):
         out, target = step.set_fixed_shapes(fixed)(x, labels, generator=T.step_generator(0, 0, 0))
         assert out.shape == (0, 3, 4, 4, 64) and target.shape[0] == 0
+
+
+def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
+    """Exact groups (a CPU's) run PIL's shears and translations with the 4 taps of their axis instead
+    of the general warp's 16, and skip sharpness's filter in a blend chunk that holds no sharpness:
+    the same values, bit for bit, as the fixed-size groups, which run the general kernels on every
+    row. The draw holds every warp axis and both kinds of blend chunk, or the test would prove nothing."""
+    from dctnet.transforms import policy_base as PB
+
+    policy = T.TimmAugment("rand-m9-mstd0.5-inc1")
+    step = T.Compose([policy], seed=0)
+    x, labels = crops(64, 40, seed=3)
+    params = step.draw_params(x.shape, T.step_generator(0, 0, 11))
+    drawn = {policy.ops[k] for k in params["0"]["op"].flatten().tolist() if k >= 0}
+    assert {"PilShearX", "PilShearY", "PilTranslateX", "PilTranslateY", "PilRotate", "Sharpness"} <= drawn
+    plans = PB.plan_slots(policy.ops, params["0"]["op"], params["0"]["arg"], (40, 40))
+    assert {ch["axes"] for plan in plans for ch in plan["warp"]} == {"x", "y", "xy"}
+    assert {ch["smooth"] for plan in plans for ch in plan["blend"]} == {True, False}
+    fixed = step(x, labels, params=params)
+    exact = step.set_fixed_shapes(False)(x, labels, params=params)
+    torch.testing.assert_close(exact, fixed, atol=0, rtol=0)
+    # the 4-tap kernels against the 16-tap one on the same rows, not only through the policy
+    for name, axes in (("PilShearX", "x"), ("PilTranslateY", "y")):
+        data = PB._pil_warp_data([name], torch.zeros(8, dtype=torch.long),
+                                 torch.linspace(-0.3, 13.7, 8, dtype=torch.float64), (40, 40))
+        fill = torch.tensor([0.5, 0.4, 0.3])
+        torch.testing.assert_close(PB._pil_bicubic_affine(x[:8], data, fill, axes),
+                                   PB._pil_bicubic_affine(x[:8], data, fill), atol=0, rtol=0)

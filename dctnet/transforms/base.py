@@ -208,9 +208,12 @@ def run_groups(x: Tensor, groups: Sequence[tuple[Any, dict[str, Tensor]]],
 
 
 def to_device(tree, device: torch.device | str):
-    """A plan (nested lists and dicts of host tensors) copied to ``device`` with ``non_blocking=True``."""
+    """A plan (nested lists and dicts of host tensors) copied to ``device`` with ``non_blocking=True``;
+    strings, numbers and booleans in it (what a kernel decides on the host) stay as they are."""
     if isinstance(tree, Tensor):
         return tree.to(device, non_blocking=True)
+    if tree is None or isinstance(tree, (str, bool, int, float)):
+        return tree
     if isinstance(tree, dict):
         return {k: to_device(v, device) for k, v in tree.items()}
     return [to_device(v, device) for v in tree]

