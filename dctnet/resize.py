@@ -41,7 +41,7 @@ def _check_interpolation(interpolation: str) -> None:
 
 def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int, *,
                     interpolation: str = "bilinear", resized: Tensor | None = None, offsets: Tensor | None = None,
-                    dtype: torch.dtype = torch.float32) -> Tensor:
+                    dtype: torch.dtype = torch.float32, band: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Per-sample 1-D resampling matrices ``(B, out_size, in_size)`` for an antialiased resize of
     the segment ``[starts[b], starts[b] + lengths[b])`` of an axis of ``in_size`` pixels.
 
@@ -61,7 +61,10 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
     bilinear, 2 bicubic), taps ``j ∈ [trunc(c − support + ½), trunc(c + support + ½))`` clipped to
     ``[0, length)``, weight ``filter((j − c + ½)/max(scale, 1))`` (the triangle, or the ``a = −0.5``
     cubic), normalised to sum 1. Applying ``M_y @ img @ M_xᵀ`` crops and resizes every sample at
-    once. ``starts``, ``lengths``, ``resized``, ``offsets``: ``int64 (B,)`` in pixels."""
+    once. ``starts``, ``lengths``, ``resized``, ``offsets``: ``int64 (B,)`` in pixels.
+
+    ``band=True``: the same weights as ``(weights (B, out, K), columns (B, out, K) int64)``, the
+    matrix's non-zero band before it is scattered (a dropped tap: weight 0, any column in range)."""
     _check_interpolation(interpolation)
     device = starts.device
     lengths = lengths.to(torch.float64)
@@ -100,8 +103,23 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
     # dropped taps have weight 0 and a clamped column: scatter_add (not scatter) so that a clamped
     # duplicate adds 0 rather than overwriting a kept weight
     index = column.clamp(0, in_size - 1).long()
+    if band:
+        return w.to(dtype), index
     out = torch.zeros(w.shape[0], out_size, in_size, dtype=dtype, device=device)
     return out.scatter_add_(2, index, w.to(dtype))
+
+
+#: output rows per tile of a banded resize (:func:`banded_resized_crop`)
+BAND_TILE = 16
+
+
+def band_span(in_size: int, out_size: int, interpolation: str, tile: int = BAND_TILE) -> int:
+    """Host: how many consecutive input pixels the taps of ``tile`` consecutive outputs of a crop
+    resized to ``out_size`` can reach, at most, on an axis of ``in_size`` pixels: ``(tile − 1)·s + 2·R·max(s, 1) + 2``
+    with ``s = in_size/out_size`` the largest scale a box in the axis has (output centres step by
+    ``s``; each reaches ``R·max(s, 1)`` either side, rounded)."""
+    s = in_size / out_size
+    return min(in_size, int(math.ceil((tile - 1) * s + 2.0 * RESIZE_SUPPORT[interpolation] * max(s, 1.0))) + 2)
 
 
 def plain_bilinear_matrices(lengths: Tensor, resized: Tensor, offsets: Tensor, in_size: int, out_size: int, *,
@@ -158,6 +176,8 @@ def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interp
         my = plain_bilinear_matrices(boxes[:, 2], resize[:, 0], resize[:, 2], images.shape[-2], th, dtype=images.dtype)
         mx = plain_bilinear_matrices(boxes[:, 3], resize[:, 1], resize[:, 3], images.shape[-1], tw, dtype=images.dtype)
         return apply_matrices(images, my, mx, fill)
+    if resize is None and images.device.type == "cpu":
+        return banded_resized_crop(images, boxes, size, interpolation=interpolation)
     ry = rx = None
     if resize is not None:
         ry, rx = (resize[:, 0], resize[:, 2]), (resize[:, 1], resize[:, 3])
@@ -177,3 +197,51 @@ def apply_matrices(images: Tensor, my: Tensor, mx: Tensor, fill: float | Sequenc
         value = torch.tensor(fills, dtype=images.dtype).to(images.device, non_blocking=True)
         out = torch.where(inside[:, None], out, value.reshape(1, -1, 1, 1).expand(1, images.shape[1], 1, 1))
     return out
+
+
+def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
+                        tile: int = BAND_TILE) -> Tensor:
+    """:func:`resized_crop` without ``resize`` (training crops), reading only the band of the input
+    each group of ``tile`` outputs reaches: the same weights (:func:`resize_matrices`' band), the
+    same sums up to float rounding (the dense matmul adds zeros too).
+
+    Per axis, the outputs are cut into tiles of ``tile``; each tile's taps lie in a window of
+    :func:`band_span` input pixels from its first output's first tap (host-known length, per-sample
+    start). The windows' rows are copied out (``index_select``) and each tile is a small matmul, so
+    an axis costs ``out·span`` multiply-adds per column instead of the dense ``out·in``: ~10× fewer
+    for a 224² crop of a 224² image, the difference between a CPU's dense resize costing most of the
+    decode and a fraction of it. (A GPU does the dense matmul at a fraction of its peak and launches
+    fewer kernels: :func:`resized_crop` keeps it there.) An axis whose window would be most of the
+    input runs dense."""
+    _check_interpolation(interpolation)
+    th, tw = size
+    x = _banded_axis(images, boxes[:, 0], boxes[:, 2], th, interpolation, tile)
+    x = _banded_axis(x.transpose(-1, -2), boxes[:, 1], boxes[:, 3], tw, interpolation, tile)
+    return x.transpose(-1, -2).contiguous()  # row-major, as the dense path's: what follows reads rows
+
+
+def _banded_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, interpolation: str, tile: int) -> Tensor:
+    """Resample ``x (B, C, H, W)`` along ``H`` (the segments ``[starts, starts + lengths)`` to
+    ``out_size``): ``(B, C, out_size, W)``."""
+    b, c, in_size, w = x.shape
+    span = band_span(in_size, out_size, interpolation, tile)
+    if b == 0 or span * 10 > in_size * 6:  # the windows would cover most of the axis: dense
+        m = resize_matrices(starts, lengths, in_size, out_size, interpolation=interpolation, dtype=x.dtype)
+        return torch.matmul(m[:, None], x)
+    weights, columns = resize_matrices(starts, lengths, in_size, out_size, interpolation=interpolation,
+                                       dtype=x.dtype, band=True)                      # (B, out, K)
+    tiles = -(-out_size // tile)
+    pad = tiles * tile - out_size
+    if pad:  # the last tile's missing outputs: zero weights on its first tap's column
+        weights = torch.cat([weights, weights.new_zeros(b, pad, weights.shape[-1])], 1)
+        columns = torch.cat([columns, columns[:, -1:].expand(b, pad, -1)], 1)
+    # each tile's window starts at its first output's first tap, moved back to end inside the axis
+    first = columns[:, ::tile, 0].clamp(max=in_size - span)                           # (B, tiles)
+    rel = (columns.view(b, tiles, tile, -1) - first[:, :, None, None]).clamp_(0, span - 1)
+    wt = torch.zeros(b, tiles, tile, span, dtype=x.dtype, device=x.device).scatter_add_(
+        3, rel, weights.view(b, tiles, tile, -1))                                    # (B, tiles, tile, span)
+    rows = first[:, :, None] + torch.arange(span, device=x.device)                   # (B, tiles, span)
+    flat = (torch.arange(b * c, device=x.device).view(b, c, 1) * in_size + rows.view(b, 1, -1)).view(-1)
+    window = x.reshape(b * c * in_size, w).index_select(0, flat).view(b, c, tiles, span, w)
+    out = torch.matmul(wt[:, None], window)                                          # (B, C, tiles, tile, W)
+    return out.view(b, c, tiles * tile, w)[:, :, :out_size]

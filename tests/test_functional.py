@@ -345,6 +345,34 @@ def test_resize_matrices_are_torch_antialiased_interpolate(interpolation):
     assert worst < 1e-12, worst
 
 
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("shape,size", [((224, 224), (224, 224)), ((375, 500), (224, 224)), ((333, 517), (160, 96)),
+                                        ((64, 48), (224, 200)), ((20, 30), (8, 8))])
+def test_banded_resize_equals_the_dense_matrices(interpolation, shape, size):
+    """The CPU's banded resize (windows of tiles of outputs, dctnet.resize.banded_resized_crop) against
+    the dense matrices on the same boxes — small and whole-image boxes, up and down, output sizes
+    that are not a multiple of the tile, an axis short enough to fall back to dense: the same
+    weights, so equal up to float32 summation order (≤ 1e-6 on [0, 1] images)."""
+    g = torch.Generator().manual_seed(sum(shape) + sum(size))
+    h, w = shape
+    n = 24
+    bh = torch.randint(1, h + 1, (n,), generator=g)
+    bw = torch.randint(1, w + 1, (n,), generator=g)
+    bh[:2], bw[:2] = h, w  # whole images: the windows reach both ends
+    top = (torch.rand(n, generator=g, dtype=torch.float64) * (h - bh + 1)).long()
+    left = (torch.rand(n, generator=g, dtype=torch.float64) * (w - bw + 1)).long()
+    boxes = torch.stack([top, left, bh, bw], 1)
+    img = torch.rand(n, 3, h, w, generator=g)
+    my = RS.resize_matrices(boxes[:, 0], boxes[:, 2], h, size[0], interpolation=interpolation)
+    mx = RS.resize_matrices(boxes[:, 1], boxes[:, 3], w, size[1], interpolation=interpolation)
+    dense = RS.apply_matrices(img, my, mx, 0.0)
+    banded = RS.banded_resized_crop(img, boxes, size, interpolation=interpolation)
+    assert banded.shape == dense.shape and banded.is_contiguous()
+    torch.testing.assert_close(banded, dense, atol=1e-6, rtol=0)
+    torch.testing.assert_close(RS.resized_crop(img, boxes, size, interpolation=interpolation), banded, atol=0, rtol=0)
+    assert RS.banded_resized_crop(img[:0], boxes[:0], size, interpolation=interpolation).shape == (0, 3, *size)
+
+
 def _photos(n: int) -> list[np.ndarray]:
     """Real photos (Imagenette val, every layout it has) as uint8 (H, W, 3), else generated ones."""
     files = imagenette_files("val", every=500)[:n]
