@@ -433,3 +433,20 @@ def test_to_rgb_on_cuda_matches_cpu():
     with torch.autocast("cuda", dtype=torch.bfloat16):
         exact = IM.coefficients_to_rgb(c, device="cuda", exact=True)
     assert torch.equal(exact.cpu(), IM.coefficients_to_rgb(c, exact=True))
+
+
+def test_select_is_where_bit_for_bit_on_finite_floats():
+    """F.select (a lerp with weights 0 and 1, the CPU's faster select) returns exactly torch.where's
+    values on finite floats, for per-sample and per-pixel masks, in float32, float64 and bfloat16, and
+    falls back to where for integers."""
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        a = (torch.randn(6, 3, 9, 7, generator=g) * 1e3).to(dtype)
+        b = (torch.randn(6, 3, 9, 7, generator=g) * 1e-3).to(dtype)
+        for shape in ((6, 1, 1, 1), (6, 1, 9, 7), (6, 3, 9, 7)):
+            mask = torch.rand(shape, generator=g) > 0.5
+            want = torch.where(mask, a, b)
+            got = F.select(mask, a, b)
+            assert got.dtype == want.dtype and torch.equal(got, want), (dtype, shape)
+    ints = torch.arange(12).view(3, 4)
+    assert torch.equal(F.select(ints > 5, ints, -ints), torch.where(ints > 5, ints, -ints))

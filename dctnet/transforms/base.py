@@ -74,6 +74,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "OVERFLOW", "Params", "Transform", "coefficient_shape", "compile_step", "group_capacity",
@@ -443,7 +444,7 @@ class Transform(nn.Module):
         out, out_labels = self.apply_transform(x, labels, prepared)
         mask = prepared.get("apply")
         if mask is not None:  # keep the input where the sample's coin said no
-            out = torch.where(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
+            out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
             if out_labels is not None and out_labels is not labels:
                 out_labels = torch.where(mask.reshape(-1, *([1] * (labels.dim() - 1))), out_labels, labels)
         return out, out_labels

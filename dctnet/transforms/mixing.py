@@ -47,6 +47,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from dctnet import functional as F
 from dctnet.transforms.base import Transform
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
@@ -107,15 +108,17 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     xp = x[perm]
     # One blend and one paste over the batch (each pass over it is what a CPU pays for): a sample
     # mixed by mixup blends with weights λ and 1 − λ (cast to x's dtype as the references' scalar
-    # multiplies do: in float64 first); every other sample takes weights 1 and 0, which give x back
-    # exactly (x and its partner are finite), and a CutMix sample then has its partner's box pasted (the box is empty elsewhere)
+    # multiplies do: in float64 first), in the references' order of operations, so that the pixels
+    # are theirs bit for bit (a lerp would save a pass and differ in the last bit); every other
+    # sample takes weights 1 and 0, which give x back exactly (x and its partner are finite), and a
+    # CutMix sample then has its partner's box pasted (the box is empty elsewhere)
     blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
     w_x = torch.where(blend, lam, 1.0).to(x.dtype).reshape(view)
     w_p = torch.where(blend, 1.0 - lam, 0.0).to(x.dtype).reshape(view)
     out = x * w_x + xp * w_p
     if "boxes" in params:
         pasted = (params["cutmix"] & mixed)[:, None]
-        out = torch.where(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
+        out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
     return out, y
 
