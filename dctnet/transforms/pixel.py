@@ -165,13 +165,10 @@ def adjust_contrast(img: Tensor, factor: Tensor) -> Tensor:
 def smooth_interior(x: Tensor) -> Tensor:
     """The interior ``(n, C, H − 2, W − 2)`` of ``x (n, C, H, W)`` smoothed by torchvision's (and PIL's)
     sharpness kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``: the 3×3 sum ``·1/13`` plus the centre
-    ``·4/13``. The sum is separable, three shifted rows then three shifted columns: four adds,
-    immune to autocast and to cuDNN's TF32 (which would round a ``conv2d``'s input to 10 mantissa
-    bits), and on a CPU ~13× cheaper than ``avg_pool2d``'s 3×3 window."""
-    rows = x[..., :-2, :] + x[..., 1:-1, :]
-    rows += x[..., 2:, :]
-    box = rows[..., :-2] + rows[..., 1:-1]
-    box += rows[..., 2:]
+    ``·4/13``. The sum is separable: three rows, then three columns, each a sum over an ``unfold``
+    view (two kernels; immune to autocast and to cuDNN's TF32, which would round a ``conv2d``'s input
+    to 10 mantissa bits; on a CPU ~10× cheaper than ``avg_pool2d``'s 3×3 window)."""
+    box = x.unfold(-2, 3, 1).sum(-1).unfold(-1, 3, 1).sum(-1)
     return box.mul_(1.0 / 13.0).add_(x[..., 1:-1, 1:-1], alpha=4.0 / 13.0)
 
 
