@@ -350,7 +350,13 @@ def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
     y, cb, cr = ycc.unbind(dim)
     cb, cr = cb - 128.0, cr - 128.0
     (_, _, rv), (_, gu, gv), (_, bu, _) = _YCC_TO_RGB
-    return torch.stack([y + rv * cr, y + gu * cb + gv * cr, y + bu * cb], dim)
+    # written into the output's planes, each a multiply-add with its scalar: no products held, no stack
+    out = torch.empty_like(ycc)
+    r, g, b = out.unbind(dim)
+    torch.add(y, cr, alpha=rv, out=r)
+    torch.add(y, cb, alpha=gu, out=g).add_(cr, alpha=gv)
+    torch.add(y, cb, alpha=bu, out=b)
+    return out
 
 
 def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:

@@ -79,9 +79,9 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
             return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
         comps = []
         for plane, (h, v) in zip(planes, sampling):
-            pix = block_idct(plane.to(dtype)) + 128.0                      # (B, 8Hb, 8Wb)
+            pix = block_idct(plane.to(dtype)).add_(128.0)                  # (B, 8Hb, 8Wb), a new tensor
             if clamp:  # a decoder's samples are 8-bit: ringing past 0/255 is cut before colour maths
-                pix = pix.clamp(0.0, 255.0)
+                pix = pix.clamp_(0.0, 255.0)
             valid = _component_extent(sizes, h, v, hmax, vmax)
             if hmax % h == 0 and vmax % v == 0:
                 pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling)
@@ -90,8 +90,8 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
             comps.append(pix[:, :out_h, :out_w])
         rgb = _components_to_rgb(torch.stack(comps, dim=1), color_space)
         if clamp:
-            rgb = rgb.clamp(0.0, 255.0)
-        return rgb / 255.0
+            rgb = rgb.clamp(0.0, 255.0)  # not in place: gray's RGB is one plane expanded
+        return rgb.div_(255.0) if clamp else rgb / 255.0
 
 
 def grid_size(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]]) -> tuple[int, int]:
