@@ -212,3 +212,28 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
         fill = torch.tensor([0.5, 0.4, 0.3])
         torch.testing.assert_close(PB._pil_bicubic_affine(x[:8], data, fill, axes),
                                    PB._pil_bicubic_affine(x[:8], data, fill), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("make,want", [
+    (lambda: T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=10), {(True, False), (False, True)}),
+    (lambda: T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, mode="elem", prob=0.7, num_classes=10), {(True, True)}),
+    (lambda: T.MixUp(alpha=1.0, num_classes=10), {(True, False)}),
+    (lambda: T.CutMix(alpha=1.0, num_classes=10), {(False, True)}),
+], ids=["timm-batch", "timm-elem", "tv-mixup", "tv-cutmix"])
+def test_exact_mixers_skip_the_half_nobody_uses_bit_for_bit(make, want):
+    """With exact groups the mixers skip the blend when every mixed sample pastes a box and the paste
+    when none does (timm's batch mode is one or the other): the same pixels and targets, bit for bit,
+    as the fixed-shape kernel that computes both, over draws that include each case."""
+    step = T.Compose([make()], seed=0)
+    x, labels = crops(8, 24, seed=5)
+    cases = set()
+    for s in range(12):
+        params = step.draw_params(x.shape, T.step_generator(0, 0, s))
+        p = next(iter(params.values()))
+        cut = p.get("cutmix", torch.zeros_like(p["mixed"]))
+        cases.add((bool((p["mixed"] & ~cut).any()), bool((p["mixed"] & cut).any())))
+        fixed = step.set_fixed_shapes(True)(x, labels, params=params)
+        exact = step.set_fixed_shapes(False)(x, labels, params=params)
+        for a, b in zip(exact, fixed):
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert want <= cases, cases  # (some sample blends, some sample pastes): the draws hold each case

@@ -112,15 +112,31 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     # are theirs bit for bit (a lerp would save a pass and differ in the last bit); every other
     # sample takes weights 1 and 0, which give x back exactly (x and its partner are finite), and a
     # CutMix sample then has its partner's box pasted (the box is empty elsewhere)
-    blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
-    w_x = torch.where(blend, lam, 1.0).to(x.dtype).reshape(view)
-    w_p = torch.where(blend, 1.0 - lam, 0.0).to(x.dtype).reshape(view)
-    out = x * w_x + xp * w_p
-    if "boxes" in params:
+    # (exact groups, a CPU's: the host said which half of the kernel some sample of this batch uses)
+    out = x
+    if params.get("blend", True):
+        blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
+        w_x = torch.where(blend, lam, 1.0).to(x.dtype).reshape(view)
+        w_p = torch.where(blend, 1.0 - lam, 0.0).to(x.dtype).reshape(view)
+        out = x * w_x + xp * w_p
+    if "boxes" in params and params.get("paste", True):
         pasted = (params["cutmix"] & mixed)[:, None]
         out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
     return out, y
+
+
+def _prepare_mix(transform: Transform, params: dict[str, Tensor], shape, device) -> dict[str, Tensor | bool]:
+    """:meth:`Transform.prepare` of the mixers, plus, with exact groups (no fixed shapes: a CPU's
+    eager run), host flags saying whether any sample of the batch blends (``blend``) or pastes a box
+    (``paste``): timm's ``batch`` mode does one or the other for the whole batch, so half of
+    :func:`_mix` would compute weights of 1 and empty boxes."""
+    prepared = Transform.prepare(transform, params, shape, device)
+    if not transform.fixed_shapes:
+        mixed, cut = params["mixed"], params.get("cutmix")
+        prepared["blend"] = bool((mixed if cut is None else mixed & ~cut).any())
+        prepared["paste"] = cut is not None and bool((mixed & cut).any())
+    return prepared
 
 
 def _probability(name: str, arg: str, v: object) -> float:
@@ -312,6 +328,9 @@ class Mixup(Transform):
     def _prepare_labels(self, labels):
         return _soft_targets(type(self).__name__, labels, self.num_classes, self.label_smoothing)
 
+    def prepare(self, params, shape, device):
+        return _prepare_mix(self, params, shape, device)
+
     def apply_transform(self, x, labels, params):
         return _mix(type(self).__name__, x, labels, params)
 
@@ -355,6 +374,9 @@ class MixUp(Transform):
 
     def _prepare_labels(self, labels):
         return _soft_targets(type(self).__name__, labels, self.num_classes)
+
+    def prepare(self, params, shape, device):
+        return _prepare_mix(self, params, shape, device)
 
     def apply_transform(self, x, labels, params):
         return _mix(type(self).__name__, x, labels, params)
