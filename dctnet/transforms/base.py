@@ -197,11 +197,13 @@ def run_groups(x: Tensor, groups: Sequence[tuple[Any, dict[str, Tensor]]],
                kernel: Callable[[Tensor, Any, dict[str, Tensor]], Tensor]) -> Tensor:
     """Device: for each ``(key, group)`` in order, ``kernel(rows of x, key, group)`` on the rows
     ``group["rows"]`` (:func:`group_chunks`' index), written back; padding rows land in scratch rows
-    past the batch. The shapes are the groups', whatever the values."""
+    past the batch. The shapes are the groups', whatever the values. A group that says
+    ``group["padded"] = False`` (a host bool: exact groups, every row in the batch) needs no
+    scratch row: when none is padded the batch is copied without the scratch rows' zeros."""
     if not groups:
         return x
-    scratch = max(len(g["rows"]) for _, g in groups)
-    buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])])
+    scratch = max((len(g["rows"]) for _, g in groups if g.get("padded", True)), default=0)
+    buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])]) if scratch else x.clone()
     for key, g in groups:
         rows = g["rows"]
         buf.index_copy_(0, rows, kernel(buf.index_select(0, rows), key, g).to(buf.dtype))

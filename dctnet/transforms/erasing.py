@@ -357,7 +357,7 @@ class RandomErasing(Transform):
         chunks = []
         for r, idx in group_chunks(rows, batch, cap):
             pad = len(idx) - len(r)
-            chunk = {"rows": idx}
+            chunk = {"rows": idx, "padded": cap is not None}
             for k, v in params.items():
                 if k != "apply":
                     chunk[k] = torch.cat([v[r], v.new_zeros((pad, *v.shape[1:]))])

@@ -106,7 +106,7 @@ class ToRGB(Transform):
     def apply_transform(self, x, labels, params):
         rgb = to_pixels(x)
         if self.mean is not None:
-            rgb = (rgb - self.mean.to(rgb)) / self.std.to(rgb)
+            rgb = (rgb - self.mean.to(rgb)).div_(self.std.to(rgb))  # torchvision's Normalize, one temporary
         return rgb, labels
 
 

@@ -437,7 +437,7 @@ def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size
     pad = len(idx) - len(o)
     oo = torch.cat([o, torch.full((pad,), -1, dtype=o.dtype)])
     aa = torch.cat([a, torch.zeros(pad, dtype=a.dtype)])
-    chunk = {"rows": idx}
+    chunk: dict[str, Tensor | str | bool] = {"rows": idx, "padded": not exact}
     if g == "warp":
         if tv:
             chunk["warp"] = _tv_warp_inverse(names, oo, aa, size)
