@@ -458,6 +458,8 @@ def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size
         chunk["smooth"] = bool(weights[:, 2].any()) if exact and smooth else smooth
     elif g == "point":
         chunk.update(_point_params(names, oo, aa))
+        if exact:  # run only the ops its rows drew: the others are exact identities on every row
+            chunk["drawn"] = ",".join(sorted({names[k] for k in o.tolist()}))
     else:
         chunk["arg"] = torch.where(oo >= 0, aa, MAP_NEUTRAL[g[4:]])
     return chunk
@@ -568,7 +570,7 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
         elif g == "blend":
             out = _blend_slot(sub, ch["factor"], ch["weights"], ch["smooth"])
         elif g == "point":
-            out = _point_slot(sub, ch, names)
+            out = _point_slot(sub, ch, ch["drawn"].split(",") if "drawn" in ch else names)
         else:
             out = KERNELS[g[4:]](sub, ch["arg"], ctx)
         return round_to_levels(out, ctx.levels)
