@@ -119,8 +119,9 @@ def _pil_affine(which: str) -> Kernel:
             cx, cy = w / 2.0, h / 2.0
             data = [cos, sin, cos * -cx + sin * -cy + cx, -sin, cos, -sin * -cx + cos * -cy + cy]
         data = torch.stack(data, 1)
-        if ctx.interpolation == "bicubic":
-            return _pil_bicubic_affine(img, data, ctx.fill)
+        if ctx.interpolation == "bicubic":  # shears and translations sample along one axis only
+            return _pil_bicubic_affine(img, data, ctx.fill, {"shear_x": "x", "translate_x": "x", "shear_y": "y",
+                                                             "translate_y": "y"}.get(which, "xy"))
         inv = G.pil_affine_inverse(data, size=(h, w))
         return G.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
