@@ -271,10 +271,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from dctnet.hostmem import keep_freed_host_memory  # lazy
     from dctnet.train import RecipeError  # lazy
     from dctnet.train.bench import run_bench  # lazy
     from dctnet.train.demo import demo_files  # lazy
 
+    keep_freed_host_memory()  # as dctnet train runs a CPU device step: its temporaries reuse freed blocks
     say = None if args.json else (lambda text: print(f"  ... {text}", file=sys.stderr, flush=True))
     with tempfile.TemporaryDirectory(prefix="dctnet-bench-") as tmp:
         src = args.src

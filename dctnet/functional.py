@@ -70,13 +70,15 @@ _cache: dict[tuple[Any, ...], Tensor] = {}
 
 
 def select(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """``torch.where(mask, a, b)`` for finite floating ``a`` and ``b`` (``mask`` broadcasting to them):
-    ``lerp(b, a, mask)``, whose weights 0 and 1 return ``b`` and ``a`` exactly (``b + 0·(a − b)``,
-    ``a − (a − b)·0``). One kernel either way on a GPU; on a CPU ``where`` with a broadcast bool mask
-    is not vectorised and costs ~3× the lerp (3.5 ns an element, measured on a batch of 224² crops).
-    Not for tensors holding inf or NaN, where ``0·inf`` would leak into the result: ``where`` then."""
-    if not (a.is_floating_point() and b.is_floating_point()):
-        return torch.where(mask, a, b)
+    """``torch.where(mask, a, b)`` (``mask`` broadcasting to ``a`` and ``b``). On a CPU, for floating
+    ``a`` and ``b``: ``lerp(b, a, mask)``, whose weights 0 and 1 return ``b`` and ``a`` exactly
+    (``b + 0·(a − b)``, ``a − (a − b)·0``) provided ``a − b`` is finite everywhere — true of pixels
+    and coefficients, not of tensors holding inf or NaN or values near the dtype's limits (then a
+    NaN would leak into the rows that keep ``b``). There ``where`` with a broadcast bool mask is not
+    vectorised and costs ~3× the lerp (3.5 ns an element, measured on a batch of 224² crops);
+    elsewhere (a GPU) it is one kernel like the lerp, and ``where`` runs."""
+    if not (a.is_floating_point() and b.is_floating_point()) or a.device.type != "cpu":
+        return torch.where(mask if mask.dtype == torch.bool else mask != 0, a, b)
     dtype = torch.promote_types(a.dtype, b.dtype)
     weight = mask if mask.dtype == dtype else mask.to(dtype)
     return torch.lerp(b.to(dtype), a.to(dtype), weight)
@@ -277,22 +279,27 @@ def _fancy_double(x: Tensor, dim: int, valid: Tensor, fancy: Tensor) -> Tensor:
     over the chroma planes that shifted copies and blends took."""
     n = x.shape[dim]
     other = 3 - dim  # the axis that is not resampled
+    w = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None, None]                   # (B, 1, 1)
+    head, tail = x.narrow(dim, 0, n - 1), x.narrow(dim, 1, n - 1)
+    shape = [x.shape[0], 1, 1]
+    shape[other] = x.shape[other]
+    last = (valid - 1).clamp(min=0, max=n - 1).view(-1, 1, 1).expand(*shape)
+    if not _plain_eager(x):  # the same lerps, concatenated and stacked (no out= into views)
+        even = torch.cat([x.narrow(dim, 0, 1), torch.lerp(head, tail, w)], dim)
+        odd = torch.cat([torch.lerp(tail, head, w), x.narrow(dim, n - 1, 1)], dim)
+        odd = odd.scatter(dim, last, x.gather(dim, last))
+        return torch.stack([even, odd], dim + 1)
     if dim == 1:
         out = x.new_empty(x.shape[0], n, 2, x.shape[2])
         even, odd = out[:, :, 0], out[:, :, 1]                                     # (B, N, R) views
     else:
         out = x.new_empty(x.shape[0], x.shape[1], n, 2)
         even, odd = out[..., 0], out[..., 1]                                       # (B, R, N) views
-    w = torch.where(fancy, 0.75, 1.0).to(x.dtype)[:, None, None]                   # (B, 1, 1)
-    head, tail = x.narrow(dim, 0, n - 1), x.narrow(dim, 1, n - 1)
     torch.lerp(head, tail, w, out=even.narrow(dim, 1, n - 1))                      # s[i − 1] → s[i]
     even.narrow(dim, 0, 1).copy_(x.narrow(dim, 0, 1))
     torch.lerp(tail, head, w, out=odd.narrow(dim, 0, n - 1))                       # s[i + 1] → s[i]
     odd.narrow(dim, n - 1, 1).copy_(x.narrow(dim, n - 1, 1))
     # each sample's last valid sample: its right neighbour is itself
-    shape = [x.shape[0], 1, 1]
-    shape[other] = x.shape[other]
-    last = (valid - 1).clamp(min=0, max=n - 1).view(-1, 1, 1).expand(*shape)
     odd.scatter_(dim, last, x.gather(dim, last))
     return out
 
@@ -350,13 +357,25 @@ def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
     y, cb, cr = ycc.unbind(dim)
     cb, cr = cb - 128.0, cr - 128.0
     (_, _, rv), (_, gu, gv), (_, bu, _) = _YCC_TO_RGB
-    # written into the output's planes, each a multiply-add with its scalar: no products held, no stack
-    out = torch.empty_like(ycc)
-    r, g, b = out.unbind(dim)
-    torch.add(y, cr, alpha=rv, out=r)
-    torch.add(y, cb, alpha=gu, out=g).add_(cr, alpha=gv)
-    torch.add(y, cb, alpha=bu, out=b)
-    return out
+    if _plain_eager(ycc):
+        # written into the output's planes, each a multiply-add with its scalar: no products held, no stack
+        out = torch.empty_like(ycc)
+        r, g, b = out.unbind(dim)
+        torch.add(y, cr, alpha=rv, out=r)
+        torch.add(y, cb, alpha=gu, out=g).add_(cr, alpha=gv)
+        torch.add(y, cb, alpha=bu, out=b)
+        return out
+    # the same multiply-adds, stacked: autograd and torch.compile take no out= into a tensor's planes
+    return torch.stack([torch.add(y, cr, alpha=rv), torch.add(y, cb, alpha=gu).add_(cr, alpha=gv),
+                        torch.add(y, cb, alpha=bu)], dim)
+
+
+def _plain_eager(x: Tensor) -> bool:
+    """Whether ``out=`` writes into views of a new tensor are allowed for ``x``'s result: floating,
+    no gradient wanted, not being traced by ``torch.compile`` (autograd refuses ``out=``, dynamo
+    breaks the graph on ``out=`` into a non-contiguous view)."""
+    return (x.is_floating_point() and not (torch.is_grad_enabled() and x.requires_grad)
+            and not torch.compiler.is_compiling())
 
 
 def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:

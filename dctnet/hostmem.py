@@ -16,8 +16,11 @@ The cost is resident memory: a process keeps its peak heap (less what lies beyon
 ``trim_threshold``) instead of returning it between batches. PyTorch's 64-byte-aligned blocks can
 miss a freed block of their own size by a few bytes, so the heap may take one more batch-sized
 block before it settles: over 40 steps of DeiT's list at batch 32 the resident size settled at
-~810 MB after 25 steps, with no page fault a step from then on. ``dctnet train`` and ``dctnet bench``
-call this at start-up. Set ``DCTNET_HOST_ALLOCATOR=system`` to leave the C library's defaults alone.
+~810 MB after 25 steps, with no page fault a step from then on.
+
+``dctnet train`` calls this at start-up when its device is the CPU (a GPU's step allocates on the
+GPU), and so does the ``dctnet bench`` command; a library call never does it behind a user's back.
+Set ``DCTNET_HOST_ALLOCATOR=system`` to leave the C library's defaults alone.
 """
 
 from __future__ import annotations

@@ -440,13 +440,44 @@ def test_select_is_where_bit_for_bit_on_finite_floats():
     values on finite floats, for per-sample and per-pixel masks, in float32, float64 and bfloat16, and
     falls back to where for integers."""
     g = torch.Generator().manual_seed(0)
-    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+    for dtype, other in ((torch.float32, torch.float32), (torch.float64, torch.float64),
+                         (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
+                         (torch.float16, torch.float32)):
         a = (torch.randn(6, 3, 9, 7, generator=g) * 1e3).to(dtype)
-        b = (torch.randn(6, 3, 9, 7, generator=g) * 1e-3).to(dtype)
+        b = (torch.randn(6, 3, 9, 7, generator=g) * 1e-3).to(other)
         for shape in ((6, 1, 1, 1), (6, 1, 9, 7), (6, 3, 9, 7)):
             mask = torch.rand(shape, generator=g) > 0.5
             want = torch.where(mask, a, b)
             got = F.select(mask, a, b)
-            assert got.dtype == want.dtype and torch.equal(got, want), (dtype, shape)
+            assert got.dtype == want.dtype and torch.equal(got, want), (dtype, other, shape)
     ints = torch.arange(12).view(3, 4)
     assert torch.equal(F.select(ints > 5, ints, -ints), torch.where(ints > 5, ints, -ints))
+
+
+def test_colour_and_upsampling_take_gradients_and_trace_without_graph_breaks():
+    """The decode's colour conversion and fancy upsampling write into views of their output in plain
+    eager runs; with a gradient wanted, under torch.compile or on integer samples they compute the same
+    values without out= (autograd refuses it, dynamo breaks the graph on it)."""
+    g = torch.Generator().manual_seed(0)
+    ycc = torch.rand(2, 3, 9, 7, generator=g) * 255
+    want = F.ycbcr_to_rgb(ycc)
+    leaf = ycc.clone().requires_grad_()
+    got = F.ycbcr_to_rgb(leaf)
+    torch.testing.assert_close(got.detach(), want, atol=0, rtol=0)
+    got.sum().backward()
+    (_, _, rv), (_, gu, gv), (_, bu, _) = F._YCC_TO_RGB
+    torch.testing.assert_close(leaf.grad[:, 0], torch.full_like(leaf.grad[:, 0], 3.0))  # dR+dG+dB / dY
+    torch.testing.assert_close(leaf.grad[:, 1], torch.full_like(leaf.grad[:, 1], gu + bu))
+    torch.testing.assert_close(leaf.grad[:, 2], torch.full_like(leaf.grad[:, 2], rv + gv))
+    assert torch.equal(F.ycbcr_to_rgb(ycc.round().to(torch.uint8)), F.ycbcr_to_rgb(ycc.round()))
+    pix = torch.rand(3, 10, 12, generator=g) * 255
+    valid = torch.tensor([[10, 12], [7, 5], [1, 2]])
+    fancy = torch.tensor([True, True, False])
+    for dim in (1, 2):
+        eager = F._fancy_double(pix, dim, valid[:, dim - 1], fancy)
+        traced = F._fancy_double(pix.clone().requires_grad_(), dim, valid[:, dim - 1], fancy)
+        assert torch.equal(traced.detach(), eager), dim
+    explained = torch._dynamo.explain(F.ycbcr_to_rgb)(ycc)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    explained = torch._dynamo.explain(F.upsample_pixels)(pix, 2, 2, valid)
+    assert explained.graph_break_count == 0, explained.break_reasons

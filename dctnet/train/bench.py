@@ -72,7 +72,6 @@ import torch
 
 import dctnet
 from dctnet.codec import libjpeg_floor_ns
-from dctnet.hostmem import keep_freed_host_memory
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.train.accounting import measure
@@ -228,7 +227,6 @@ def run_bench(src: str | os.PathLike, *, recipe: str | None = None, limit: int =
     ``progress``: an optional callable taking a line of text. Raises ``FileNotFoundError`` when
     ``src`` holds no JPEG-named file, ``ValueError`` when none of them is usable."""
     say = progress or (lambda text: None)
-    keep_freed_host_memory()  # as dctnet train runs: the device step's temporaries reuse freed blocks
     found_files, found = sample_files(src, limit)
     if not found_files:
         raise FileNotFoundError(f"no JPEG files (.jpg, .jpeg, .jpe, .jfif) under {src}")

@@ -31,9 +31,9 @@ class RunProcess:
 def start_process(recipe: Recipe, log: Callable[[str], None] | None = None) -> RunProcess:
     """Place this process: ``train.device`` (``auto``: ``cuda:LOCAL_RANK`` when CUDA is there, else
     the CPU), the process group under ``torchrun`` (NCCL on CUDA, gloo on the CPU),
-    ``train.torch_threads``, the host allocator (:func:`dctnet.hostmem.keep_freed_host_memory`: freed
-    batch-sized blocks are reused, not unmapped and faulted in again every batch), the log (stderr by
-    default) and the run directory (made by rank 0)."""
+    ``train.torch_threads``, on a CPU device the host allocator (:func:`dctnet.hostmem.keep_freed_host_memory`:
+    the device step's freed batch-sized blocks are reused, not unmapped and faulted in again every
+    batch), the log (stderr by default) and the run directory (made by rank 0)."""
     r = recipe
     rank, world_size, local = placement()
     want = r.train.device
@@ -46,7 +46,8 @@ def start_process(recipe: Recipe, log: Callable[[str], None] | None = None) -> R
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if r.train.torch_threads:
         torch.set_num_threads(r.train.torch_threads)
-    keep_freed_host_memory()
+    if device.type == "cpu":  # the device step's batch-sized temporaries live on the host then
+        keep_freed_host_memory()
     out = Path(r.train.out)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)

@@ -123,7 +123,7 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
         pasted = (params["cutmix"] & mixed)[:, None]
         out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
-    return out, y
+    return (x.clone() if out is x else out), y  # a new tensor, as when something was mixed
 
 
 def _prepare_mix(transform: Transform, params: dict[str, Tensor], shape, device) -> dict[str, Tensor | bool]:
