@@ -97,6 +97,11 @@ def _tv_rotate(img: Tensor, arg: Tensor, ctx: _Context) -> Tensor:
     return G.rotate(img, arg, interpolation=ctx.interpolation, fill=ctx.fill)
 
 
+#: the axes each of PIL's geometric ops samples between pixels (:func:`_pil_bicubic_affine`'s ``axes``):
+#: a shear or translation keeps the other coordinate on a pixel centre
+PIL_WARP_AXES = {"shear_x": "x", "translate_x": "x", "shear_y": "y", "translate_y": "y", "rotate": "xy"}
+
+
 def _pil_affine(which: str) -> Kernel:
     """PIL's ``Image.transform(size, AFFINE, data)`` as timm calls it: shear about the corner,
     translation by a (fractional) number of pixels, or ``Image.rotate`` about the centre."""
@@ -120,8 +125,7 @@ def _pil_affine(which: str) -> Kernel:
             data = [cos, sin, cos * -cx + sin * -cy + cx, -sin, cos, -sin * -cx + cos * -cy + cy]
         data = torch.stack(data, 1)
         if ctx.interpolation == "bicubic":  # shears and translations sample along one axis only
-            return _pil_bicubic_affine(img, data, ctx.fill, {"shear_x": "x", "translate_x": "x", "shear_y": "y",
-                                                             "translate_y": "y"}.get(which, "xy"))
+            return _pil_bicubic_affine(img, data, ctx.fill, PIL_WARP_AXES[which])
         inv = G.pil_affine_inverse(data, size=(h, w))
         return G.affine(img, inv, interpolation=ctx.interpolation, fill=ctx.fill)
 
@@ -162,12 +166,12 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
     points are one matmul of the pixel centres, the 16 taps one gather, their weights one Horner
     evaluation of the four cubic pieces.
 
-    ``axes="x"`` (``"y"``): every row's sampling points have an integer ``y`` (``x``) — a shear or
-    translation along x (y), whose ``e, f`` (``a, b``) are ``(1, 0)`` (``(1, 0)`` with ``c``
-    integral… in PIL's terms: the other coordinate lands on a pixel centre) — so the cubic's weights
-    along that axis are exactly ``(0, 1, 0, 0)`` and only the 4 taps of the other axis are read: the
-    same values, bit for bit, for a quarter of the gathers. The caller vouches for it
-    (:func:`plan_slots` sorts the rows by op on the host)."""
+    ``axes="x"`` (``"y"``): every row is a shear or translation along x (y), so each sampling point's
+    other coordinate is a pixel centre (``d, e, f = 0, 1, 0``: the point's y is ``Y``; for y,
+    ``a, b, c = 1, 0, 0``), the cubic's weights along it are exactly ``(0, 1, 0, 0)``, and only the 4
+    taps along the sampled axis are read: the same values, bit for bit, for a quarter of the gathers
+    (:data:`PIL_WARP_AXES`; the caller vouches for it: :func:`plan_slots` sorts the rows by op on the
+    host)."""
     n, c, h, w = img.shape
     x = img.float() if img.dtype in (torch.float16, torch.bfloat16) else img
     # sampling points in float64 (PIL's double maths: a float32 point would be ~1e-5 px off at 224 px),
@@ -423,8 +427,8 @@ def _pil_warp_axes(names: Sequence[str], op: Tensor, rows: Tensor) -> list[tuple
     """Host: the warp ``rows`` of one slot split by the axis their PIL op samples along — ``"x"``
     (shear / translate along x: every point on a pixel row), ``"y"``, and ``"xy"`` (rotations) —
     parts with no rows left out."""
-    along = {"PilShearX": "x", "PilTranslateX": "x", "PilShearY": "y", "PilTranslateY": "y"}
-    axis = [along.get(names[k], "xy") for k in op[rows].tolist()]
+    along = {f"Pil{which.title().replace('_', '')}": axes for which, axes in PIL_WARP_AXES.items()}  # PilShearX: x
+    axis = [along[names[k]] for k in op[rows].tolist()]
     parts = [(ax, rows[torch.tensor([a == ax for a in axis], dtype=torch.bool)]) for ax in ("x", "y", "xy")]
     return [(ax, part) for ax, part in parts if len(part)]
 
@@ -460,7 +464,7 @@ def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size
     elif g == "point":
         chunk.update(_point_params(names, oo, aa))
         if exact:  # run only the ops its rows drew: the others are exact identities on every row
-            chunk["drawn"] = ",".join(sorted({names[k] for k in o.tolist()}))
+            chunk["drawn"] = sorted({names[k] for k in o.tolist()})
     else:
         chunk["arg"] = torch.where(oo >= 0, aa, MAP_NEUTRAL[g[4:]])
     return chunk
@@ -571,7 +575,7 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
         elif g == "blend":
             out = _blend_slot(sub, ch["factor"], ch["weights"], ch["smooth"])
         elif g == "point":
-            out = _point_slot(sub, ch, ch["drawn"].split(",") if "drawn" in ch else names)
+            out = _point_slot(sub, ch, ch.get("drawn", names))
         else:
             out = KERNELS[g[4:]](sub, ch["arg"], ctx)
         return round_to_levels(out, ctx.levels)
