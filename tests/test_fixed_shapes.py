@@ -114,7 +114,7 @@ def test_deit_step_launches_do_not_grow_with_the_batch():
 
 
 def test_deit_step_launches_at_most_400_kernels():
-    """The issue's budget: the PIL warp is one matmul, one gather and a Horner evaluation, the noise
+    """The issue's budget: the PIL warp is one matmul, four gathers and a Horner evaluation, the noise
     hash one multiply per round, the sharpness smoothing two sums over unfold views (396 at the time of writing)."""
     assert max(_deit_launches().values()) <= 400
 
@@ -187,10 +187,11 @@ def test_an_empty_batch_passes_through():
 
 
 def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
-    """Exact groups (a CPU's) run PIL's shears and translations with the 4 taps of their axis instead
-    of the general warp's 16, and skip sharpness's filter in a blend chunk that holds no sharpness:
-    the same values, bit for bit, as the fixed-size groups, which run the general kernels on every
-    row. The draw holds every warp axis and both kinds of blend chunk, or the test would prove nothing."""
+    """Exact groups (a CPU's) run PIL's shears and translations as a 4-tap filter along their axis
+    and one shift per row (column) instead of the general warp's 16 taps, and skip sharpness's filter
+    in a blend chunk that holds no sharpness: the same values, bit for bit, as the fixed-size groups,
+    which run the general kernels on every row. The draw holds every warp axis and both kinds of blend
+    chunk, or the test would prove nothing."""
     from dctnet.transforms import policy_base as PB
 
     policy = T.TimmAugment("rand-m9-mstd0.5-inc1")
@@ -205,13 +206,20 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
     fixed = step(x, labels, params=params)
     exact = step.set_fixed_shapes(False)(x, labels, params=params)
     torch.testing.assert_close(exact, fixed, atol=0, rtol=0)
-    # the 4-tap kernels against the 16-tap one on the same rows, not only through the policy
-    for name, axes in (("PilShearX", "x"), ("PilTranslateY", "y")):
-        data = PB._pil_warp_data([name], torch.zeros(8, dtype=torch.long),
-                                 torch.linspace(-0.3, 13.7, 8, dtype=torch.float64), (40, 40))
-        fill = torch.tensor([0.5, 0.4, 0.3])
-        torch.testing.assert_close(PB._pil_bicubic_affine(x[:8], data, fill, axes),
-                                   PB._pil_bicubic_affine(x[:8], data, fill), atol=0, rtol=0)
+    # the 1-D kernels against the 16-tap one on the same rows, not only through the policy: every axis,
+    # a non-square image, shears and translations that push rows partly or wholly outside
+    g = torch.Generator().manual_seed(5)
+    for size in ((40, 40), (37, 53)):
+        img = torch.rand(16, 3, *size, generator=g)
+        for name, axes in (("PilShearX", "x"), ("PilShearY", "y"), ("PilTranslateX", "x"), ("PilTranslateY", "y")):
+            span = 0.7 if "Shear" in name else 1.3 * size[1 if axes == "x" else 0]
+            arg = (torch.rand(16, generator=g, dtype=torch.float64) - 0.5) * span
+            arg[:3] = torch.tensor([0.0, 0.5, -0.25], dtype=torch.float64)  # identity, half and quarter pixels
+            data = PB._pil_warp_data([name], torch.zeros(16, dtype=torch.long), arg, size)
+            fill = torch.tensor([0.5, 0.4, 0.3])
+            one_axis = PB._pil_bicubic_affine(img, data, fill, axes)
+            torch.testing.assert_close(one_axis, PB._pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
+            assert (one_axis == fill.view(1, 3, 1, 1)).any() and (one_axis != fill.view(1, 3, 1, 1)).any()
 
 
 @pytest.mark.parametrize("make,want", [

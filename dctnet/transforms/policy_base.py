@@ -136,22 +136,54 @@ def _pil_affine(which: str) -> Kernel:
 #: ``((A·t + B)·t + C)·t + D`` (``−t + 2t² − t³``, ``1 − 2t² + t³``, ``t + t² − t³``, ``−t² + t³``)
 _CUBIC_A1 = torch.tensor([[-1.0, 1.0, -1.0, 1.0], [2.0, -2.0, 1.0, -1.0], [-1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
 _TAPS = torch.arange(-1, 3)
+#: sampling points are computed in units of 2⁻³² px, as whole numbers in float64 (exact below 2⁵³): far
+#: below float32 weights' resolution, and every sum of them is exact, in any order
+_GRID = 2.0 ** 32
 
 
-def _pixel_centres(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """``(3, HW)`` float64 columns ``(x + ½, y + ½, 1)`` of an ``h × w`` image, row-major, and its
-    ``(w, h)`` as float64 ``(2, 1)``: built once per size and device."""
+def _pil_grid(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(3, w + h + 1)`` float64 and its bias ``(w + h + 1,)``: what turns each sample's ``(a, b, c)`` and
+    ``(d, e, f)`` into ``[a·X | b·Y | c − ½]`` and ``[d·X | e·Y | f − ½]`` in units of 2⁻³² px
+    (``X = x + ½``, ``Y = y + ½``), one product per entry (built once per size and device)."""
 
     def make() -> Tensor:
-        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64) + 0.5, torch.arange(w, dtype=torch.float64) + 0.5,
-                                indexing="ij")
-        grid = torch.stack([xs.reshape(-1), ys.reshape(-1), torch.ones(h * w, dtype=torch.float64)])
-        size = torch.zeros(3, h * w, dtype=torch.float64)
-        size[:2, 0] = torch.tensor([float(w), float(h)])
-        return torch.cat([grid, size]).to(device=device, non_blocking=True)
+        g = torch.zeros(4, w + h + 1, dtype=torch.float64)
+        g[0, :w] = (torch.arange(w, dtype=torch.float64) + 0.5) * _GRID
+        g[1, w:w + h] = (torch.arange(h, dtype=torch.float64) + 0.5) * _GRID
+        g[2, w + h] = _GRID
+        g[3, w + h] = -0.5 * _GRID
+        return g.to(device=device, non_blocking=True)
 
-    both = _cached(("pil_centres", h, w, str(device)), make)
-    return both[:3], both[3:5, :1]
+    g = _cached(("pil_grid", h, w, str(device)), make)
+    return g[:3], g[3]
+
+
+def _cubic_weights(t: Tensor) -> Tensor:
+    """PIL's a = −1 cubic at the taps −1, 0, 1, 2 of fractions ``t (..., L)`` → ``(..., 4, L)`` in ``t``'s
+    dtype, by Horner's rule in separate multiplies and adds (but the first, exact): the same bits whatever
+    the shape (a fused multiply-add in one vectorised loop and not in another would not be), so the 1-D
+    kernels and the general one weigh a tap alike."""
+    a, b, c, d = _cached(("pil_cubic_taps", t.dtype, str(t.device)),
+                         lambda: _CUBIC_A1.to(device=t.device, dtype=t.dtype, non_blocking=True)[..., None]).unbind(0)
+    t = t.unsqueeze(-2)
+    # a is ±1 or 0, so a·t is exact and b + a·t rounds once, fused or not
+    return torch.addcmul(b, a, t).mul_(t).add_(c).mul_(t).add_(d)
+
+
+def _pil_terms(data: Tensor, h: int, w: int) -> tuple[Tensor, Tensor]:
+    """PIL's sampling points minus ½, from ``data (n, 6)`` (``x_src = a·X + b·Y + c``,
+    ``y_src = d·X + e·Y + f``, ``X = x + ½``, ``Y = y + ½``), in units of 2⁻³² px (PIL's double maths
+    to ~1e-9 px): a column term ``(n, 2, w)`` = ``a·X``, ``d·X`` and a row term ``(n, 2, h)`` =
+    ``b·Y + c − ½``, ``e·Y + f − ½``, every product (and the constant) rounded to a whole unit on its own,
+    so every sum of them is exact. For a shear or translation along x (``a = 1``) the column term is ``x`` exactly and
+    the row term one number per row: the point's fraction is the same along a whole row, bit for bit
+    (along y, with ``e = 1``, per column), which is what the 1-D kernels (:func:`_pil_shift_filter`)
+    rely on."""
+    d = data.to(dtype=torch.float64).view(-1, 2, 3)
+    n = d.shape[0]
+    grid, bias = _pil_grid(h, w, d.device)
+    r = torch.baddbmm(bias.expand(n, 2, -1), d, grid.expand(n, 3, -1)).round_()       # (n, 2, w + h + 1)
+    return r[..., :w], r[..., w:w + h] + r[..., w + h:]
 
 
 def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: str = "xy") -> Tensor:
@@ -162,73 +194,109 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
     a = −0.5 of PIL's resize nor grid_sample's a = −0.75) over neighbours clipped to the edge.
     ``img (n, C, H, W)`` in [0, 1] → same, clipped to [0, 1] as PIL's 8 bits are.
 
-    A few large ops rather than many small ones (each is one kernel launch on a GPU): the sampling
-    points are one matmul of the pixel centres, the 16 taps one gather, their weights one Horner
-    evaluation of the four cubic pieces.
+    The general kernel gathers each row of the 4×4 taps at once (4 gathers: the pixel index
+    innermost, contiguous) and sums them as ``Σ_j wy_j · Σ_i wx_i · v_ji`` in order, a multiply and an
+    add at a time.
 
-    ``axes="x"`` (``"y"``): every row is a shear or translation along x (y), so each sampling point's
-    other coordinate is a pixel centre (``d, e, f = 0, 1, 0``: the point's y is ``Y``; for y,
-    ``a, b, c = 1, 0, 0``), the cubic's weights along it are exactly ``(0, 1, 0, 0)``, and only the 4
-    taps along the sampled axis are read: the same values, bit for bit, for a quarter of the gathers
-    (:data:`PIL_WARP_AXES`; the caller vouches for it: :func:`plan_slots` sorts the rows by op on the
-    host)."""
+    ``axes="x"`` (``"y"``): every row is a shear or translation along x (y) — ``a, d, e = 1, 0, 1``
+    (``a, b, e = 1, 0, 1``) — so the other coordinate lands on a pixel centre, its weights are exactly
+    ``(0, 1, 0, 0)``, and along the axis every output row (column) samples at one fraction
+    (:func:`_pil_terms`): the 4-tap filter runs over whole rows of the edge-padded input with one
+    weight per row, then each row is shifted by its whole number of pixels (one gather). The same
+    values, bit for bit, as the general kernel, for a tenth of its work (:data:`PIL_WARP_AXES`; the
+    caller vouches for the rows: :func:`plan_slots` sorts them by op on the host)."""
     n, c, h, w = img.shape
     x = img.float() if img.dtype in (torch.float16, torch.bfloat16) else img
-    # sampling points in float64 (PIL's double maths: a float32 point would be ~1e-5 px off at 224 px),
-    # weights and taps in the image's dtype
-    centres, limits = _pixel_centres(h, w, x.device)                                  # (3, HW), (2, 1)
-    d = data.to(device=x.device, dtype=torch.float64).view(n, 2, 3)
-    pts = torch.matmul(d, centres)                                                    # (n, 2, HW): x, y
-    f = pts - 0.5
-    f0 = torch.floor(f)
-    # PIL's cubic with a = −1 at the taps −1, 0, 1, 2: ((A·t + B)·t + C)·t + D per tap
-    a, b, cc, dd = _cached(("pil_cubic", x.dtype, str(x.device)),
-                           lambda: _CUBIC_A1.to(device=x.device, dtype=x.dtype, non_blocking=True)[..., None]).unbind(0)
-    offsets = _cached(("pil_taps", str(x.device)), lambda: _TAPS.to(x.device, non_blocking=True)[:, None])
-    src = x.reshape(n, c, h * w)
-    if axes != "xy":
-        # one axis samples between pixels (a, its 4 taps and weights); the other lands on its centre tap
-        along, across, size = (0, 1, w) if axes == "x" else (1, 0, h)
-        # the other coordinate is a pixel centre, inside the image: only this one can leave it
-        inside = (pts[:, along] >= 0) & (pts[:, along] < size)                        # (n, HW)
-        fa = f0[:, along]                                                             # (n, HW)
-        t = (f[:, along] - fa).to(x.dtype)[:, None]                                   # (n, 1, HW)
-        wts = torch.addcmul(b, a, t).mul_(t).add_(cc).mul_(t).add_(dd)               # (n, 4, HW)
-        taps = (fa.long()[:, None] + offsets).clamp_(0, size - 1)                     # (n, 4, HW)
-        centre = f0[:, across].long().clamp_(0, (h if axes == "x" else w) - 1)        # (n, HW)
-        if axes == "x":  # the y weights are (0, 1, 0, 0): the general sum below is its j = 1 term
-            idx = taps.add_((centre * w)[:, None]).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
-            out = (src.gather(2, idx).view(n, c, 4, h * w) * wts[:, None]).sum(2)
-        else:  # the x weights are (0, 1, 0, 0): each row's term is its centre tap, exactly
-            rows = taps.mul_(w).add_(centre[:, None])
-            out = None
-            for j in range(4):
-                term = src.gather(2, rows[:, j].view(n, 1, h * w).expand(n, c, h * w))
-                out = term.mul_(wts[:, None, j]) if out is None else out.addcmul_(term, wts[:, None, j])
+    if axes == "x":
+        out, inside = _pil_shift_filter(x, data, 3)
+    elif axes == "y":
+        out, inside = _pil_shift_filter(x, data, 2)
     else:
-        inside = ((pts >= 0) & (pts < limits)).all(1)                                 # (n, HW)
-        t = (f - f0).to(x.dtype)[:, :, None]                                          # (n, 2, 1, HW)
-        wts = torch.addcmul(b, a, t).mul_(t).add_(cc).mul_(t).add_(dd)               # (n, 2, 4, HW)
+        cols, rows = _pil_terms(data.to(x.device), h, w)
+        f = (cols[:, :, None, :] + rows[:, :, :, None]).mul_(1.0 / _GRID).view(n, 2, h * w)  # (n, 2, HW): point − ½
+        f0 = torch.floor(f)
+        low, high = _axis_limits(h, w, x.device)
+        inside = (f.clamp(low, high) == f).all(1)                                     # (n, HW)
+        wts = _cubic_weights((f - f0).to(x.dtype))                                    # (n, 2, 4, HW)
+        offsets = _cached(("pil_taps", str(x.device)), lambda: _TAPS.to(x.device, non_blocking=True)[:, None])
         taps = f0.long()[:, :, None] + offsets                                       # (n, 2, 4, HW)
         # into the image, an axis at a time (scalar bounds: a broadcast int64 minimum costs a CPU 5x)
         taps[:, 0].clamp_(0, w - 1)
         taps[:, 1].clamp_(0, h - 1)
-        # a loop over the kernel's 4 rows (not over samples): one gather of a row's 4 taps each, the pixel
-        # index innermost (contiguous, vectorised); gathering all 16 taps at once saves launches but costs a
-        # CPU twice the time (a 16× image written, read and freed)
+        # a loop over the kernel's 4 rows (not over samples): one gather of a row's 4 taps each; gathering
+        # all 16 taps at once saves launches but costs a CPU twice the time (a 16× image written and read)
         rows, cols = taps[:, 1] * w, taps[:, 0]                                       # (n, 4, HW)
-        wx, wy = wts[:, 0, None], wts[:, 1]                                            # (n, 1, 4, HW), (n, 4, HW)
-        out = None
+        wx, wy = wts[:, 0:1], wts[:, 1:2]                                              # (n, 1, 4, HW)
+        src = x.reshape(n, c, h * w)
+        terms = []
         for j in range(4):
             idx = (rows[:, j, None] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
-            term = (src.gather(2, idx).view(n, c, 4, h * w) * wx).sum(2)
-            out = term.mul_(wy[:, None, j]) if out is None else out.addcmul_(term, wy[:, None, j])
-    out = out.clamp_(0.0, 1.0).view(n, c, h, w)
+            terms.append((src.gather(2, idx).view(n, c, 4, h * w) * wx).sum(2))       # Σ_i wx_i · v_ji
+        out = (torch.stack(terms, 2) * wy).sum(2)                                      # Σ_j wy_j · (…)
+        out = out.view(n, c, h, w)
+        inside = inside.view(n, 1, h, w)
+    out = out.clamp_(0.0, 1.0)
     if fill is None:
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
     else:
         fill_v = fill.to(device=x.device, dtype=x.dtype).reshape(-1, c, 1, 1) if fill.dim() else fill.to(x)
-    return torch.where(inside.view(n, 1, h, w), out, fill_v).to(img.dtype)
+    return torch.where(inside, out, fill_v).to(img.dtype)
+
+
+def _axis_limits(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(2, 1)`` float64 bounds of a point − ½ inside the input along x and y: ``−½`` and the last unit
+    (2⁻³² px) below ``w − ½``, ``h − ½`` (points are whole units: ``< L − ½`` is ``≤`` that)."""
+
+    def make() -> Tensor:
+        b = torch.tensor([[[-0.5], [-0.5]], [[w - 0.5 - 1.0 / _GRID], [h - 0.5 - 1.0 / _GRID]]], dtype=torch.float64)
+        return b.to(device, non_blocking=True)
+
+    low, high = _cached(("pil_limits", h, w, str(device)), make).unbind(0)
+    return low, high
+
+
+def _pil_shift_filter(x: Tensor, data: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """:func:`_pil_bicubic_affine` for rows that sample along one axis (``dim`` 3: x, 2: y): the
+    unclipped result ``(n, C, H, W)`` and where the points lie inside the input, ``(n, 1, H, W)``.
+
+    Along the axis the point minus ½ is ``p + u`` for output position ``p``, with ``u`` one number per
+    line across it (from :func:`_pil_terms`, exactly): the taps of ``p`` are
+    ``p + ⌊u⌋ − 1 … p + ⌊u⌋ + 2`` at weights of ``u − ⌊u⌋``. So the filter ``g[q] = Σ_i w_i · in[q − 1 + i]``
+    is evaluated at every ``q`` of ``−1 … L − 1`` (all an inside point can use) over the input padded
+    by 2 edge pixels each side (the taps' clipping), in contiguous passes, and ``p`` reads
+    ``g[p + ⌊u⌋]``."""
+    n, c, h, w = x.shape
+    length, lines = (w, h) if dim == 3 else (h, w)
+    cols, rows = _pil_terms(data.to(x.device), h, w)
+    # the point − ½ is p + u, u a whole number of units too (so the sum is exact): the point at p = 0 — along
+    # x, the row term plus the column term of x = 0 (the column term is x + ½ exactly); along y, the
+    # column term plus the row term of y = 0 (the row term is y + ½ + f − ½ exactly)
+    u = (rows[:, 0] + cols[:, 0, :1] if dim == 3 else cols[:, 1] + rows[:, 1, :1]).mul_(1.0 / _GRID)  # (n, lines)
+    u0 = torch.floor(u)
+    wts = _cubic_weights((u - u0).to(x.dtype))                                        # (n, 4, lines)
+    # weights per line, broadcast along it: (n, 1, lines, 1) for rows, (n, 1, 1, lines) for columns
+    line_shape = (n, 1, lines, 1) if dim == 3 else (n, 1, 1, lines)
+    pad = (2, 2, 0, 0) if dim == 3 else (0, 0, 2, 2)
+    padded = torch.nn.functional.pad(x, pad, mode="replicate")                       # (n, C, ·, ·) + 4 along dim
+    g = None
+    for i in range(4):
+        term = padded.narrow(dim, i, length + 1) * wts[:, i].view(line_shape)
+        g = term if g is None else g.add_(term)
+    # p reads g at p + ⌊u⌋ + 1 (g's index 0 is q = −1); a point outside takes the fill, any index will do
+    pos = _cached(("pil_positions", length, str(x.device)), lambda: torch.arange(length, device=x.device))
+    shift = u0.long()                                                                  # (n, lines)
+    if dim == 3:
+        idx = (pos.view(1, 1, length) + shift[:, :, None]).add_(1).clamp_(0, length)   # (n, h, w)
+    else:
+        idx = (pos.view(1, length, 1) + shift[:, None, :]).add_(1).clamp_(0, length)   # (n, h, w)
+    out = g.gather(dim, idx.unsqueeze(1).expand(n, c, h, w))
+    # inside: −½ ≤ p + u < L − ½ (the point − ½ against the general kernel's limits), per line
+    lo, hi = (-0.5 - u).ceil_(), ((length - 0.5) - u).ceil_()                         # (n, lines)
+    if dim == 3:
+        inside = (pos.view(1, 1, length) >= lo[:, :, None]) & (pos.view(1, 1, length) < hi[:, :, None])
+    else:
+        inside = (pos.view(1, length, 1) >= lo[:, None, :]) & (pos.view(1, length, 1) < hi[:, None, :])
+    return out, inside.unsqueeze(1)
 
 
 def _pil_posterize(img: Tensor, bits: Tensor) -> Tensor:
