@@ -136,7 +136,7 @@ def _ycc_to_rgb_exact(y: Tensor, cb: Tensor, cr: Tensor) -> Tensor:
 
 
 def _components_to_rgb_exact(comps: Tensor, color_space: str) -> Tensor:
-    """:func:`_components_to_rgb` in libjpeg's (and, for CMYK, Pillow's) integer arithmetic."""
+    """:func:`dctnet.functional._unit_planes_to_rgb` in libjpeg's (and, for CMYK, Pillow's) integer arithmetic."""
     if color_space == "gray":
         return comps[:, :1].expand(-1, 3, -1, -1)
     if color_space == "YCbCr":

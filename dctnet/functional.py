@@ -146,6 +146,33 @@ def block_idct(coeffs: Tensor) -> Tensor:
     return pix.reshape(*lead, hb * 8, wb * 8)
 
 
+def _unit_samples(plane: Tensor, *, centred: bool, clamp: bool) -> Tensor:
+    """A component's samples from its dequantized coefficients ``plane (B, Hb, Wb, 64)`` (floating):
+    ``(B, 8·Hb, 8·Wb)`` in units of 255 — ``s/255``, or ``(s − 128)/255`` if ``centred`` (chroma, whose
+    colour maths subtracts the 128 anyway) — clamped to the 8-bit range when ``clamp``. One matmul with
+    the level shift as its bias, and one pass that clamps while it lays the blocks out as rows: the
+    passes of a separate shift, clamp and divide are gone."""
+    b, hb, wb, _ = plane.shape
+    basis = _cached(("unit_basis", plane.dtype, str(plane.device)),
+                    lambda: (dct_basis(dtype=torch.float64) / 255.0).to(dtype=plane.dtype, device=plane.device,
+                                                                         non_blocking=True))
+    flat = plane.reshape(-1, 64)
+    if centred:
+        blocks = flat @ basis
+    else:
+        shift = _cached(("unit_shift", plane.dtype, str(plane.device)),
+                        lambda: torch.full((64,), 128.0 / 255.0, dtype=plane.dtype).to(plane.device, non_blocking=True))
+        blocks = torch.addmm(shift, flat, basis)
+    rows = blocks.view(b, hb, wb, 8, 8).transpose(2, 3)                          # (B, Hb, 8, Wb, 8) view
+    lo, hi = (-128.0 / 255.0, 127.0 / 255.0) if centred else (0.0, 1.0)
+    if not clamp:
+        return rows.reshape(b, 8 * hb, 8 * wb)
+    if _plain_eager(blocks):
+        out = blocks.new_empty(b, hb, 8, wb, 8)
+        return torch.clamp(rows, lo, hi, out=out).view(b, 8 * hb, 8 * wb)
+    return rows.reshape(b, 8 * hb, 8 * wb).clamp(lo, hi)
+
+
 def block_dct(pixels: Tensor) -> Tensor:
     """Forward DCT of every 8×8 block: ``(..., H, W) -> (..., H/8, W/8, 64)``; H, W multiples of 8.
 
@@ -350,16 +377,21 @@ def _constant(name: str, values: Any, like: Tensor) -> Tensor:
 
 
 def ycbcr_to_rgb(ycc: Tensor, dim: int = -3) -> Tensor:
-    """JFIF YCbCr → RGB on samples (0..255 scale), channels along ``dim``; no clamping.
-
-    Per-plane multiply-adds (a 3×3 matmul over a channels-last copy would move every sample twice
-    for three products each)."""
+    """JFIF YCbCr → RGB on samples (0..255 scale), channels along ``dim``; no clamping."""
     y, cb, cr = ycc.unbind(dim)
-    cb, cr = cb - 128.0, cr - 128.0
+    return _centred_ycc_to_rgb(y, cb - 128.0, cr - 128.0, dim)
+
+
+def _centred_ycc_to_rgb(y: Tensor, cb: Tensor, cr: Tensor, dim: int) -> Tensor:
+    """JFIF's matrix on planes with centred chroma (``Cb − 128``, ``Cr − 128`` in the planes' scale),
+    stacked along ``dim`` of the result. Per-plane multiply-adds (a 3×3 matmul over a channels-last
+    copy would move every sample twice for three products each)."""
     (_, _, rv), (_, gu, gv), (_, bu, _) = _YCC_TO_RGB
-    if _plain_eager(ycc):
+    if _plain_eager(y):
         # written into the output's planes, each a multiply-add with its scalar: no products held, no stack
-        out = torch.empty_like(ycc)
+        shape = list(y.shape)
+        shape.insert(dim if dim >= 0 else y.dim() + 1 + dim, 3)
+        out = y.new_empty(shape)
         r, g, b = out.unbind(dim)
         torch.add(y, cr, alpha=rv, out=r)
         torch.add(y, cb, alpha=gu, out=g).add_(cr, alpha=gv)
@@ -385,18 +417,25 @@ def rgb_to_ycbcr(rgb: Tensor, dim: int = -3) -> Tensor:
     return torch.stack([rows[0], rows[1].add_(128.0), rows[2].add_(128.0)], dim)
 
 
-def _components_to_rgb(comps: Tensor, color_space: str) -> Tensor:
-    """``(B, C, H, W)`` samples (0..255) in ``color_space`` → ``(B, 3, H, W)`` RGB (0..255)."""
+#: the components each colour space stores centred (``s − 128``: :func:`_unit_samples`)
+CENTRED_COMPONENTS = {"YCbCr": (1, 2), "YCCK": (1, 2)}
+
+
+def _unit_planes_to_rgb(comps: Sequence[Tensor], color_space: str, clamp: bool) -> Tensor:
+    """Upsampled component planes ``(B, H, W)`` in units of 255 (chroma centred where
+    :data:`CENTRED_COMPONENTS` says; clamped to the 8-bit range when ``clamp``) in ``color_space`` →
+    RGB ``(B, 3, H, W)`` in [0, 1] (clamped when ``clamp``; CMYK and YCCK always, as Pillow's)."""
     if color_space == "gray":
-        return comps[:, :1].expand(-1, 3, -1, -1)
+        return comps[0][:, None].expand(-1, 3, -1, -1).contiguous()
     if color_space == "YCbCr":
-        return ycbcr_to_rgb(comps, dim=1)
+        rgb = _centred_ycc_to_rgb(comps[0], comps[1], comps[2], 1)
+        return rgb.clamp_(0.0, 1.0) if clamp else rgb
     if color_space == "RGB":
-        return comps
+        return torch.stack(list(comps[:3]), 1)
     if color_space in ("CMYK", "YCCK"):
-        if color_space == "YCCK":
-            cmy = 255.0 - ycbcr_to_rgb(comps[:, :3], dim=1).clamp(0, 255)
-            comps = torch.cat([cmy, comps[:, 3:]], dim=1)
-        comps = comps.clamp(0, 255)
-        return comps[:, :3] * comps[:, 3:4] / 255.0
+        if color_space == "YCCK":  # libjpeg's CMYK: C = 255 − R(Y, Cb, Cr), …, K as it is
+            cmy = 1.0 - _centred_ycc_to_rgb(comps[0], comps[1], comps[2], 1).clamp(0.0, 1.0)
+        else:
+            cmy = torch.stack(list(comps[:3]), 1).clamp(0.0, 1.0)
+        return cmy * comps[3].clamp(0.0, 1.0)[:, None]
     raise ValueError(f"cannot convert colour space {color_space!r} to RGB")

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from dctnet.exact import _components_to_rgb_exact, block_idct_islow, upsample_pixels_exact
-from dctnet.functional import (_RGB_TO_YCC, Size, _as_sizes, _component_extent, _components_to_rgb, _constant,
-                               block_dct, block_idct, rgb_to_ycbcr, upsample_pixels)
+from dctnet.functional import (_RGB_TO_YCC, CENTRED_COMPONENTS, Size, _as_sizes, _component_extent, _constant,
+                               _unit_planes_to_rgb, _unit_samples, block_dct, rgb_to_ycbcr, upsample_pixels)
 
 __all__ = ["coefficients_to_rgb", "from_rgb", "grid_size", "to_rgb"]
 
@@ -78,20 +78,18 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
         if exact:
             return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
         comps = []
-        for plane, (h, v) in zip(planes, sampling):
-            pix = block_idct(plane.to(dtype)).add_(128.0)                  # (B, 8Hb, 8Wb), a new tensor
-            if clamp:  # a decoder's samples are 8-bit: ringing past 0/255 is cut before colour maths
-                pix = pix.clamp_(0.0, 255.0)
+        centred = CENTRED_COMPONENTS.get(color_space, ())
+        for i, (plane, (h, v)) in enumerate(zip(planes, sampling)):
+            # (B, 8Hb, 8Wb) samples / 255 (chroma − 128); a decoder's samples are 8-bit: with clamp, ringing
+            # past 0/255 is cut before the colour maths
+            pix = _unit_samples(plane.to(dtype), centred=i in centred, clamp=clamp)
             valid = _component_extent(sizes, h, v, hmax, vmax)
             if hmax % h == 0 and vmax % v == 0:
                 pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling)
             else:
                 pix = _upsample_fractional(pix, h, v, hmax, vmax, valid, out_h, out_w)
             comps.append(pix[:, :out_h, :out_w])
-        rgb = _components_to_rgb(torch.stack(comps, dim=1), color_space)
-        if clamp:
-            rgb = rgb.clamp(0.0, 255.0)  # not in place: gray's RGB is one plane expanded
-        return rgb.div_(255.0) if clamp else rgb / 255.0
+        return _unit_planes_to_rgb(comps, color_space, clamp)
 
 
 def grid_size(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]]) -> tuple[int, int]:

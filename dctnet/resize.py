@@ -1,16 +1,20 @@
 """Antialiased resized crops as batched matrices: torchvision's / PIL's bilinear and bicubic
 weights for each output pixel of each crop (:func:`resize_matrices`), applied as two matmuls per
-batch (:func:`resized_crop`).
+batch (:func:`resized_crop`; on a CPU, two sparse ones: :func:`banded_resized_crop`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+# torch announces its CSR tensors as beta the first time one is built; the resize's use of them (one
+# sparse × dense product, the most established CSR operation) is tested against the dense matrices
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
 
 __all__ = ["RESIZE_SUPPORT", "apply_matrices", "plain_bilinear_matrices", "resize_matrices", "resized_crop"]
 
@@ -109,19 +113,6 @@ def resize_matrices(starts: Tensor, lengths: Tensor, in_size: int, out_size: int
     return out.scatter_add_(2, index, w.to(dtype))
 
 
-#: output rows per tile of a banded resize (:func:`banded_resized_crop`)
-BAND_TILE = 16
-
-
-def band_span(in_size: int, out_size: int, interpolation: str, tile: int = BAND_TILE) -> int:
-    """Host: how many consecutive input pixels the taps of ``tile`` consecutive outputs of a crop
-    resized to ``out_size`` can reach, at most, on an axis of ``in_size`` pixels: ``(tile − 1)·s + 2·R·max(s, 1) + 2``
-    with ``s = in_size/out_size`` the largest scale a box in the axis has (output centres step by
-    ``s``; each reaches ``R·max(s, 1)`` either side, rounded)."""
-    s = in_size / out_size
-    return min(in_size, int(math.ceil((tile - 1) * s + 2.0 * RESIZE_SUPPORT[interpolation] * max(s, 1.0))) + 2)
-
-
 def plain_bilinear_matrices(lengths: Tensor, resized: Tensor, offsets: Tensor, in_size: int, out_size: int, *,
                             dtype: torch.dtype = torch.float32, starts: Tensor | None = None) -> Tensor:
     """``(B, out_size, in_size)`` matrices of torch's **non-antialiased** bilinear resize
@@ -199,49 +190,35 @@ def apply_matrices(images: Tensor, my: Tensor, mx: Tensor, fill: float | Sequenc
     return out
 
 
-def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
-                        tile: int = BAND_TILE) -> Tensor:
-    """:func:`resized_crop` without ``resize`` (training crops), reading only the band of the input
-    each group of ``tile`` outputs reaches: the same weights (:func:`resize_matrices`' band), the
-    same sums up to float rounding (the dense matmul adds zeros too).
-
-    Per axis, the outputs are cut into tiles of ``tile``; each tile's taps lie in a window of
-    :func:`band_span` input pixels from its first output's first tap (host-known length, per-sample
-    start). The windows' rows are copied out (``index_select``) and each tile is a small matmul, so
-    an axis costs ``out·span`` multiply-adds per column instead of the dense ``out·in``: ~10× fewer
-    for a 224² crop of a 224² image, the difference between a CPU's dense resize costing most of the
-    decode and a fraction of it. (A GPU does the dense matmul at a fraction of its peak and launches
-    fewer kernels: :func:`resized_crop` keeps it there.) An axis whose window would be most of the
-    input runs dense."""
+def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *,
+                        interpolation: str = "bilinear") -> Tensor:
+    """:func:`resized_crop` without ``resize`` (training crops), each axis one sparse matmul: the
+    resampling matrices' non-zero band (:func:`resize_matrices`' ``band``: ~6 bicubic taps per output
+    of a 224-pixel crop, instead of every input pixel) as one block-diagonal CSR matrix over all the
+    batch's planes, times the images' rows. The same weights, the same sums up to float rounding (the
+    dense matmul adds zeros too); a CPU pays for the taps alone, ~10× fewer multiply-adds than the
+    dense matrices for a 224² crop of a 224² image and more for larger photos. (A GPU does the dense
+    matmul at a fraction of its peak and launches fewer kernels: :func:`resized_crop` keeps it there.)"""
     _check_interpolation(interpolation)
     th, tw = size
-    x = _banded_axis(images, boxes[:, 0], boxes[:, 2], th, interpolation, tile)
-    x = _banded_axis(x.transpose(-1, -2), boxes[:, 1], boxes[:, 3], tw, interpolation, tile)
+    x = _sparse_axis(images.contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation)               # (B, C, th, W)
+    x = _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 1], boxes[:, 3], tw, interpolation)  # (B, C, tw, th)
     return x.transpose(-1, -2).contiguous()  # row-major, as the dense path's: what follows reads rows
 
 
-def _banded_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, interpolation: str, tile: int) -> Tensor:
-    """Resample ``x (B, C, H, W)`` along ``H`` (the segments ``[starts, starts + lengths)`` to
-    ``out_size``): ``(B, C, out_size, W)``."""
-    b, c, in_size, w = x.shape
-    span = band_span(in_size, out_size, interpolation, tile)
-    if b == 0 or span * 10 > in_size * 6:  # the windows would cover most of the axis: dense
-        m = resize_matrices(starts, lengths, in_size, out_size, interpolation=interpolation, dtype=x.dtype)
-        return torch.matmul(m[:, None], x)
-    weights, columns = resize_matrices(starts, lengths, in_size, out_size, interpolation=interpolation,
-                                       dtype=x.dtype, band=True)                      # (B, out, K)
-    tiles = -(-out_size // tile)
-    pad = tiles * tile - out_size
-    if pad:  # the last tile's missing outputs: zero weights on its first tap's column
-        weights = torch.cat([weights, weights.new_zeros(b, pad, weights.shape[-1])], 1)
-        columns = torch.cat([columns, columns[:, -1:].expand(b, pad, -1)], 1)
-    # each tile's window starts at its first output's first tap, moved back to end inside the axis
-    first = columns[:, ::tile, 0].clamp(max=in_size - span)                           # (B, tiles)
-    rel = (columns.view(b, tiles, tile, -1) - first[:, :, None, None]).clamp_(0, span - 1)
-    wt = torch.zeros(b, tiles, tile, span, dtype=x.dtype, device=x.device).scatter_add_(
-        3, rel, weights.view(b, tiles, tile, -1))                                    # (B, tiles, tile, span)
-    rows = first[:, :, None] + torch.arange(span, device=x.device)                   # (B, tiles, span)
-    flat = (torch.arange(b * c, device=x.device).view(b, c, 1) * in_size + rows.view(b, 1, -1)).view(-1)
-    window = x.reshape(b * c * in_size, w).index_select(0, flat).view(b, c, tiles, span, w)
-    out = torch.matmul(wt[:, None], window)                                          # (B, C, tiles, tile, W)
-    return out.view(b, c, tiles * tile, w)[:, :, :out_size]
+def _sparse_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, interpolation: str) -> Tensor:
+    """Resample contiguous ``x (B, C, N, W)`` along ``N`` (the segments ``[starts, starts + lengths)``
+    to ``out_size``): ``(B, C, out_size, W)``, one CSR matrix ``(B·C·out, B·C·N)`` with ``K`` entries
+    a row (a dropped tap: weight 0 on an in-range column) times ``x`` as ``(B·C·N, W)``."""
+    b, c, n, w = x.shape
+    if b == 0:
+        return x.new_zeros(b, c, out_size, w)
+    weights, columns = resize_matrices(starts, lengths, n, out_size, interpolation=interpolation,
+                                       dtype=x.dtype, band=True)                     # (B, out, K)
+    k = weights.shape[-1]
+    planes = torch.arange(b * c, device=x.device).view(b, c, 1, 1) * n               # each plane's first row
+    col = (planes + columns.view(b, 1, out_size, k)).view(-1)
+    val = weights.view(b, 1, out_size, k).expand(b, c, out_size, k).reshape(-1)
+    crow = torch.arange(0, b * c * out_size * k + 1, k, device=x.device)
+    m = torch.sparse_csr_tensor(crow, col, val, size=(b * c * out_size, b * c * n), check_invariants=False)
+    return torch.sparse.mm(m, x.reshape(b * c * n, w)).view(b, c, out_size, w)
