@@ -223,15 +223,17 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
 
 
 @pytest.mark.parametrize("make,want", [
-    (lambda: T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=10), {(True, False), (False, True)}),
+    (lambda: T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=10), {(True, False), (False, True), "one box"}),
     (lambda: T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, mode="elem", prob=0.7, num_classes=10), {(True, True)}),
     (lambda: T.MixUp(alpha=1.0, num_classes=10), {(True, False)}),
-    (lambda: T.CutMix(alpha=1.0, num_classes=10), {(False, True)}),
+    (lambda: T.CutMix(alpha=1.0, num_classes=10), {(False, True), "one box"}),
 ], ids=["timm-batch", "timm-elem", "tv-mixup", "tv-cutmix"])
 def test_exact_mixers_skip_the_half_nobody_uses_bit_for_bit(make, want):
     """With exact groups the mixers skip the blend when every mixed sample pastes a box and the paste
-    when none does (timm's batch mode is one or the other): the same pixels and targets, bit for bit,
-    as the fixed-shape kernel that computes both, over draws that include each case."""
+    when none does (timm's batch mode is one or the other), and copy the box as a slice when every
+    sample pastes the same one ("one box": timm's batch CutMix, torchvision's CutMix): the same pixels
+    and targets, bit for bit, as the fixed-shape kernel that computes both, over draws that include
+    each case."""
     step = T.Compose([make()], seed=0)
     x, labels = crops(8, 24, seed=5)
     cases = set()
@@ -240,6 +242,8 @@ def test_exact_mixers_skip_the_half_nobody_uses_bit_for_bit(make, want):
         p = next(iter(params.values()))
         cut = p.get("cutmix", torch.zeros_like(p["mixed"]))
         cases.add((bool((p["mixed"] & ~cut).any()), bool((p["mixed"] & cut).any())))
+        if bool((p["mixed"] & cut).all()) and bool((p["boxes"] == p["boxes"][:1]).all()) and p["boxes"][0, 2] > 0:
+            cases.add("one box")
         fixed = step.set_fixed_shapes(True)(x, labels, params=params)
         exact = step.set_fixed_shapes(False)(x, labels, params=params)
         for a, b in zip(exact, fixed):

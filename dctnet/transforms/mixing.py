@@ -103,16 +103,30 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     pasted, per sample, and ``λ·y + (1 − λ)·y[perm]`` for the targets. No loop, no host sync."""
     if labels.shape[0] != x.shape[0]:
         raise ValueError(f"{name}: {labels.shape[0]} labels for a batch of {x.shape[0]}")
-    perm, lam, mixed = params["perm"], params["lam"], params["mixed"]
+    perm, lam = params["perm"], params["lam"]
+    box = params.get("paste_box")
+    if box is not None:  # every sample pastes its partner's same box (timm's batch mode, torchvision's CutMix)
+        top, left, h, w = (v // 8 for v in box) if x.dim() == 5 else box  # coefficient images: in blocks
+        region = (slice(None), slice(None), slice(top, top + h), slice(left, left + w))
+        out = x.clone()
+        out[region] = x[region].index_select(0, perm)  # the box alone, not a batch-sized mask and select
+    else:
+        out = _blend_and_paste(x, x.index_select(0, perm), params)  # not x[perm]: that costs a CPU 2.5x the copy
+    y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
+    return (x.clone() if out is x else out), y  # a new tensor, as when something was mixed
+
+
+def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor]) -> Tensor:
+    """:func:`_mix`'s pixels through per-sample weights and a mask, ``xp`` the partners. One blend
+    and one paste over the batch (each pass over it is what a CPU pays for): a sample mixed by mixup
+    blends with weights λ and 1 − λ (cast to x's dtype as the references' scalar multiplies do: in
+    float64 first), in the references' order of operations, so that the pixels are theirs bit for bit
+    (a lerp would save a pass and differ in the last bit); every other sample takes weights 1 and 0,
+    which give x back exactly (x and its partner are finite), and a CutMix sample then has its
+    partner's box pasted (the box is empty elsewhere). With exact groups (a CPU's) the host said which
+    half some sample of this batch uses (``blend``, ``paste``)."""
     view = (-1,) + (1,) * (x.dim() - 1)
-    xp = x.index_select(0, perm)  # not x[perm]: advanced indexing costs a CPU 2.5x the copy
-    # One blend and one paste over the batch (each pass over it is what a CPU pays for): a sample
-    # mixed by mixup blends with weights λ and 1 − λ (cast to x's dtype as the references' scalar
-    # multiplies do: in float64 first), in the references' order of operations, so that the pixels
-    # are theirs bit for bit (a lerp would save a pass and differ in the last bit); every other
-    # sample takes weights 1 and 0, which give x back exactly (x and its partner are finite), and a
-    # CutMix sample then has its partner's box pasted (the box is empty elsewhere)
-    # (exact groups, a CPU's: the host said which half of the kernel some sample of this batch uses)
+    lam, mixed = params["lam"], params["mixed"]
     out = x
     if params.get("blend", True):
         blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
@@ -122,20 +136,25 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     if "boxes" in params and params.get("paste", True):
         pasted = (params["cutmix"] & mixed)[:, None]
         out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
-    y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
-    return (x.clone() if out is x else out), y  # a new tensor, as when something was mixed
+    return out
 
 
 def _prepare_mix(transform: Transform, params: dict[str, Tensor], shape, device) -> dict[str, Tensor | bool]:
     """:meth:`Transform.prepare` of the mixers, plus, with exact groups (no fixed shapes: a CPU's
     eager run), host flags saying whether any sample of the batch blends (``blend``) or pastes a box
     (``paste``): timm's ``batch`` mode does one or the other for the whole batch, so half of
-    :func:`_mix` would compute weights of 1 and empty boxes."""
+    :func:`_mix` would compute weights of 1 and empty boxes; and when every sample pastes one and the
+    same box (timm's ``batch`` CutMix, torchvision's ``CutMix``), that box (``paste_box``, host ints
+    in pixels), which :func:`_mix` copies as a slice instead of selecting through a batch-sized mask."""
     prepared = Transform.prepare(transform, params, shape, device)
     if not transform.fixed_shapes:
         mixed, cut = params["mixed"], params.get("cutmix")
         prepared["blend"] = bool((mixed if cut is None else mixed & ~cut).any())
         prepared["paste"] = cut is not None and bool((mixed & cut).any())
+        if prepared["paste"] and not prepared["blend"] and bool((mixed & cut).all()):
+            boxes = params["boxes"]
+            if bool((boxes == boxes[:1]).all()):  # one box for the batch: paste it as a slice
+                prepared["paste_box"] = tuple(int(v) for v in boxes[0])
     return prepared
 
 
