@@ -86,7 +86,7 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
                        exact=exact, out_size=extent)
         return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
 
-    return _merge(batch, decode, (3, *size)).clamp(0.0, 1.0)
+    return _merge(batch, decode, (3, *size)).clamp_(0.0, 1.0)  # a new tensor: _merge's, or the resize's
 
 
 def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *,
