@@ -349,10 +349,10 @@ def test_resize_matrices_are_torch_antialiased_interpolate(interpolation):
 @pytest.mark.parametrize("shape,size", [((224, 224), (224, 224)), ((375, 500), (224, 224)), ((333, 517), (160, 96)),
                                         ((64, 48), (224, 200)), ((20, 30), (8, 8))])
 def test_banded_resize_equals_the_dense_matrices(interpolation, shape, size):
-    """The CPU's banded resize (windows of tiles of outputs, dctnet.resize.banded_resized_crop) against
-    the dense matrices on the same boxes — small and whole-image boxes, up and down, output sizes
-    that are not a multiple of the tile, an axis short enough to fall back to dense: the same
-    weights, so equal up to float32 summation order (≤ 1e-6 on [0, 1] images)."""
+    """The CPU's banded resize (one sparse matmul per axis over the band of taps,
+    dctnet.resize.banded_resized_crop) against the dense matrices on the same boxes — small and
+    whole-image boxes, up and down, odd output sizes, an axis shorter than the taps of a 2.8× shrink:
+    the same weights, so equal up to float32 summation order (≤ 1e-6 on [0, 1] images)."""
     g = torch.Generator().manual_seed(sum(shape) + sum(size))
     h, w = shape
     n = 24
