@@ -198,7 +198,7 @@ class ColorJitter(Transform):
             out = PB.run_masked(x, prepared["slots"], kernels)
         mask = prepared.get("apply")
         if mask is not None:
-            out = torch.where(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
+            out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
         return out, labels
 
 

@@ -406,5 +406,5 @@ class RandomErasing(Transform):
                 value = torch.cat([dc[:, :, None], dc.new_zeros(batch, 3, 63)], -1)[:, :, None, None, :]
             else:
                 value = fill[:, k].to(x.dtype)[:, :, None, None]
-            x = torch.where(inside, value, x)
+            x = F.select(inside, value, x)  # where with a broadcast mask is not vectorised on a CPU
         return x, labels
