@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dctnet.functional import _cached
+from dctnet.functional import _cached, select
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 from dctnet.transforms.base import Transform, group_capacity, group_chunks, round_to_levels, run_groups, to_device
@@ -225,13 +225,14 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
         taps[:, 1].clamp_(0, h - 1)
         # a loop over the kernel's 4 rows (not over samples): one gather of a row's 4 taps each; gathering
         # all 16 taps at once saves launches but costs a CPU twice the time (a 16× image written and read)
-        rows, cols = taps[:, 1] * w, taps[:, 0]                                       # (n, 4, HW)
+        # the 16 taps' flat indices at once (one launch; row j's four are idx[:, j])
+        idx = torch.add(taps[:, 0, None], taps[:, 1, :, None], alpha=w)                  # (n, 4, 4, HW)
         wx, wy = wts[:, 0:1], wts[:, 1:2]                                              # (n, 1, 4, HW)
         src = x.reshape(n, c, h * w)
         terms = []
         for j in range(4):
-            idx = (rows[:, j, None] + cols).view(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
-            terms.append((src.gather(2, idx).view(n, c, 4, h * w) * wx).sum(2))       # Σ_i wx_i · v_ji
+            row = idx[:, j].reshape(n, 1, 4 * h * w).expand(n, c, 4 * h * w)
+            terms.append((src.gather(2, row).view(n, c, 4, h * w) * wx).sum(2))       # Σ_i wx_i · v_ji
         out = (torch.stack(terms, 2) * wy).sum(2)                                      # Σ_j wy_j · (…)
         out = out.view(n, c, h, w)
         inside = inside.view(n, 1, h, w)
@@ -240,7 +241,7 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
         fill_v = torch.zeros((), dtype=x.dtype, device=x.device)
     else:
         fill_v = fill.to(device=x.device, dtype=x.dtype).reshape(-1, c, 1, 1) if fill.dim() else fill.to(x)
-    return torch.where(inside, out, fill_v).to(img.dtype)
+    return select(inside, out, fill_v).to(img.dtype)  # where with a broadcast mask: not vectorised on a CPU
 
 
 def _axis_limits(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -306,7 +307,7 @@ def _pil_posterize(img: Tensor, bits: Tensor) -> Tensor:
     shift = (8 - bits.clamp(0, 8)).to(torch.int32).reshape(-1, 1, 1, 1)
     v = torch.round(img.clamp(0, 1) * 255).to(torch.int32)
     out = ((v >> shift) << shift).to(img.dtype) / 255
-    return torch.where(shift > 0, out, img)
+    return select(shift > 0, out, img)
 
 
 def _blur(img: Tensor, arg: Tensor, ctx: _Context) -> Tensor:
@@ -564,7 +565,7 @@ def run_masked(x: Tensor, plans: Sequence[dict[str, Tensor]],
     for plan in plans:
         for k, kernel in enumerate(kernels):
             if kernel is not None:
-                x = torch.where(plan["mask"][k].reshape(view), kernel(x, plan["arg"][k]).to(x.dtype), x)
+                x = select(plan["mask"][k].reshape(view), kernel(x, plan["arg"][k]).to(x.dtype), x)
     return x
 
 
@@ -592,7 +593,7 @@ def _point_slot(x: Tensor, ch: dict[str, Tensor], names: Sequence[str]) -> Tenso
     if "SolarizeAdd" in names:
         x = P.solarize_add(x, ch["add"], ch["add_threshold"])
     if "Posterize" in names:
-        x = torch.where(P._param(ch["posterize"], x) > 0, P.posterize(x, ch["bits"]), x)
+        x = select(P._param(ch["posterize"], x) > 0, P.posterize(x, ch["bits"]), x)
     if "PilPosterize" in names:
         x = _pil_posterize(x, ch["pil_bits"])
     return x
