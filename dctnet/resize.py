@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 # torch announces its CSR tensors as beta the first time one is built; the resize's use of them (one
-# sparse × dense product, the most established CSR operation) is tested against the dense matrices
+# sparse × dense product, the most established CSR operation) is tested against the dense matrices.
+# The filter is process-wide (a local catch_warnings is not thread-safe): it hides that one message
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
 
 __all__ = ["RESIZE_SUPPORT", "apply_matrices", "plain_bilinear_matrices", "resize_matrices", "resized_crop"]
@@ -200,6 +201,8 @@ def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *,
     dense matrices for a 224² crop of a 224² image and more for larger photos. (A GPU does the dense
     matmul at a fraction of its peak and launches fewer kernels: :func:`resized_crop` keeps it there.)"""
     _check_interpolation(interpolation)
+    if images.dtype not in (torch.float32, torch.float64):  # torch's CPU CSR product: float32 and float64 only
+        return banded_resized_crop(images.float(), boxes, size, interpolation=interpolation).to(images.dtype)
     th, tw = size
     x = _sparse_axis(images.contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation)               # (B, C, th, W)
     x = _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 1], boxes[:, 3], tw, interpolation)  # (B, C, tw, th)
@@ -216,6 +219,12 @@ def _sparse_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, inte
     weights, columns = resize_matrices(starts, lengths, n, out_size, interpolation=interpolation,
                                        dtype=x.dtype, band=True)                     # (B, out, K)
     k = weights.shape[-1]
+    # a row's K columns distinct and in order, as CSR wants them: the band's dropped taps were clamped
+    # onto the last column, so a band reaching past the axis starts K before its end instead, and each
+    # weight moves to its column's new place (a dropped tap adds its 0 somewhere in the window)
+    first = torch.clamp(columns[..., :1], max=n - k)                                  # (B, out, 1)
+    weights = torch.zeros_like(weights).scatter_add_(2, columns - first, weights)
+    columns = first + torch.arange(k, device=x.device)
     planes = torch.arange(b * c, device=x.device).view(b, c, 1, 1) * n               # each plane's first row
     col = (planes + columns.view(b, 1, out_size, k)).view(-1)
     val = weights.view(b, 1, out_size, k).expand(b, c, out_size, k).reshape(-1)

@@ -249,3 +249,34 @@ def test_exact_mixers_skip_the_half_nobody_uses_bit_for_bit(make, want):
         for a, b in zip(exact, fixed):
             torch.testing.assert_close(a, b, atol=0, rtol=0)
     assert want <= cases, cases  # (some sample blends, some sample pastes): the draws hold each case
+
+
+def test_a_compose_writes_only_into_its_own_intermediates(monkeypatch):
+    """Exact groups write a policy's and erasing's rows into the batch in place when the Compose made
+    that batch (dctnet.transforms.base.may_overwrite) instead of copying it: never into the caller's
+    input, nor into the input of a transform nested in a RandomChoice, whose caller still reads it.
+    The outputs are those of each transform run alone on a copy."""
+    from dctnet.transforms import base as TB
+
+    flags = []
+    run_groups = TB.run_groups
+
+    def recording(x, groups, kernel, *, overwrite=False):
+        flags.append(overwrite)
+        return run_groups(x, groups, kernel, overwrite=overwrite)
+
+    for module in ("dctnet.transforms.policy_base", "dctnet.transforms.erasing"):
+        monkeypatch.setattr(f"{module}.run_groups", recording)
+    x, _ = crops(12, 32, seed=9)
+    step = T.Compose([T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"),
+                      T.RandomChoice([T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=1.0, mode="pixel")]),
+                      T.RandomErasing(p=0.5, mode="pixel")], seed=0).set_fixed_shapes(False)
+    params = step.draw_params(x.shape, T.step_generator(0, 0, 3))
+    given = x.clone()
+    out = step(x, params=params)
+    assert torch.equal(x, given)  # the caller's batch is untouched
+    assert True in flags and False in flags  # written in place (the list's own), and copied (nested)
+    ref = x
+    for i, t in enumerate(step.transforms):  # each alone: its input is the caller's, so it copies
+        ref = T.Compose([t], seed=0).set_fixed_shapes(False)(ref.clone(), params={"0": params[str(i)]})
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)

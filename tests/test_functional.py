@@ -371,6 +371,10 @@ def test_banded_resize_equals_the_dense_matrices(interpolation, shape, size):
     torch.testing.assert_close(banded, dense, atol=1e-6, rtol=0)
     torch.testing.assert_close(RS.resized_crop(img, boxes, size, interpolation=interpolation), banded, atol=0, rtol=0)
     assert RS.banded_resized_crop(img[:0], boxes[:0], size, interpolation=interpolation).shape == (0, 3, *size)
+    half = RS.banded_resized_crop(img.half(), boxes, size, interpolation=interpolation)  # computed in float32
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float(), RS.banded_resized_crop(img.half().float(), boxes, size,
+                                                                    interpolation=interpolation).half().float())
 
 
 def _photos(n: int) -> list[np.ndarray]:

@@ -67,6 +67,7 @@ import inspect
 import math
 import operator
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -193,17 +194,33 @@ def group_chunks(rows: Tensor, batch: int, capacity: int | None) -> list[tuple[T
     return chunks
 
 
+#: per thread, the (transform, input) a running Compose lets write into its input (:func:`may_overwrite`)
+_OWNED = threading.local()
+
+
+def may_overwrite(transform: "Transform", x: Tensor) -> bool:
+    """Whether ``transform.execute`` may write into its input ``x``: a :class:`Compose` is running
+    ``transform`` itself (not a transform nested in it, whose caller may still read ``x``) on one of
+    its intermediates (made by an earlier transform of the list, sharing no memory with the list's
+    input, which is the caller's), nothing wants its gradient, and no ``torch.compile`` trace is
+    running. A transform that asks must not read ``x`` after writing it."""
+    if torch.compiler.is_compiling():  # checked first: dynamo does not trace the thread-local
+        return False
+    return getattr(_OWNED, "step", None) == (id(transform), id(x)) and not (torch.is_grad_enabled() and x.requires_grad)
+
+
 def run_groups(x: Tensor, groups: Sequence[tuple[Any, dict[str, Tensor]]],
-               kernel: Callable[[Tensor, Any, dict[str, Tensor]], Tensor]) -> Tensor:
+               kernel: Callable[[Tensor, Any, dict[str, Tensor]], Tensor], *, overwrite: bool = False) -> Tensor:
     """Device: for each ``(key, group)`` in order, ``kernel(rows of x, key, group)`` on the rows
     ``group["rows"]`` (:func:`group_chunks`' index), written back; padding rows land in scratch rows
     past the batch. The shapes are the groups', whatever the values. A group that says
     ``group["padded"] = False`` (a host bool: exact groups, every row in the batch) needs no
-    scratch row: when none is padded the batch is copied without the scratch rows' zeros."""
+    scratch row: when none is padded the batch is copied without the scratch rows' zeros, and with
+    ``overwrite`` (:func:`may_overwrite`) not copied at all — the rows are written into ``x``."""
     if not groups:
         return x
     scratch = max((len(g["rows"]) for _, g in groups if g.get("padded", True)), default=0)
-    buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])]) if scratch else x.clone()
+    buf = torch.cat([x, x.new_zeros(scratch, *x.shape[1:])]) if scratch else x if overwrite else x.clone()
     for key, g in groups:
         rows = g["rows"]
         buf.index_copy_(0, rows, kernel(buf.index_select(0, rows), key, g).to(buf.dtype))
@@ -563,11 +580,29 @@ class Compose(Transform):
         return prepared
 
     def execute(self, x, labels, prepared):
-        """The transforms in order, each on the representation it needs (converting only there)."""
+        """The transforms in order, each on the representation it needs (converting only there). Each
+        intermediate is the list's own: a transform may write into it (:func:`may_overwrite`) rather
+        than copy the batch, but never into the caller's input or a view of it."""
+        if torch.compiler.is_compiling():  # a traced step writes nothing in place (no thread-local in the graph)
+            for t, p in zip(self.transforms, prepared):
+                x, labels = t.execute(_in_domain(x, t.domain), labels, p)
+            return x, labels
+        given = x
         for t, p in zip(self.transforms, prepared):
             x = _in_domain(x, t.domain)
-            x, labels = t.execute(x, labels, p)
+            owned = x is not given and not _shares_memory(x, given)
+            before = getattr(_OWNED, "step", None)
+            _OWNED.step = (id(t), id(x)) if owned else None
+            try:
+                x, labels = t.execute(x, labels, p)
+            finally:
+                _OWNED.step = before
         return x, labels
+
+
+def _shares_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors may share memory (the same storage; the conservative answer)."""
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def round_to_levels(x: Tensor, levels: int | None) -> Tensor:

@@ -63,7 +63,7 @@ from torch import Tensor
 
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.base import Transform, group_capacity, group_chunks, run_groups, to_device
+from dctnet.transforms.base import Transform, group_capacity, group_chunks, may_overwrite, run_groups, to_device
 from dctnet.transforms.model_input import Normalize
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
@@ -370,7 +370,8 @@ class RandomErasing(Transform):
         if self.p == 0.0:
             return x, labels
         groups = [(None, ch) for ch in prepared]
-        return run_groups(x, groups, lambda sub, _, ch: self.apply_transform(sub, None, ch)[0]), labels
+        return run_groups(x, groups, lambda sub, _, ch: self.apply_transform(sub, None, ch)[0],
+                          overwrite=may_overwrite(self, x)), labels
 
     def apply_transform(self, x, labels, params):
         boxes, active, fill = params["boxes"], params["active"], params["fill"]

@@ -107,7 +107,8 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
     box = params.get("paste_box")
     if box is not None:  # every sample pastes its partner's same box (timm's batch mode, torchvision's CutMix)
         top, left, h, w = (v // 8 for v in box) if x.dim() == 5 else box  # coefficient images: in blocks
-        region = (slice(None), slice(None), slice(top, top + h), slice(left, left + w))
+        # clipped to the image as box_mask clips (a replayed box may start above or left of it)
+        region = (slice(None), slice(None), slice(max(top, 0), max(top + h, 0)), slice(max(left, 0), max(left + w, 0)))
         out = x.clone()
         out[region] = x[region].index_select(0, perm)  # the box alone, not a batch-sized mask and select
     else:

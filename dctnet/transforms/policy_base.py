@@ -52,7 +52,8 @@ from torch import Tensor
 from dctnet.functional import _cached, select
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
-from dctnet.transforms.base import Transform, group_capacity, group_chunks, round_to_levels, run_groups, to_device
+from dctnet.transforms.base import (Transform, group_capacity, group_chunks, may_overwrite, round_to_levels, run_groups,
+                                   to_device)
 
 __all__ = ["KERNELS", "Kernel", "Policy"]
 
@@ -630,7 +631,7 @@ def capacities(names: Sequence[str], draw: Callable[[int, torch.Generator], Tens
 
 
 def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor]]]], names: Sequence[str],
-                      ctx: "_Context") -> Tensor:
+                      ctx: "_Context", *, overwrite: bool = False) -> Tensor:
     """Device: every slot of :func:`plan_slots` — per group, its rows gathered (``index_select``), the
     group's kernel, written back (``index_copy_``) — with no host sync and the same kernels on the same
     shapes for every batch of a size. In a slot a sample belongs to one group at most, so the
@@ -650,7 +651,8 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
         return round_to_levels(out, ctx.levels)
 
     groups = [(g, ch) for plan in plans for g, chunks in plan.items() for ch in chunks]  # slots in order
-    return run_groups(P._work(x), groups, kernel).to(x.dtype)
+    work = P._work(x)  # x itself, or a float32 copy of it (which is always safe to write into)
+    return run_groups(work, groups, kernel, overwrite=overwrite or work is not x).to(x.dtype)
 
 
 def _pil_warp(img: Tensor, data: Tensor, ctx: "_Context", axes: str = "xy") -> Tensor:
@@ -694,7 +696,8 @@ class Policy(Transform):
 
     def execute(self, x, labels, prepared):
         fill = None if self.fill_rgb is None else self.fill_rgb.to(x.device, non_blocking=True)
-        return run_planned_slots(x, prepared, self.ops, _Context(self.interpolation, fill, self.pixel_levels)), labels
+        return run_planned_slots(x, prepared, self.ops, _Context(self.interpolation, fill, self.pixel_levels),
+                                 overwrite=may_overwrite(self, x)), labels
 
     def op_names(self, params: dict[str, Tensor]) -> list[list[str]]:
         """The ops each sample ran, in order (for notebooks and tests)."""
