@@ -280,3 +280,17 @@ def test_a_compose_writes_only_into_its_own_intermediates(monkeypatch):
     for i, t in enumerate(step.transforms):  # each alone: its input is the caller's, so it copies
         ref = T.Compose([t], seed=0).set_fixed_shapes(False)(ref.clone(), params={"0": params[str(i)]})
     torch.testing.assert_close(out, ref, atol=0, rtol=0)
+
+
+def test_noise_hashed_in_32_bit_lanes_is_the_same_noise():
+    """Exact groups hand erasing's noise its key halves as int32 (split_keys(lanes=int32)): the same
+    hash in 32-bit lanes, bit for bit the int64 noise the fixed-size groups compute — keys with the
+    top bit of either half set, odd element counts, and the int64 fallback past int32's counters."""
+    from dctnet.transforms import erasing as E
+
+    keys = torch.tensor([0, 1, 2**31, 2**32 - 1, 2**32, 2**62 + 12345, 2**63 - 1, -(2**63), -12345])
+    lanes = E.split_keys(keys, torch.int32)
+    assert lanes.dtype == torch.int32
+    for shape in ((3, 37, 53), (1, 5, 7)):
+        torch.testing.assert_close(E.normal_noise(lanes, shape), E.normal_noise(E.split_keys(keys), shape), atol=0, rtol=0)
+    torch.testing.assert_close(E.normal_noise(lanes, (3, 37, 53)), E.normal_noise(keys, (3, 37, 53)), atol=0, rtol=0)

@@ -94,10 +94,29 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def split_keys(keys: Tensor) -> Tensor:
+def _mix32_lanes(x: Tensor) -> Tensor:
+    """:func:`_mix32` in int32 lanes (``x`` the 32-bit pattern as int32): the multiplies wrap modulo
+    2³² by themselves and each right shift is masked to a logical one — the same bits, in half the
+    memory and with 32-bit multiplies (a CPU multiplies int64 lanes in three instructions): ~3× faster
+    there, for one launch more per round."""
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * _as_i32(0x7FEB352D)
+    x = x ^ ((x >> 15) & 0x1FFFF)
+    x = x * _as_i32(0x846CA68B)
+    return x ^ ((x >> 16) & 0xFFFF)
+
+
+def _as_i32(v: int) -> int:
+    """A 32-bit pattern as the int32 value with those bits."""
+    return v - (1 << 32) if v >= (1 << 31) else v
+
+
+def split_keys(keys: Tensor, lanes: torch.dtype = torch.int64) -> Tensor:
     """int64 keys ``(N,)`` → their 32-bit halves ``(N, 2)`` (low, high), what :func:`normal_noise` hashes
-    (split on the host, where the keys are drawn: three fewer device launches)."""
-    return torch.stack([keys & _M32, (keys >> 32) & _M32], 1)
+    (split on the host, where the keys are drawn: three fewer device launches). ``lanes=torch.int32``:
+    the halves' bit patterns as int32, which has :func:`normal_noise` hash in 32-bit lanes."""
+    halves = torch.stack([keys & _M32, (keys >> 32) & _M32], 1)
+    return halves if lanes == torch.int64 else (halves - ((halves >> 31) << 32)).to(torch.int32)
 
 
 def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> Tensor:
@@ -113,13 +132,22 @@ def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.
     if pairs >= 2**32:
         raise ValueError(f"normal_noise: {n} elements per key is too many (2^33 at most)")
     halves = keys if keys.dim() == 2 else split_keys(keys)
-    ctr = torch.arange(pairs, device=keys.device, dtype=torch.long)
-    h1 = _mix32(_mix32(ctr ^ halves[:, :1]) ^ halves[:, 1:])
-    h2 = _mix32(h1 ^ 0x9E3779B9)
-    u1 = ((h1 >> 8).to(torch.float32) + 0.5) * (1.0 / 2**24)  # in (0, 1): log finite
+    if halves.dtype == torch.int32 and pairs >= 2**31:  # past int32's counters: the halves' patterns in int64
+        halves = halves.long() & _M32
+    if halves.dtype == torch.int32:  # the same hash in 32-bit lanes (split_keys' lanes)
+        ctr = torch.arange(pairs, device=keys.device, dtype=torch.int32)
+        h1 = _mix32_lanes(_mix32_lanes(ctr ^ halves[:, :1]) ^ halves[:, 1:])
+        h2 = _mix32_lanes(h1 ^ _as_i32(0x9E3779B9))
+        top1, top2 = (h1 >> 8) & 0xFFFFFF, (h2 >> 8) & 0xFFFFFF  # logical shifts of the 32-bit patterns
+    else:
+        ctr = torch.arange(pairs, device=keys.device, dtype=torch.long)
+        h1 = _mix32(_mix32(ctr ^ halves[:, :1]) ^ halves[:, 1:])
+        h2 = _mix32(h1 ^ 0x9E3779B9)
+        top1, top2 = h1 >> 8, h2 >> 8
+    u1 = (top1.to(torch.float32) + 0.5) * (1.0 / 2**24)  # in (0, 1): log finite
     r = torch.sqrt(-2.0 * torch.log(u1))
     # (θ + π/2, θ) in one op: the pair's angles, θ = 2π·h2/2²⁴
-    angles = torch.add(_angle_offsets(keys.device), (h2 >> 8).to(torch.float32)[..., None], alpha=2.0 * math.pi / 2**24)
+    angles = torch.add(_angle_offsets(keys.device), top2.to(torch.float32)[..., None], alpha=2.0 * math.pi / 2**24)
     z = torch.sin(angles).mul_(r[..., None]).reshape(halves.shape[0], 2 * pairs)
     return z[:, :n].to(dtype).reshape(halves.shape[0], *shape)
 
@@ -361,8 +389,8 @@ class RandomErasing(Transform):
             for k, v in params.items():
                 if k != "apply":
                     chunk[k] = torch.cat([v[r], v.new_zeros((pad, *v.shape[1:]))])
-            if "noise_key" in chunk:
-                chunk["noise_key"] = split_keys(chunk["noise_key"])
+            if "noise_key" in chunk:  # exact groups (a CPU's) hash in 32-bit lanes: the same noise, faster
+                chunk["noise_key"] = split_keys(chunk["noise_key"], torch.int64 if cap is not None else torch.int32)
             chunks.append(chunk)
         return to_device(chunks, device)
 
