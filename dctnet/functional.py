@@ -146,12 +146,13 @@ def block_idct(coeffs: Tensor) -> Tensor:
     return pix.reshape(*lead, hb * 8, wb * 8)
 
 
-def _unit_samples(plane: Tensor, *, centred: bool, clamp: bool) -> Tensor:
+def _unit_samples(plane: Tensor, *, centred: bool, clamp: bool, transposed: bool = False) -> Tensor:
     """A component's samples from its dequantized coefficients ``plane (B, Hb, Wb, 64)`` (floating):
     ``(B, 8·Hb, 8·Wb)`` in units of 255 — ``s/255``, or ``(s − 128)/255`` if ``centred`` (chroma, whose
     colour maths subtracts the 128 anyway) — clamped to the 8-bit range when ``clamp``. One matmul with
     the level shift as its bias, and one pass that clamps while it lays the blocks out as rows: the
-    passes of a separate shift, clamp and divide are gone."""
+    passes of a separate shift, clamp and divide are gone. ``transposed``: ``(B, 8·Wb, 8·Hb)``, the
+    plane transposed, laid out by the same pass."""
     b, hb, wb, _ = plane.shape
     basis = _cached(("unit_basis", plane.dtype, str(plane.device)),
                     lambda: (dct_basis(dtype=torch.float64) / 255.0).to(dtype=plane.dtype, device=plane.device,
@@ -163,14 +164,15 @@ def _unit_samples(plane: Tensor, *, centred: bool, clamp: bool) -> Tensor:
         shift = _cached(("unit_shift", plane.dtype, str(plane.device)),
                         lambda: torch.full((64,), 128.0 / 255.0, dtype=plane.dtype).to(plane.device, non_blocking=True))
         blocks = torch.addmm(shift, flat, basis)
-    rows = blocks.view(b, hb, wb, 8, 8).transpose(2, 3)                          # (B, Hb, 8, Wb, 8) view
+    blocks = blocks.view(b, hb, wb, 8, 8)                                          # (B, Hb, Wb, y, x)
+    rows = blocks.permute(0, 2, 4, 1, 3) if transposed else blocks.transpose(2, 3)  # (B, Wb, 8, Hb, 8) / (B, Hb, 8, Wb, 8)
+    size = (b, 8 * wb, 8 * hb) if transposed else (b, 8 * hb, 8 * wb)
     lo, hi = (-128.0 / 255.0, 127.0 / 255.0) if centred else (0.0, 1.0)
     if not clamp:
-        return rows.reshape(b, 8 * hb, 8 * wb)
+        return rows.reshape(size)
     if _plain_eager(blocks):
-        out = blocks.new_empty(b, hb, 8, wb, 8)
-        return torch.clamp(rows, lo, hi, out=out).view(b, 8 * hb, 8 * wb)
-    return rows.reshape(b, 8 * hb, 8 * wb).clamp(lo, hi)
+        return torch.clamp(rows, lo, hi, out=blocks.new_empty(rows.shape)).view(size)
+    return rows.reshape(size).clamp(lo, hi)
 
 
 def block_dct(pixels: Tensor) -> Tensor:
@@ -331,14 +333,16 @@ def _fancy_double(x: Tensor, dim: int, valid: Tensor, fancy: Tensor) -> Tensor:
     return out
 
 
-def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy") -> Tensor:
+def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str = "fancy",
+                    transposed: bool = False) -> Tensor:
     """Upsample one component's samples ``(B, H, W)`` by integer factors ``(fh, fv)``.
 
     ``valid (B, 2)``: the component's true (downsampled) height and width per sample; samples
     beyond are replaced by edge replication, as libjpeg does. ``mode="fancy"`` reproduces
     libjpeg-turbo's default upsampler: the triangle filter for 2×1 (only when the component is
     more than 2 samples wide), 2×2 (same condition) and 1×2, and replication for every other
-    ratio. ``mode="nearest"`` always replicates."""
+    ratio. ``mode="nearest"`` always replicates. ``transposed``: ``pix`` is ``(B, W, H)`` (the
+    plane transposed) and so is the result; factors, ``valid`` and the rules stay the image's."""
     if mode not in ("fancy", "nearest"):
         raise ValueError(f"mode must be 'fancy' or 'nearest', not {mode!r}")
     use_fancy = mode == "fancy" and (fh, fv) in ((2, 1), (2, 2), (1, 2))
@@ -350,15 +354,25 @@ def upsample_pixels(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode: str =
         fancy_h, fancy_v = None, torch.ones_like(wide)
     else:
         fancy_h = fancy_v = None
+    rows, cols = (2, 1) if transposed else (1, 2)  # the dims holding the image's y and x
     out = pix
-    if fv != 1:  # rows
-        if fancy_v is not None and fv == 2:
-            out = _fancy_double(out, 1, valid[:, 0], fancy_v).reshape(out.shape[0], 2 * out.shape[1], out.shape[2])
-        else:
-            out = _resample_last(out.transpose(1, 2), fv, valid[:, 0], fancy_v).transpose(1, 2)
+    if fv != 1:  # y first, then x (libjpeg's order)
+        out = _resample_dim(out, rows, fv, valid[:, 0], fancy_v)
     if fh != 1:
-        out = _resample_last(out, fh, valid[:, 1], fancy_h)
+        out = _resample_dim(out, cols, fh, valid[:, 1], fancy_h)
     return out
+
+
+def _resample_dim(x: Tensor, dim: int, factor: int, valid: Tensor, fancy: Tensor | None) -> Tensor:
+    """Upsample ``x (B, ·, ·)`` by ``factor`` along ``dim`` (1 or 2): libjpeg's triangle filter where
+    ``fancy`` says so (factor 2), replication elsewhere (:func:`_resample_last`)."""
+    b, n1, n2 = x.shape
+    if fancy is not None and factor == 2:
+        doubled = _fancy_double(x, dim, valid, fancy)
+        return doubled.reshape(b, 2 * n1, n2) if dim == 1 else doubled.reshape(b, n1, 2 * n2)
+    if dim == 2:
+        return _resample_last(x, factor, valid, fancy)
+    return _resample_last(x.transpose(1, 2), factor, valid, fancy).transpose(1, 2)
 
 
 _YCC_TO_RGB = ((1.0, 0.0, 1.402), (1.0, -0.344136, -0.714136), (1.0, 1.772, 0.0))

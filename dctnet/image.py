@@ -23,7 +23,7 @@ __all__ = ["coefficients_to_rgb", "from_rgb", "grid_size", "to_rgb"]
 def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: Size, *,
            color_space: str = "YCbCr", upsampling: str = "fancy", clamp: bool = True,
            dtype: torch.dtype = torch.float32, exact: bool = False,
-           out_size: tuple[int, int] | None = None) -> Tensor:
+           out_size: tuple[int, int] | None = None, column_major: bool = False) -> Tensor:
     """Rebuild RGB images from coefficient planes (block IDCT, chroma upsampling, colour).
 
     Args:
@@ -53,6 +53,11 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
             on an accelerator. The device step (:func:`dctnet.transforms.crops_to_rgb`) passes
             host ints instead — each group's extent from the host batch, or its grid — and reads
             nothing.
+        column_major: the float decode lays the result out column by column (the returned tensor is
+            a transposed view of a contiguous ``(B, 3, W, H)`` one: the same values), at no extra
+            cost, for a reader that wants columns — a CPU's sparse resize (:mod:`dctnet.resize`)
+            then copies one transposed image fewer. Ignored for the exact decode and for
+            non-integer sampling ratios.
 
     Returns:
         ``(B, 3, H, W)`` float RGB in [0, 1], ``H, W`` = ``out_size``, else the largest true size
@@ -79,17 +84,19 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
             return _to_rgb_exact(planes, sampling, sizes, out_h, out_w, hmax, vmax, color_space, upsampling).to(dtype) / 255.0
         comps = []
         centred = CENTRED_COMPONENTS.get(color_space, ())
+        columns = column_major and all(hmax % h == 0 and vmax % v == 0 for h, v in sampling)
         for i, (plane, (h, v)) in enumerate(zip(planes, sampling)):
-            # (B, 8Hb, 8Wb) samples / 255 (chroma − 128); a decoder's samples are 8-bit: with clamp, ringing
-            # past 0/255 is cut before the colour maths
-            pix = _unit_samples(plane.to(dtype), centred=i in centred, clamp=clamp)
+            # (B, 8Hb, 8Wb) samples / 255 (chroma − 128), transposed for columns; a decoder's samples are
+            # 8-bit: with clamp, ringing past 0/255 is cut before the colour maths
+            pix = _unit_samples(plane.to(dtype), centred=i in centred, clamp=clamp, transposed=columns)
             valid = _component_extent(sizes, h, v, hmax, vmax)
             if hmax % h == 0 and vmax % v == 0:
-                pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling)
+                pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling, transposed=columns)
             else:
                 pix = _upsample_fractional(pix, h, v, hmax, vmax, valid, out_h, out_w)
-            comps.append(pix[:, :out_h, :out_w])
-        return _unit_planes_to_rgb(comps, color_space, clamp)
+            comps.append(pix[:, :out_w, :out_h] if columns else pix[:, :out_h, :out_w])
+        rgb = _unit_planes_to_rgb(comps, color_space, clamp)
+        return rgb.transpose(-1, -2) if columns else rgb
 
 
 def grid_size(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]]) -> tuple[int, int]:

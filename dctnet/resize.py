@@ -199,11 +199,18 @@ def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *,
     batch's planes, times the images' rows. The same weights, the same sums up to float rounding (the
     dense matmul adds zeros too); a CPU pays for the taps alone, ~10× fewer multiply-adds than the
     dense matrices for a 224² crop of a 224² image and more for larger photos. (A GPU does the dense
-    matmul at a fraction of its peak and launches fewer kernels: :func:`resized_crop` keeps it there.)"""
+    matmul at a fraction of its peak and launches fewer kernels: :func:`resized_crop` keeps it there.)
+
+    Images stored column by column (``images.transpose(-1, -2)`` contiguous, as
+    :func:`dctnet.image.to_rgb` decodes them with ``column_major``) are resized along x first: one
+    transposed copy between the axes instead of two. The result is row-major either way."""
     _check_interpolation(interpolation)
     if images.dtype not in (torch.float32, torch.float64):  # torch's CPU CSR product: float32 and float64 only
         return banded_resized_crop(images.float(), boxes, size, interpolation=interpolation).to(images.dtype)
     th, tw = size
+    if not images.is_contiguous() and images.transpose(-1, -2).is_contiguous():  # stored by columns: x first
+        x = _sparse_axis(images.transpose(-1, -2), boxes[:, 1], boxes[:, 3], tw, interpolation)    # (B, C, tw, H)
+        return _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation)
     x = _sparse_axis(images.contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation)               # (B, C, th, W)
     x = _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 1], boxes[:, 3], tw, interpolation)  # (B, C, tw, th)
     return x.transpose(-1, -2).contiguous()  # row-major, as the dense path's: what follows reads rows

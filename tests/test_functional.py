@@ -485,3 +485,25 @@ def test_colour_and_upsampling_take_gradients_and_trace_without_graph_breaks():
     assert explained.graph_break_count == 0, explained.break_reasons
     explained = torch._dynamo.explain(F.upsample_pixels)(pix, 2, 2, valid)
     assert explained.graph_break_count == 0, explained.break_reasons
+
+
+@pytest.mark.parametrize("sampling,color_space", [
+    (((2, 2), (1, 1), (1, 1)), "YCbCr"), (((2, 1), (1, 1), (1, 1)), "YCbCr"), (((1, 2), (1, 1), (1, 1)), "YCbCr"),
+    (((1, 1), (1, 1), (1, 1)), "YCbCr"), (((1, 1),), "gray"), (((4, 1), (1, 1), (1, 1)), "YCbCr"),
+    (((3, 2), (1, 1), (1, 1)), "YCbCr")])  # the last: a fractional ratio, decoded row-major whatever is asked
+def test_column_major_decode_is_the_same_image(sampling, color_space):
+    """to_rgb(column_major=True), what a CPU's training crops decode with: the same values as the
+    row-major decode (bit for bit), stored column by column where the ratios are integers — and the
+    sparse resize of either layout gives the same crops."""
+    g = torch.Generator().manual_seed(len(sampling) + sampling[0][0] * 3 + sampling[0][1])
+    rgb = torch.nn.functional.interpolate(torch.rand(3, 3, 5, 7, generator=g), size=(37, 53), mode="bicubic").clamp(0, 1)
+    planes = IM.from_rgb(rgb, sampling)
+    sizes = torch.tensor([[37, 53], [30, 41], [37, 9]])
+    rows = IM.to_rgb(planes, sampling, sizes, color_space=color_space, out_size=(37, 53))
+    cols = IM.to_rgb(planes, sampling, sizes, color_space=color_space, out_size=(37, 53), column_major=True)
+    assert torch.equal(rows, cols)
+    fractional = any(max(h for h, _ in sampling) % h for h, _ in sampling)
+    assert cols.is_contiguous() == fractional and cols.transpose(-1, -2).is_contiguous() != fractional
+    boxes = torch.tensor([[0, 0, 37, 53], [3, 5, 20, 30], [10, 1, 27, 8]])
+    torch.testing.assert_close(RS.banded_resized_crop(cols, boxes, (24, 20), interpolation="bicubic"),
+                               RS.banded_resized_crop(rows, boxes, (24, 20), interpolation="bicubic"), atol=1e-6, rtol=0)

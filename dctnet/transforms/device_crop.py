@@ -82,8 +82,10 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
         # back from the device. Pixels past a sample's own valid size are padding no resize tap reads:
         # taps are clipped to the box, which lies in the valid window (training crops), and the eval
         # window (``resize``) holds every tap of the kept crop (dctnet.resize.resize_matrices)
+        # a CPU's training crops: decoded column by column, which its sparse resize reads without a transposed copy
+        columns = resize is None and not exact and valid.device.type == "cpu"
         rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
-                       exact=exact, out_size=extent)
+                       exact=exact, out_size=extent, column_major=columns)
         return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
 
     return _merge(batch, decode, (3, *size)).clamp_(0.0, 1.0)  # a new tensor: _merge's, or the resize's
