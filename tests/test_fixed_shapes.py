@@ -220,6 +220,11 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
             one_axis = PB._pil_bicubic_affine(img, data, fill, axes)
             torch.testing.assert_close(one_axis, PB._pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
             assert (one_axis == fill.view(1, 3, 1, 1)).any() and (one_axis != fill.view(1, 3, 1, 1)).any()
+        # rotations: exact groups gather the 16 taps one by one, fixed groups a row of four at a time
+        data = PB._pil_warp_data(["PilRotate"], torch.zeros(16, dtype=torch.long),
+                                 torch.linspace(-30.0, 30.0, 16, dtype=torch.float64), size)
+        torch.testing.assert_close(PB._pil_bicubic_affine(img, data, fill, one_by_one=True),
+                                   PB._pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("make,want", [
