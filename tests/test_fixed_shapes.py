@@ -257,10 +257,11 @@ def test_exact_mixers_skip_the_half_nobody_uses_bit_for_bit(make, want):
 
 
 def test_a_compose_writes_only_into_its_own_intermediates(monkeypatch):
-    """Exact groups write a policy's and erasing's rows into the batch in place when the Compose made
-    that batch (dctnet.transforms.base.may_overwrite) instead of copying it: never into the caller's
-    input, nor into the input of a transform nested in a RandomChoice, whose caller still reads it.
-    The outputs are those of each transform run alone on a copy."""
+    """Exact groups write a policy's and erasing's rows into the batch in place, and Mixup and ToRGB
+    compute in place, when the Compose made that batch (dctnet.transforms.base.may_overwrite) instead
+    of copying it: never into the caller's input, nor into the input of a transform nested in a
+    RandomChoice, whose caller still reads it. The outputs and targets are those of each transform
+    run alone on a copy, over mixup and CutMix batches."""
     from dctnet.transforms import base as TB
 
     flags = []
@@ -272,19 +273,24 @@ def test_a_compose_writes_only_into_its_own_intermediates(monkeypatch):
 
     for module in ("dctnet.transforms.policy_base", "dctnet.transforms.erasing"):
         monkeypatch.setattr(f"{module}.run_groups", recording)
-    x, _ = crops(12, 32, seed=9)
+    x, labels = crops(12, 32, seed=9)
     step = T.Compose([T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"),
                       T.RandomChoice([T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=1.0, mode="pixel")]),
-                      T.RandomErasing(p=0.5, mode="pixel")], seed=0).set_fixed_shapes(False)
-    params = step.draw_params(x.shape, T.step_generator(0, 0, 3))
-    given = x.clone()
-    out = step(x, params=params)
-    assert torch.equal(x, given)  # the caller's batch is untouched
+                      T.RandomErasing(p=0.5, mode="pixel"),
+                      T.RandomChoice([T.MixUp(alpha=1.0, num_classes=10), T.CutMix(alpha=1.0, num_classes=10)]),
+                      T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=10), T.ToRGB()], seed=0).set_fixed_shapes(False)
+    for s in range(4):  # Mixup's draws: mixup and CutMix batches
+        params = step.draw_params(x.shape, T.step_generator(0, 0, s))
+        given = x.clone()
+        out, target = step(x, labels, params=params)
+        assert torch.equal(x, given)  # the caller's batch is untouched
+        ref, ref_target = x, labels
+        for i, t in enumerate(step.transforms):  # each alone: its input is the caller's, so it copies
+            ref, ref_target = T.Compose([t], seed=0).set_fixed_shapes(False)(ref.clone(), ref_target,
+                                                                             params={"0": params[str(i)]})
+        torch.testing.assert_close(out, ref, atol=0, rtol=0)
+        torch.testing.assert_close(target, ref_target, atol=0, rtol=0)
     assert True in flags and False in flags  # written in place (the list's own), and copied (nested)
-    ref = x
-    for i, t in enumerate(step.transforms):  # each alone: its input is the caller's, so it copies
-        ref = T.Compose([t], seed=0).set_fixed_shapes(False)(ref.clone(), params={"0": params[str(i)]})
-    torch.testing.assert_close(out, ref, atol=0, rtol=0)
 
 
 def test_noise_hashed_in_32_bit_lanes_is_the_same_noise():

@@ -463,7 +463,8 @@ class Transform(nn.Module):
         out, out_labels = self.apply_transform(x, labels, prepared)
         mask = prepared.get("apply")
         if mask is not None:  # keep the input where the sample's coin said no
-            out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
+            fresh = out is not x and out.shape == x.shape and not _shares_memory(out, x)  # the kernel's own tensor
+            out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x, out=out if fresh else None)
             if out_labels is not None and out_labels is not labels:
                 out_labels = torch.where(mask.reshape(-1, *([1] * (labels.dim() - 1))), out_labels, labels)
         return out, out_labels

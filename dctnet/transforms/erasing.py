@@ -398,10 +398,15 @@ class RandomErasing(Transform):
         if self.p == 0.0:
             return x, labels
         groups = [(None, ch) for ch in prepared]
-        return run_groups(x, groups, lambda sub, _, ch: self.apply_transform(sub, None, ch)[0],
+        # each group's rows are run_groups' own copy: erased where they lie
+        return run_groups(x, groups, lambda sub, _, ch: self._erase(sub, ch, inplace=True),
                           overwrite=may_overwrite(self, x)), labels
 
     def apply_transform(self, x, labels, params):
+        return self._erase(x, params, inplace=False), labels
+
+    def _erase(self, x: Tensor, params: dict[str, Tensor], inplace: bool) -> Tensor:
+        """The boxes of ``params`` erased in ``x`` (written into ``x`` itself when ``inplace``)."""
         boxes, active, fill = params["boxes"], params["active"], params["fill"]
         coef = x.dim() == 5
         if not coef and x.dim() != 4:
@@ -435,5 +440,6 @@ class RandomErasing(Transform):
                 value = torch.cat([dc[:, :, None], dc.new_zeros(batch, 3, 63)], -1)[:, :, None, None, :]
             else:
                 value = fill[:, k].to(x.dtype)[:, :, None, None]
-            x = F.select(inside, value, x)  # where with a broadcast mask is not vectorised on a CPU
-        return x, labels
+            # F.select: where with a broadcast mask is not vectorised on a CPU
+            x = F.select(inside, value, x, out=x if inplace else None)
+        return x

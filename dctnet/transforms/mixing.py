@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
-from dctnet.transforms.base import Transform
+from dctnet.transforms.base import Transform, may_overwrite
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["CutMix", "MixUp", "Mixup"]
@@ -98,9 +98,10 @@ def _soft_targets(name: str, labels: Tensor | None, num_classes: int | None, smo
     raise ValueError(f"{name}: labels must be class indices (B,) or soft targets (B, K), got shape {tuple(labels.shape)}")
 
 
-def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor], inplace: bool = False) -> tuple[Tensor, Tensor]:
     """The batched kernel of every class here: mixup ``λ·x + (1 − λ)·x[perm]`` or the partner's box
-    pasted, per sample, and ``λ·y + (1 − λ)·y[perm]`` for the targets. No loop, no host sync."""
+    pasted, per sample, and ``λ·y + (1 − λ)·y[perm]`` for the targets. No loop, no host sync.
+    ``inplace``: the result is written into ``x`` (:func:`dctnet.transforms.base.may_overwrite`)."""
     if labels.shape[0] != x.shape[0]:
         raise ValueError(f"{name}: {labels.shape[0]} labels for a batch of {x.shape[0]}")
     perm, lam = params["perm"], params["lam"]
@@ -109,15 +110,15 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor]) -> tup
         top, left, h, w = (v // 8 for v in box) if x.dim() == 5 else box  # coefficient images: in blocks
         # clipped to the image as box_mask clips (a replayed box may start above or left of it)
         region = (slice(None), slice(None), slice(max(top, 0), max(top + h, 0)), slice(max(left, 0), max(left + w, 0)))
-        out = x.clone()
-        out[region] = x[region].index_select(0, perm)  # the box alone, not a batch-sized mask and select
+        out = x if inplace else x.clone()
+        out[region] = x[region].index_select(0, perm)  # the box alone (copied first), not a batch-sized mask and select
     else:
-        out = _blend_and_paste(x, x.index_select(0, perm), params)  # not x[perm]: that costs a CPU 2.5x the copy
+        out = _blend_and_paste(x, x.index_select(0, perm), params, inplace)  # not x[perm]: a CPU pays 2.5x the copy
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
-    return (x.clone() if out is x else out), y  # a new tensor, as when something was mixed
+    return (x.clone() if out is x and not inplace else out), y  # a new tensor, as when something was mixed
 
 
-def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor]) -> Tensor:
+def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: bool = False) -> Tensor:
     """:func:`_mix`'s pixels through per-sample weights and a mask, ``xp`` the partners. One blend
     and one paste over the batch (each pass over it is what a CPU pays for): a sample mixed by mixup
     blends with weights λ and 1 − λ (cast to x's dtype as the references' scalar multiplies do: in
@@ -133,7 +134,11 @@ def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor]) -> Tensor
         blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
         w_x = torch.where(blend, lam, 1.0).to(x.dtype).reshape(view)
         w_p = torch.where(blend, 1.0 - lam, 0.0).to(x.dtype).reshape(view)
-        out = x * w_x + xp * w_p
+        paste = "boxes" in params and params.get("paste", True)
+        if inplace and not paste:  # the same products and sum, written where they are read (xp is ours)
+            out = x.mul_(w_x).add_(xp.mul_(w_p))
+        else:
+            out = x * w_x + xp * w_p
     if "boxes" in params and params.get("paste", True):
         pasted = (params["cutmix"] & mixed)[:, None]
         out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
@@ -352,7 +357,7 @@ class Mixup(Transform):
         return _prepare_mix(self, params, shape, device)
 
     def apply_transform(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params)
+        return _mix(type(self).__name__, x, labels, params, inplace=may_overwrite(self, x))
 
 
 # ---------------------------------------------------------------------- torchvision v2
@@ -399,7 +404,7 @@ class MixUp(Transform):
         return _prepare_mix(self, params, shape, device)
 
     def apply_transform(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params)
+        return _mix(type(self).__name__, x, labels, params, inplace=may_overwrite(self, x))
 
 
 class CutMix(MixUp):

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.transforms.base import Transform, coefficient_shape, pixel_shape, to_coefficients, to_pixels
+from dctnet.transforms.base import Transform, coefficient_shape, may_overwrite, pixel_shape, to_coefficients, to_pixels
 
 __all__ = ["Normalize", "SelectFrequencies", "ToCoefficients", "ToRGB"]
 
@@ -106,7 +106,10 @@ class ToRGB(Transform):
     def apply_transform(self, x, labels, params):
         rgb = to_pixels(x)
         if self.mean is not None:
-            rgb = (rgb - self.mean.to(rgb)).div_(self.std.to(rgb))  # torchvision's Normalize, one temporary
+            if rgb is x and may_overwrite(self, x):  # the Compose's own batch: normalised where it lies
+                rgb = rgb.sub_(self.mean.to(rgb)).div_(self.std.to(rgb))
+            else:
+                rgb = (rgb - self.mean.to(rgb)).div_(self.std.to(rgb))  # torchvision's Normalize, one temporary
         return rgb, labels
 
 
