@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dctnet.functional import _cached, select
+from dctnet.functional import _cached, _plain_eager, select
 from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 from dctnet.transforms.base import (Transform, group_capacity, group_chunks, may_overwrite, round_to_levels, run_groups,
@@ -629,7 +629,9 @@ def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Ten
     """``clamp(f·x + (1 − f)·D, 0, 1)`` per sample, ``D = w₀·grey + w₁·mean grey + w₂·smoothed``
     (torchvision's ``_blend`` against each op's degenerate image: ``D = 0`` is brightness). The
     smoothed image is torchvision's sharpness degenerate: the 3×3 ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``
-    filter inside, the image itself on the one-pixel border."""
+    filter inside, the image itself on the one-pixel border. ``x`` is the group's own copy of its
+    rows (:func:`run_planned_slots`): the blend is written into it, torchvision's ``_blend`` term by
+    term."""
     f = P._param(factor, x)
     wts = weights.to(device=x.device, dtype=x.dtype, non_blocking=True)
     gray = P._gray(x)
@@ -640,7 +642,9 @@ def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Ten
         if h > 2 and w > 2:
             blurred[..., 1:-1, 1:-1] = P.smooth_interior(x)
         degenerate = degenerate + wts[:, 2, None, None, None] * blurred
-    return P._blend(x, degenerate, f)
+    if not _plain_eager(x):  # autograd or a trace: no writes into x
+        return P._blend(x, degenerate, f)
+    return x.mul_(f).add_(degenerate * (1.0 - f)).clamp_(0.0, 1.0)
 
 
 def capacities(names: Sequence[str], draw: Callable[[int, torch.Generator], Tensor], batch: int,
