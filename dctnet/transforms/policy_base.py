@@ -614,10 +614,18 @@ def _point_slot(x: Tensor, ch: dict[str, Tensor], names: Sequence[str]) -> Tenso
     """Device: the point group's chain on ``x (C, 3, H, W)`` — solarize (Invert too), solarize-add,
     posterize — each row through the ops of ``names`` only, its own op with its argument and the
     others neutral (:func:`_point_params`): exactly the one op it drew."""
+    own = _plain_eager(x)  # x is the group's own copy of its rows: each op writes where it reads
     if "Invert" in names or "Solarize" in names:
-        x = P.solarize(x, ch["solarize"])
+        if own:  # pixel.solarize's where, into x
+            x = torch.where(x >= P._param(ch["solarize"], x), 1.0 - x, x, out=x)
+        else:
+            x = P.solarize(x, ch["solarize"])
     if "SolarizeAdd" in names:
-        x = P.solarize_add(x, ch["add"], ch["add_threshold"])
+        if own:  # pixel.solarize_add's where, into x
+            a, t = P._param(ch["add"], x), P._param(ch["add_threshold"], x)
+            x = torch.where(x < t, (x + a).clamp_(max=1.0), x, out=x)
+        else:
+            x = P.solarize_add(x, ch["add"], ch["add_threshold"])
     if "Posterize" in names:
         x = select(P._param(ch["posterize"], x) > 0, P.posterize(x, ch["bits"]), x)
     if "PilPosterize" in names:
