@@ -232,9 +232,17 @@ def _sparse_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, inte
     first = torch.clamp(columns[..., :1], max=n - k)                                  # (B, out, 1)
     weights = torch.zeros_like(weights).scatter_add_(2, columns - first, weights)
     columns = first + torch.arange(k, device=x.device)
+    # int32 indices where they fit (what MKL's sparse BLAS takes without converting them)
+    index = torch.int32 if b * c * max(n, out_size) * k < 2**31 else torch.int64
     planes = torch.arange(b * c, device=x.device).view(b, c, 1, 1) * n               # each plane's first row
-    col = (planes + columns.view(b, 1, out_size, k)).view(-1)
+    col = (planes + columns.view(b, 1, out_size, k)).view(-1).to(index)
     val = weights.view(b, 1, out_size, k).expand(b, c, out_size, k).reshape(-1)
-    crow = torch.arange(0, b * c * out_size * k + 1, k, device=x.device)
+    crow = torch.arange(0, b * c * out_size * k + 1, k, device=x.device, dtype=index)
     m = torch.sparse_csr_tensor(crow, col, val, size=(b * c * out_size, b * c * n), check_invariants=False)
-    return torch.sparse.mm(m, x.reshape(b * c * n, w)).view(b, c, out_size, w)
+    dense = x.reshape(b * c * n, w)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return torch.sparse.mm(m, dense).view(b, c, out_size, w)
+    # addmm into a new tensor with beta = 0: torch.sparse.mm zero-fills its result and copies it once
+    # more, which costs a CPU as much again as the product
+    out = x.new_empty(b * c * out_size, w)
+    return torch.addmm(out, m, dense, beta=0, out=out).view(b, c, out_size, w)
