@@ -192,7 +192,7 @@ def apply_matrices(images: Tensor, my: Tensor, mx: Tensor, fill: float | Sequenc
 
 
 def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *,
-                        interpolation: str = "bilinear") -> Tensor:
+                        interpolation: str = "bilinear", into: tuple[Tensor, int] | None = None) -> Tensor:
     """:func:`resized_crop` without ``resize`` (training crops), each axis one sparse matmul: the
     resampling matrices' non-zero band (:func:`resize_matrices`' ``band``: ~6 bicubic taps per output
     of a 224-pixel crop, instead of every input pixel) as one block-diagonal CSR matrix over all the
@@ -203,23 +203,31 @@ def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *,
 
     Images stored column by column (``images.transpose(-1, -2)`` contiguous, as
     :func:`dctnet.image.to_rgb` decodes them with ``column_major``) are resized along x first: one
-    transposed copy between the axes instead of two. The result is row-major either way."""
+    transposed copy between the axes instead of two. The result is row-major either way.
+
+    ``into = (rows, batch)`` (column-major images; ``rows`` ascending): the result is ``(batch, C, h,
+    w)``, these crops at ``rows`` and zeros elsewhere, straight from the last product (its empty
+    rows) — one layout group of a batch in place, which the other groups then fill, instead of every
+    group copied into a new batch."""
     _check_interpolation(interpolation)
     if images.dtype not in (torch.float32, torch.float64):  # torch's CPU CSR product: float32 and float64 only
         return banded_resized_crop(images.float(), boxes, size, interpolation=interpolation).to(images.dtype)
     th, tw = size
     if not images.is_contiguous() and images.transpose(-1, -2).is_contiguous():  # stored by columns: x first
         x = _sparse_axis(images.transpose(-1, -2), boxes[:, 1], boxes[:, 3], tw, interpolation)    # (B, C, tw, H)
-        return _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation)
+        return _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation, into)
     x = _sparse_axis(images.contiguous(), boxes[:, 0], boxes[:, 2], th, interpolation)               # (B, C, th, W)
     x = _sparse_axis(x.transpose(-1, -2).contiguous(), boxes[:, 1], boxes[:, 3], tw, interpolation)  # (B, C, tw, th)
     return x.transpose(-1, -2).contiguous()  # row-major, as the dense path's: what follows reads rows
 
 
-def _sparse_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, interpolation: str) -> Tensor:
+def _sparse_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, interpolation: str,
+                 into: tuple[Tensor, int] | None = None) -> Tensor:
     """Resample contiguous ``x (B, C, N, W)`` along ``N`` (the segments ``[starts, starts + lengths)``
     to ``out_size``): ``(B, C, out_size, W)``, one CSR matrix ``(B·C·out, B·C·N)`` with ``K`` entries
-    a row (a dropped tap: weight 0 on an in-range column) times ``x`` as ``(B·C·N, W)``."""
+    a row (a dropped tap: weight 0 on an in-range column) times ``x`` as ``(B·C·N, W)``. ``into =
+    (rows, batch)``, ``rows`` ascending: ``(batch, C, out_size, W)``, sample ``i`` at ``rows[i]``, the
+    other rows of the matrix empty (so zeros)."""
     b, c, n, w = x.shape
     if b == 0:
         return x.new_zeros(b, c, out_size, w)
@@ -232,17 +240,22 @@ def _sparse_axis(x: Tensor, starts: Tensor, lengths: Tensor, out_size: int, inte
     first = torch.clamp(columns[..., :1], max=n - k)                                  # (B, out, 1)
     weights = torch.zeros_like(weights).scatter_add_(2, columns - first, weights)
     columns = first + torch.arange(k, device=x.device)
+    total = b if into is None else into[1]
     # int32 indices where they fit (what MKL's sparse BLAS takes without converting them)
-    index = torch.int32 if b * c * max(n, out_size) * k < 2**31 else torch.int64
+    index = torch.int32 if max(b, total) * c * max(n, out_size) * k < 2**31 else torch.int64
     planes = torch.arange(b * c, device=x.device).view(b, c, 1, 1) * n               # each plane's first row
     col = (planes + columns.view(b, 1, out_size, k)).view(-1).to(index)
     val = weights.view(b, 1, out_size, k).expand(b, c, out_size, k).reshape(-1)
-    crow = torch.arange(0, b * c * out_size * k + 1, k, device=x.device, dtype=index)
-    m = torch.sparse_csr_tensor(crow, col, val, size=(b * c * out_size, b * c * n), check_invariants=False)
+    if into is None:
+        crow = torch.arange(0, b * c * out_size * k + 1, k, device=x.device, dtype=index)
+    else:  # K entries in each output row of a sample at one of the rows, none elsewhere
+        present = torch.zeros(total, dtype=index, device=x.device).index_fill_(0, into[0], k)
+        crow = torch.cat([present.new_zeros(1), present.repeat_interleave(c * out_size).cumsum(0, dtype=index)])
+    m = torch.sparse_csr_tensor(crow, col, val, size=(total * c * out_size, b * c * n), check_invariants=False)
     dense = x.reshape(b * c * n, w)
     if torch.is_grad_enabled() and x.requires_grad:
-        return torch.sparse.mm(m, dense).view(b, c, out_size, w)
+        return torch.sparse.mm(m, dense).view(total, c, out_size, w)
     # addmm into a new tensor with beta = 0: torch.sparse.mm zero-fills its result and copies it once
     # more, which costs a CPU as much again as the product
-    out = x.new_empty(b * c * out_size, w)
-    return torch.addmm(out, m, dense, beta=0, out=out).view(b, c, out_size, w)
+    out = x.new_empty(total * c * out_size, w)
+    return torch.addmm(out, m, dense, beta=0, out=out).view(total, c, out_size, w)

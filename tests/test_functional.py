@@ -505,5 +505,10 @@ def test_column_major_decode_is_the_same_image(sampling, color_space):
     fractional = any(max(h for h, _ in sampling) % h for h, _ in sampling)
     assert cols.is_contiguous() == fractional and cols.transpose(-1, -2).is_contiguous() != fractional
     boxes = torch.tensor([[0, 0, 37, 53], [3, 5, 20, 30], [10, 1, 27, 8]])
-    torch.testing.assert_close(RS.banded_resized_crop(cols, boxes, (24, 20), interpolation="bicubic"),
-                               RS.banded_resized_crop(rows, boxes, (24, 20), interpolation="bicubic"), atol=1e-6, rtol=0)
+    crops = RS.banded_resized_crop(cols, boxes, (24, 20), interpolation="bicubic")
+    torch.testing.assert_close(crops, RS.banded_resized_crop(rows, boxes, (24, 20), interpolation="bicubic"),
+                               atol=1e-6, rtol=0)
+    if not fractional:  # one layout group written straight into its batch: its rows, zeros elsewhere
+        at = torch.tensor([1, 4, 5])
+        whole = RS.banded_resized_crop(cols, boxes, (24, 20), interpolation="bicubic", into=(at, 7))
+        assert torch.equal(whole, torch.zeros(7, 3, 24, 20).index_copy_(0, at, crops))

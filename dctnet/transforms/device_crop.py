@@ -34,23 +34,36 @@ def _extent(batch: JpegBatch, i: int) -> tuple[int, int]:
     return extent if extent is not None else IM.grid_size(g.planes, g.sampling)
 
 
-def _merge(batch: JpegBatch,
-           per_group: Callable[[PlaneGroup, tuple[int, int], Tensor, Tensor, Tensor | None], Tensor],
-           shape: tuple[int, ...]) -> Tensor:
-    """Run ``per_group(group, extent, valid, boxes, resize)`` on each layout group (``extent``:
+def _merge(batch: JpegBatch, per_group: Callable[..., Tensor], shape: tuple[int, ...]) -> Tensor:
+    """Run ``per_group(group, extent, valid, boxes, resize, into)`` on each layout group (``extent``:
     :func:`_extent`) and merge the outputs ``(n, *shape)`` into one ``(B, *shape)`` tensor in
-    batch order (no copy for one group)."""
+    batch order (no copy for one group). On a CPU the largest group is asked for the whole batch
+    (``into = (rows, B)``: its crops at its rows; :func:`dctnet.resize.banded_resized_crop`) and the
+    others are copied into it, rather than every group into a new batch."""
     if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
         g = batch.groups[0]
-        return per_group(g, _extent(batch, 0), batch.valid, batch.boxes, batch.resize)
-    outs = [per_group(g, _extent(batch, i), batch.valid[g.rows], batch.boxes[g.rows],
-                      None if batch.resize is None else batch.resize[g.rows])
-            for i, g in enumerate(batch.groups)]
-    if not outs:
+        return per_group(g, _extent(batch, 0), batch.valid, batch.boxes, batch.resize, None)
+    if not batch.groups:
         return torch.zeros((0, *shape), device=batch.valid.device)
-    out = outs[0].new_empty((len(batch), *shape))
-    for g, o in zip(batch.groups, outs):
-        out.index_copy_(0, g.rows, o)
+
+    def run(i: int, into: tuple[Tensor, int] | None = None) -> Tensor:
+        g = batch.groups[i]
+        return per_group(g, _extent(batch, i), batch.valid[g.rows], batch.boxes[g.rows],
+                         None if batch.resize is None else batch.resize[g.rows], into)
+
+    base = max(range(len(batch.groups)), key=lambda i: len(batch.groups[i]))
+    rows = batch.groups[base].rows
+    # host-side rows only (a CPU batch): reading a device tensor's order would be a host sync
+    ordered = rows.device.type == "cpu" and bool((rows[1:] > rows[:-1]).all())
+    first = run(base, (rows, len(batch)) if ordered else None)
+    if first.shape[0] == len(batch) and len(batch) != len(rows):  # the group filled the batch at its rows
+        out = first
+    else:
+        out = first.new_empty((len(batch), *shape))
+        out.index_copy_(0, rows, first)
+    for i, g in enumerate(batch.groups):
+        if i != base:
+            out.index_copy_(0, g.rows, run(i))
     return out
 
 
@@ -77,7 +90,8 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
 
-    def decode(g: PlaneGroup, extent: tuple[int, int], valid: Tensor, boxes: Tensor, resize: Tensor | None) -> Tensor:
+    def decode(g: PlaneGroup, extent: tuple[int, int], valid: Tensor, boxes: Tensor, resize: Tensor | None,
+               into: tuple[Tensor, int] | None) -> Tensor:
         # decoded to a host-known size (the group's extent, else its grid), never to valid.max() read
         # back from the device. Pixels past a sample's own valid size are padding no resize tap reads:
         # taps are clipped to the box, which lies in the valid window (training crops), and the eval
@@ -86,6 +100,8 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
         columns = resize is None and not exact and valid.device.type == "cpu"
         rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact, out_size=extent, column_major=columns)
+        if columns and into is not None:  # the batch's tensor, this group at its rows (see _merge)
+            return RS.banded_resized_crop(rgb, boxes, size, interpolation=interpolation, into=into)
         return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
 
     return _merge(batch, decode, (3, *size)).clamp_(0.0, 1.0)  # a new tensor: _merge's, or the resize's
