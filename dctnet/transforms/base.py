@@ -463,7 +463,8 @@ class Transform(nn.Module):
         out, out_labels = self.apply_transform(x, labels, prepared)
         mask = prepared.get("apply")
         if mask is not None:  # keep the input where the sample's coin said no
-            fresh = out is not x and out.shape == x.shape and not _shares_memory(out, x)  # the kernel's own tensor
+            fresh = (isinstance(out, Tensor) and out is not x and out.shape == x.shape  # the kernel's own tensor
+                     and not _shares_memory(out, x))
             out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x, out=out if fresh else None)
             if out_labels is not None and out_labels is not labels:
                 out_labels = torch.where(mask.reshape(-1, *([1] * (labels.dim() - 1))), out_labels, labels)
@@ -591,7 +592,7 @@ class Compose(Transform):
         given = x
         for t, p in zip(self.transforms, prepared):
             x = _in_domain(x, t.domain)
-            owned = x is not given and not _shares_memory(x, given)
+            owned = isinstance(x, Tensor) and x is not given and not _shares_memory(x, given)
             before = getattr(_OWNED, "step", None)
             _OWNED.step = (id(t), id(x)) if owned else None
             try:
@@ -601,9 +602,15 @@ class Compose(Transform):
         return x, labels
 
 
-def _shares_memory(a: Tensor, b: Tensor) -> bool:
-    """Whether two tensors may share memory (the same storage; the conservative answer)."""
-    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+def _shares_memory(a: Tensor, b: Any) -> bool:
+    """Whether ``a`` may share memory with ``b`` (the same storage; yes when it cannot tell: a layout
+    without one storage, or ``b`` not a tensor)."""
+    if not isinstance(b, Tensor):
+        return True
+    try:
+        return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
+        return True
 
 
 def round_to_levels(x: Tensor, levels: int | None) -> Tensor:
