@@ -129,17 +129,17 @@ def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: 
     half some sample of this batch uses (``blend``, ``paste``)."""
     view = (-1,) + (1,) * (x.dim() - 1)
     lam, mixed = params["lam"], params["mixed"]
+    paste = "boxes" in params and params.get("paste", True)
     out = x
     if params.get("blend", True):
         blend = mixed if "cutmix" not in params else mixed & ~params["cutmix"]
         w_x = torch.where(blend, lam, 1.0).to(x.dtype).reshape(view)
         w_p = torch.where(blend, 1.0 - lam, 0.0).to(x.dtype).reshape(view)
-        paste = "boxes" in params and params.get("paste", True)
         if inplace and not paste:  # the same products and sum, written where they are read (xp is ours)
             out = x.mul_(w_x).add_(xp.mul_(w_p))
         else:
             out = x * w_x + xp * w_p
-    if "boxes" in params and params.get("paste", True):
+    if paste:
         pasted = (params["cutmix"] & mixed)[:, None]
         out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
     return out

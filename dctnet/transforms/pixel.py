@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
+from dctnet.functional import _plain_eager
+
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "adjust_sharpness", "autocontrast",
     "equalize", "gaussian_blur", "invert", "posterize", "rgb_to_grayscale", "smooth_interior", "solarize",
@@ -113,25 +115,34 @@ def posterize(img: Tensor, bits: Tensor) -> Tensor:
     return out.to(img.dtype)
 
 
-def solarize(img: Tensor, threshold: Tensor) -> Tensor:
+def solarize(img: Tensor, threshold: Tensor, *, inplace: bool = False) -> Tensor:
     """Invert the values ``x ≥ threshold``, ``x → 1 − x`` (``threshold (n,)`` on the [0, 1]
-    scale): torchvision's ``solarize``.
+    scale): torchvision's ``solarize``. ``inplace``: written into ``img`` (a float32 image the caller
+    owns; the same values).
 
     PIL's / timm's uint8 threshold ``t`` is ``t/255``. On images decoded as ``u8/255`` the
     comparison at ``x = t/255`` is exact only if ``t/255`` is rounded like the image's values:
     compute it in float64 or in the image's dtype (a float32 quotient cast to float64 misses)."""
     x = _work(img)
     t = _param(threshold, x)
-    return torch.where(x >= t, 1.0 - x, x).to(img.dtype)
+    return torch.where(x >= t, 1.0 - x, x, out=_into(img, x, inplace)).to(img.dtype)
 
 
-def solarize_add(img: Tensor, addition: Tensor, threshold: Tensor | float = 128 / 255) -> Tensor:
+def solarize_add(img: Tensor, addition: Tensor, threshold: Tensor | float = 128 / 255, *,
+                 inplace: bool = False) -> Tensor:
     """timm's ``solarize_add`` on the [0, 1] scale: values ``x < threshold`` become
     ``min(1, x + addition)``, the others stay (``addition (n,)``, ``threshold (n,)`` or shared;
-    timm's uint8 ``add``, ``thresh`` are ``add/255``, ``thresh/255``; its default threshold is 128)."""
+    timm's uint8 ``add``, ``thresh`` are ``add/255``, ``thresh/255``; its default threshold is 128).
+    ``inplace``: as :func:`solarize`'s."""
     x = _work(img)
     a, t = _param(addition, x), _param(threshold, x)
-    return torch.where(x < t, (x + a).clamp_(max=1.0), x).to(img.dtype)
+    return torch.where(x < t, (x + a).clamp_(max=1.0), x, out=_into(img, x, inplace)).to(img.dtype)
+
+
+def _into(img: Tensor, x: Tensor, inplace: bool) -> Tensor | None:
+    """Where an elementwise kernel of ``x = _work(img)`` may write its result: ``img`` itself when the
+    caller allows it and ``x`` is ``img`` (no dtype copy) and no gradient or trace forbids ``out=``."""
+    return img if inplace and x is img and _plain_eager(img) else None
 
 
 def rgb_to_grayscale(img: Tensor) -> Tensor:

@@ -311,18 +311,16 @@ def _pil_shift_filter(x: Tensor, data: Tensor, dim: int) -> tuple[Tensor, Tensor
         g = term if g is None else g.add_(term)
     # p reads g at p + ⌊u⌋ + 1 (g's index 0 is q = −1); a point outside takes the fill, any index will do
     pos = _cached(("pil_positions", length, str(x.device)), lambda: torch.arange(length, device=x.device))
-    shift = u0.long()                                                                  # (n, lines)
-    if dim == 3:
-        idx = (pos.view(1, 1, length) + shift[:, :, None]).add_(1).clamp_(0, length)   # (n, h, w)
-    else:
-        idx = (pos.view(1, length, 1) + shift[:, None, :]).add_(1).clamp_(0, length)   # (n, h, w)
+    pos = pos.view(1, 1, length) if dim == 3 else pos.view(1, length, 1)               # along the axis
+
+    def per_line(t: Tensor) -> Tensor:  # (n, lines) broadcast across the axis: (n, h, 1) or (n, 1, w)
+        return t[:, :, None] if dim == 3 else t[:, None, :]
+
+    idx = (pos + per_line(u0.long())).add_(1).clamp_(0, length)                       # (n, h, w)
     out = g.gather(dim, idx.unsqueeze(1).expand(n, c, h, w))
     # inside: −½ ≤ p + u < L − ½ (the point − ½ against the general kernel's limits), per line
     lo, hi = (-0.5 - u).ceil_(), ((length - 0.5) - u).ceil_()                         # (n, lines)
-    if dim == 3:
-        inside = (pos.view(1, 1, length) >= lo[:, :, None]) & (pos.view(1, 1, length) < hi[:, :, None])
-    else:
-        inside = (pos.view(1, length, 1) >= lo[:, None, :]) & (pos.view(1, length, 1) < hi[:, None, :])
+    inside = (pos >= per_line(lo)) & (pos < per_line(hi))
     return out, inside.unsqueeze(1)
 
 
@@ -614,18 +612,11 @@ def _point_slot(x: Tensor, ch: dict[str, Tensor], names: Sequence[str]) -> Tenso
     """Device: the point group's chain on ``x (C, 3, H, W)`` — solarize (Invert too), solarize-add,
     posterize — each row through the ops of ``names`` only, its own op with its argument and the
     others neutral (:func:`_point_params`): exactly the one op it drew."""
-    own = _plain_eager(x)  # x is the group's own copy of its rows: each op writes where it reads
+    # x is the group's own copy of its rows: each op writes where it reads
     if "Invert" in names or "Solarize" in names:
-        if own:  # pixel.solarize's where, into x
-            x = torch.where(x >= P._param(ch["solarize"], x), 1.0 - x, x, out=x)
-        else:
-            x = P.solarize(x, ch["solarize"])
+        x = P.solarize(x, ch["solarize"], inplace=True)
     if "SolarizeAdd" in names:
-        if own:  # pixel.solarize_add's where, into x
-            a, t = P._param(ch["add"], x), P._param(ch["add_threshold"], x)
-            x = torch.where(x < t, (x + a).clamp_(max=1.0), x, out=x)
-        else:
-            x = P.solarize_add(x, ch["add"], ch["add_threshold"])
+        x = P.solarize_add(x, ch["add"], ch["add_threshold"], inplace=True)
     if "Posterize" in names:
         x = select(P._param(ch["posterize"], x) > 0, P.posterize(x, ch["bits"]), x)
     if "PilPosterize" in names:
