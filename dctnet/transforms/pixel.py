@@ -241,8 +241,11 @@ def equalize(img: Tensor) -> Tensor:
     step = torch.div(h * w - hist.gather(-1, last), 255, rounding_mode="floor")
     lut = torch.div(cum[..., :-1] + step // 2, step.clamp(min=1), rounding_mode="floor").clamp_(0, 255)
     lut = torch.nn.functional.pad(lut, (1, 0))                         # lut[0] = 0
-    out = torch.where(step.ne(0), lut.gather(-1, flat), flat).view(n, c, h, w)
-    return out.to(x.dtype).mul_(1.0 / 255.0).to(img.dtype)
+    # the rest on the (n, c, 256) tables, not on the pixels: a step-0 channel's table is the identity,
+    # and the values are made floats on the [0, 1] scale there (the same operations on the same integers)
+    levels = torch.arange(256, device=x.device)
+    lut = torch.where(step.ne(0), lut, levels).to(x.dtype).mul_(1.0 / 255.0)
+    return lut.gather(-1, flat).view(n, c, h, w).to(img.dtype)
 
 
 # -- hue ------------------------------------------------------------------------------------------------------------
