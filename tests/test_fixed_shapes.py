@@ -188,10 +188,10 @@ def test_an_empty_batch_passes_through():
 
 def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
     """Exact groups (a CPU's) run PIL's shears and translations as a 4-tap filter along their axis
-    and one shift per row (column) instead of the general warp's 16 taps, and skip sharpness's filter
-    in a blend chunk that holds no sharpness: the same values, bit for bit, as the fixed-size groups,
-    which run the general kernels on every row. The draw holds every warp axis and both kinds of blend
-    chunk, or the test would prove nothing."""
+    and one shift per row (column) instead of the general warp's 16 taps, and run blends and point
+    ops one chunk per op (a blend chunk that holds no sharpness skips its filter): the same values,
+    bit for bit, as the fixed-size groups, which run the general kernels on every row. The draw holds
+    every warp axis and both kinds of blend chunk, or the test would prove nothing."""
     from dctnet.transforms import policy_base as PB
 
     policy = T.TimmAugment("rand-m9-mstd0.5-inc1")
@@ -202,7 +202,13 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
     assert {"PilShearX", "PilShearY", "PilTranslateX", "PilTranslateY", "PilRotate", "Sharpness"} <= drawn
     plans = PB.plan_slots(policy.ops, params["0"]["op"], params["0"]["arg"], (40, 40))
     assert {ch["axes"] for plan in plans for ch in plan["warp"]} == {"x", "y", "xy"}
-    assert {ch["smooth"] for plan in plans for ch in plan["blend"]} == {True, False}
+    assert {ch["terms"][2] for plan in plans for ch in plan["blend"]} == {True, False}
+    # blends and point ops: one exact chunk per op (its own degenerate image or value map alone)
+    for plan in plans:
+        for g in ("blend", "point"):
+            for ch in plan.get(g, []):
+                rows = ch["rows"].tolist()
+                assert len({int(params["0"]["op"][r, plans.index(plan)]) for r in rows}) == 1
     fixed = step(x, labels, params=params)
     exact = step.set_fixed_shapes(False)(x, labels, params=params)
     torch.testing.assert_close(exact, fixed, atol=0, rtol=0)

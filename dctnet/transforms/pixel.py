@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
-from dctnet.functional import _plain_eager
+from dctnet.functional import _constant, _plain_eager
 
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "adjust_sharpness", "autocontrast",
@@ -243,8 +243,7 @@ def equalize(img: Tensor) -> Tensor:
     lut = torch.nn.functional.pad(lut, (1, 0))                         # lut[0] = 0
     # the rest on the (n, c, 256) tables, not on the pixels: a step-0 channel's table is the identity,
     # and the values are made floats on the [0, 1] scale there (the same operations on the same integers)
-    levels = torch.arange(256, device=x.device)
-    lut = torch.where(step.ne(0), lut, levels).to(x.dtype).mul_(1.0 / 255.0)
+    lut = torch.where(step.ne(0), lut, _constant("levels_256", range(256), lut)).to(x.dtype).mul_(1.0 / 255.0)
     return lut.gather(-1, flat).view(n, c, h, w).to(img.dtype)
 
 

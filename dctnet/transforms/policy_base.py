@@ -506,9 +506,15 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
         for g in groups:
             member = o == names.index(g[4:]) if g.startswith("map:") else kind_of == KINDS.index(g)
             rows = member.nonzero().squeeze(1)  # host tensors: no device read
-            # exact groups of PIL warps: one chunk per axis the ops sample along (_pil_bicubic_affine's
-            # axes), the shears and translations reading 4 taps instead of 16
-            parts = _pil_warp_axes(names, o, rows) if g == "warp" and not tv and capacity is None else [("xy", rows)]
+            # exact groups: PIL warps one chunk per axis the ops sample along (_pil_bicubic_affine's
+            # axes), the shears and translations reading 4 taps instead of 16; blends and point ops one
+            # chunk per op, each computing its own degenerate image or value map alone
+            if capacity is not None or g.startswith("map:"):
+                parts = [("xy", rows)]
+            elif g == "warp":
+                parts = [("xy", rows)] if tv else _pil_warp_axes(names, o, rows)
+            else:
+                parts = [("xy", rows[o[rows] == k]) for k in sorted(set(o[rows].tolist()))]
             chunks = []
             for axes, part in parts:
                 for r, idx in group_chunks(part, batch, None if capacity is None else capacity.get(g, batch)):
@@ -552,10 +558,12 @@ def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size
                 column = ("gray", "mean", "smooth").index(degenerate)
                 weights[:, column] = torch.where(oo == k, 1.0, weights[:, column])
         chunk["weights"] = weights
-        # the smoothed image (sharpness's degenerate) only where a row blends against it: an exact chunk
-        # without sharpness skips the filter; a fixed-size one computes it whatever it holds
-        smooth = any(BLEND_DEGENERATE.get(n) == "smooth" for n in names)
-        chunk["smooth"] = bool(weights[:, 2].any()) if exact and smooth else smooth
+        # which terms the degenerate image has (host bools: grey image, mean grey, smoothed image): an
+        # exact chunk only those a row of it blends against (a term of weight 0 adds an exact 0); a
+        # fixed-size one every term the policy's ops can use, whatever it holds
+        used = {BLEND_DEGENERATE.get(n, "zero") for n in names}
+        chunk["terms"] = tuple(bool(weights[:, i].any()) if exact else term in used
+                               for i, term in enumerate(("gray", "mean", "smooth")))
     elif g == "point":
         chunk.update(_point_params(names, oo, aa))
         if exact:  # run only the ops its rows drew: the others are exact identities on every row
@@ -626,25 +634,32 @@ def _point_slot(x: Tensor, ch: dict[str, Tensor], names: Sequence[str]) -> Tenso
     return x
 
 
-def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, smooth: bool) -> Tensor:
+def _blend_slot(x: Tensor, factor: Tensor, weights: Tensor, terms: tuple[bool, bool, bool]) -> Tensor:
     """``clamp(f·x + (1 − f)·D, 0, 1)`` per sample, ``D = w₀·grey + w₁·mean grey + w₂·smoothed``
-    (torchvision's ``_blend`` against each op's degenerate image: ``D = 0`` is brightness). The
-    smoothed image is torchvision's sharpness degenerate: the 3×3 ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``
-    filter inside, the image itself on the one-pixel border. ``x`` is the group's own copy of its
-    rows (:func:`run_planned_slots`): the blend is written into it, torchvision's ``_blend`` term by
-    term."""
+    (torchvision's ``_blend`` against each op's degenerate image: ``D = 0`` is brightness), with the
+    terms ``terms`` says are in use (host bools, in that order; the others have weight 0 on every row,
+    and leaving them out changes no bit: each adds an exact 0). The smoothed image is torchvision's
+    sharpness degenerate: the 3×3 ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13`` filter inside, the image
+    itself on the one-pixel border. ``x`` is the group's own copy of its rows
+    (:func:`run_planned_slots`): the blend is written into it, torchvision's ``_blend`` term by term."""
     f = P._param(factor, x)
     wts = weights.to(device=x.device, dtype=x.dtype, non_blocking=True)
-    gray = P._gray(x)
-    degenerate = wts[:, 0, None, None, None] * gray + wts[:, 1, None, None, None] * gray.mean(dim=(-3, -2, -1), keepdim=True)
+    use_gray, use_mean, smooth = terms
+    degenerate = None
+    if use_gray or use_mean:
+        gray = P._gray(x)
+        degenerate = wts[:, 0, None, None, None] * gray + wts[:, 1, None, None, None] * gray.mean(dim=(-3, -2, -1), keepdim=True)
     h, w = x.shape[-2:]
     if smooth:
         blurred = x.clone()  # images of 2 pixels or less across have no interior: torchvision leaves them as they are
         if h > 2 and w > 2:
             blurred[..., 1:-1, 1:-1] = P.smooth_interior(x)
-        degenerate = degenerate + wts[:, 2, None, None, None] * blurred
+        blurred = wts[:, 2, None, None, None] * blurred
+        degenerate = blurred if degenerate is None else degenerate + blurred
     if not _plain_eager(x):  # autograd or a trace: no writes into x
-        return P._blend(x, degenerate, f)
+        return P._blend(x, degenerate if degenerate is not None else torch.zeros_like(x[:, :1]), f)
+    if degenerate is None:  # brightness alone: f·x + 0
+        return x.mul_(f).clamp_(0.0, 1.0)
     return x.mul_(f).add_(degenerate * (1.0 - f)).clamp_(0.0, 1.0)
 
 
@@ -673,7 +688,7 @@ def run_planned_slots(x: Tensor, plans: Sequence[dict[str, list[dict[str, Tensor
             else:
                 out = _pil_warp(sub, ch["pil_warp"], ctx, ch["axes"], one_by_one=ch.get("padded") is False)
         elif g == "blend":
-            out = _blend_slot(sub, ch["factor"], ch["weights"], ch["smooth"])
+            out = _blend_slot(sub, ch["factor"], ch["weights"], ch["terms"])
         elif g == "point":
             out = _point_slot(sub, ch, ch.get("drawn", names))
         else:
