@@ -98,12 +98,16 @@ def _mix32_lanes(x: Tensor) -> Tensor:
     """:func:`_mix32` in int32 lanes (``x`` the 32-bit pattern as int32): the multiplies wrap modulo
     2³² by themselves and each right shift is masked to a logical one — the same bits, in half the
     memory and with 32-bit multiplies (a CPU multiplies int64 lanes in three instructions): ~3× faster
-    there, for one launch more per round."""
-    x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * _as_i32(0x7FEB352D)
-    x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * _as_i32(0x846CA68B)
-    return x ^ ((x >> 16) & 0xFFFF)
+    there, for one launch more per round. Written into ``x`` (a temporary of the caller's) with one
+    scratch tensor: two live buffers instead of a new one per op keep the rounds in a CPU's caches
+    (~1.6× faster again)."""
+    t = x >> 16
+    x ^= t.bitwise_and_(0xFFFF)
+    x.mul_(_as_i32(0x7FEB352D))
+    x ^= torch.bitwise_right_shift(x, 15, out=t).bitwise_and_(0x1FFFF)
+    x.mul_(_as_i32(0x846CA68B))
+    x ^= torch.bitwise_right_shift(x, 16, out=t).bitwise_and_(0xFFFF)
+    return x
 
 
 def _as_i32(v: int) -> int:
@@ -136,9 +140,12 @@ def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.
         halves = halves.long() & _M32
     if halves.dtype == torch.int32:  # the same hash in 32-bit lanes (split_keys' lanes)
         ctr = torch.arange(pairs, device=keys.device, dtype=torch.int32)
-        h1 = _mix32_lanes(_mix32_lanes(ctr ^ halves[:, :1]) ^ halves[:, 1:])
+        h1 = _mix32_lanes(ctr ^ halves[:, :1])  # each round into its own temporary (_mix32_lanes)
+        h1 ^= halves[:, 1:]
+        h1 = _mix32_lanes(h1)
         h2 = _mix32_lanes(h1 ^ _as_i32(0x9E3779B9))
-        top1, top2 = (h1 >> 8) & 0xFFFFFF, (h2 >> 8) & 0xFFFFFF  # logical shifts of the 32-bit patterns
+        top1 = h1.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)  # logical shifts of the 32-bit patterns
+        top2 = h2.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)
     else:
         ctr = torch.arange(pairs, device=keys.device, dtype=torch.long)
         h1 = _mix32(_mix32(ctr ^ halves[:, :1]) ^ halves[:, 1:])
@@ -146,9 +153,12 @@ def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.
         top1, top2 = h1 >> 8, h2 >> 8
     u1 = top1.to(torch.float32).add_(0.5).mul_(1.0 / 2**24)  # in (0, 1): log finite
     r = u1.log_().mul_(-2.0).sqrt_()  # in place: each a new tensor would cost a CPU ~3x the pass
-    # (θ + π/2, θ) in one op: the pair's angles, θ = 2π·h2/2²⁴
-    angles = torch.add(_angle_offsets(keys.device), top2.to(torch.float32)[..., None], alpha=2.0 * math.pi / 2**24)
-    z = angles.sin_().mul_(r[..., None]).reshape(halves.shape[0], 2 * pairs)
+    # (θ + π/2, θ) in one op: the pair's angles, θ = 2π·h2/2²⁴, as two rows (N, 2, pairs) interleaved by
+    # the last copy: broadcast over an inner dim of 2, a CPU runs the add and the multiply unvectorised
+    # (the same values: one rounding each, either way)
+    angles = torch.add(_angle_offsets(keys.device)[:, None], top2.to(torch.float32)[:, None, :],
+                       alpha=2.0 * math.pi / 2**24)
+    z = angles.sin_().mul_(r[:, None, :]).transpose(1, 2).reshape(halves.shape[0], 2 * pairs)
     return z[:, :n].to(dtype).reshape(halves.shape[0], *shape)
 
 

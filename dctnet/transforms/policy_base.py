@@ -228,10 +228,10 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
         taps = f0.long()[:, :, None] + offsets                                       # (n, 2, 4, HW)
         # into the image, an axis at a time (scalar bounds: a broadcast int64 minimum costs a CPU 5x)
         taps[:, 0].clamp_(0, w - 1)
-        taps[:, 1].clamp_(0, h - 1).mul_(w)                                           # rows' first pixels
+        taps[:, 1].clamp_(0, h - 1)
         wx, wy = wts[:, 0:1], wts[:, 1:2]                                              # (n, 1, 4, HW)
         taps16 = _taps_one_by_one if one_by_one else _taps_by_rows
-        out = taps16(x.reshape(n, c, h * w), taps[:, 0], taps[:, 1], wx, wy)
+        out = taps16(x.reshape(n, c, h * w), taps[:, 0], taps[:, 1], w, wx, wy)
         out = out.view(n, c, h, w)
         inside = inside.view(n, 1, h, w)
     out = out.clamp_(0.0, 1.0)
@@ -242,16 +242,18 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
     return select(inside, out, fill_v).to(img.dtype)  # where with a broadcast mask: not vectorised on a CPU
 
 
-def _taps_one_by_one(src: Tensor, cols: Tensor, rows: Tensor, wx: Tensor, wy: Tensor) -> Tensor:
-    """``Σ_j wy_j · Σ_i wx_i · src[rows_j + cols_i]`` (``src (n, C, P)``; ``cols``, ``rows`` ``(n, 4, P)``
-    int64: the taps' columns and their rows' first flat index; ``wx``, ``wy`` ``(n, 1, 4, P)``), in that
-    order: one tap at a time, accumulated in place — image-sized temporaries that stay in a CPU's
-    caches (1.8× faster for one image than :func:`_taps_by_rows`). A row's four flat indices are made
-    when it is summed: the 16 at once are an int64 tensor 16 images' worth of pixels in size."""
+def _taps_one_by_one(src: Tensor, cols: Tensor, rows: Tensor, width: int, wx: Tensor, wy: Tensor) -> Tensor:
+    """``Σ_j wy_j · Σ_i wx_i · src[width · rows_j + cols_i]`` (``src (n, C, P)``; ``cols``, ``rows``
+    ``(n, 4, P)`` int64: the taps' columns and rows in an image ``width`` pixels across; ``wx``, ``wy``
+    ``(n, 1, 4, P)``), in that order: one tap at a time, accumulated in place — image-sized
+    temporaries that stay in a CPU's caches (1.8× faster for one image than :func:`_taps_by_rows`).
+    A row's four flat indices are made when it is summed: the 16 at once are an int64 tensor 16
+    images' worth of pixels in size."""
     n, c, p = src.shape
     out = None
+    starts = rows * width                                                              # the rows' first pixels
     for j in range(4):
-        flat = cols + rows[:, j:j + 1]                                                 # (n, 4, P)
+        flat = cols + starts[:, j:j + 1]                                               # (n, 4, P)
         term = None
         for i in range(4):
             v = src.gather(2, flat[:, i, None].expand(n, c, p)).mul_(wx[:, :, i])
@@ -260,11 +262,11 @@ def _taps_one_by_one(src: Tensor, cols: Tensor, rows: Tensor, wx: Tensor, wy: Te
     return out
 
 
-def _taps_by_rows(src: Tensor, cols: Tensor, rows: Tensor, wx: Tensor, wy: Tensor) -> Tensor:
+def _taps_by_rows(src: Tensor, cols: Tensor, rows: Tensor, width: int, wx: Tensor, wy: Tensor) -> Tensor:
     """:func:`_taps_one_by_one`'s sums (the same order: a sum over a dim of 4 adds in turn) with one
     gather per row of 4 taps, the pixel index innermost: 16 launches fewer, for an accelerator."""
     n, c, p = src.shape
-    idx = cols[:, None] + rows[:, :, None]                                             # (n, 4, 4, P): tap (j, i)
+    idx = torch.add(cols[:, None], rows[:, :, None], alpha=width)                      # (n, 4, 4, P): tap (j, i)
     terms = []
     for j in range(4):
         row = idx[:, j].reshape(n, 1, 4 * p).expand(n, c, 4 * p)
