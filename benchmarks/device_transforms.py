@@ -41,7 +41,7 @@ Medians of ``--repeats`` (CUDA-synchronised on a GPU); on a shared machine read 
 median of a few runs can be several times the unloaded cost).
 
     python benchmarks/device_transforms.py [--device cuda] [--batch 256] [--size 224] [--layouts mix] [--ops]
-                                           [--repeats 10] [--json rows.json]
+                                           [--repeats 10] [--paired-rounds 21] [--json rows.json]
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def crops_to_rgb_bicubic(batch: T.JpegBatch, size: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------------- the CPU references
 def reference_rows(files: list[str], size: int, repeats: int, deit_device_s: float | None, n_device: int,
-                   device: torch.device) -> list[dict]:
+                   device: torch.device, rounds: int = 21) -> list[dict]:
     """µs per sample on one core: timm's and torchvision's per-sample transforms from the files
     (PIL decode included), and dctnet's host read of the same samples."""
     import timm.data
@@ -322,7 +322,7 @@ def reference_rows(files: list[str], size: int, repeats: int, deit_device_s: flo
         # the same comparison paired: timm's and dctnet's rounds interleaved, one ratio per round. On a
         # shared machine the load drifts between the separate medians above; a round's two halves see
         # the same load, so the median of the rounds' ratios is the figure to read
-        timm_run, rounds = per_sample(deit_tf), 2 * repeats + 1
+        timm_run = per_sample(deit_tf)
         ratios = []
         for _ in range(rounds):
             t0 = time.thread_time()
@@ -367,6 +367,9 @@ def main() -> None:
     ap.add_argument("--ref-samples", type=int, default=64,
                     help="files of the batch the one-core references run over (default 64)")
     ap.add_argument("--no-reference", action="store_true", help="with --ops: skip the one-core CPU references")
+    ap.add_argument("--paired-rounds", type=int, default=21,
+                    help="interleaved timm / dctnet rounds of the paired ratio (a round's ratio on a shared machine "
+                         "spreads over ±30%%: the median of a few is not a figure)")
     ap.add_argument("--json", type=Path, default=None, help="write the rows to this file")
     ap.add_argument("--host-allocator", choices=["keep", "system"], default="keep",
                     help="keep (default): freed host memory is reused, as dctnet train and dctnet bench run "
@@ -377,8 +380,8 @@ def main() -> None:
     device = torch.device(args.device)
     n = args.batch or (256 if device.type == "cuda" else 32)
     repeats = args.repeats or (10 if device.type == "cuda" else 5)
-    if n < 1 or repeats < 1 or args.size < 8 or args.size % 8:
-        ap.error("--batch and --repeats must be positive, --size a multiple of 8")
+    if n < 1 or repeats < 1 or args.paired_rounds < 1 or args.size < 8 or args.size % 8:
+        ap.error("--batch, --repeats and --paired-rounds must be positive, --size a multiple of 8")
     batch, files, source = load_batch(n, args.layouts)
     batch = batch.to(device, non_blocking=True)
     labels = batch.labels
@@ -419,7 +422,7 @@ def main() -> None:
                           lambda: deit(T.crops_to_rgb(batch, size, interpolation="bicubic"), labels))
         if not args.no_reference:
             reference = reference_rows(files[:max(1, args.ref_samples)], s, min(repeats, 5), deit_s, len(batch),
-                                       device)
+                                       device, args.paired_rounds)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
