@@ -657,7 +657,7 @@ def test_noise_in_a_coefficient_model_is_unit_normal_per_standardised_coefficien
         rows, cols = torch.arange(8) * 8, torch.arange(8) * 8
         inside = (((rows[None] >= top[:, None]) & (rows[None] + 8 <= (top + h)[:, None]))[:, :, None]
                   & ((cols[None] >= left[:, None]) & (cols[None] + 8 <= (left + w)[:, None]))[:, None, :])
-        outside = ~box_mask(x, p["boxes"][:, 0])
+        outside = ~box_mask(x, p["boxes"][:, 0], coefficients=False)
         assert torch.equal(out[outside.expand_as(out)], x[outside.expand_as(x)])
         return s.permute(0, 2, 3, 1, 4)[inside]  # (blocks, 3, 64)
 
@@ -762,7 +762,7 @@ def test_erasing_only_where_applied_and_inside_the_box():
         assert changed.flatten(1).any(1)[applied].all()
         inside = torch.zeros(200, 1, 24, 32, dtype=torch.bool)
         for k in range(p["boxes"].shape[1]):
-            inside |= box_mask(x, p["boxes"][:, k]) & p["active"][:, k].reshape(-1, 1, 1, 1)
+            inside |= box_mask(x, p["boxes"][:, k], coefficients=False) & p["active"][:, k].reshape(-1, 1, 1, 1)
         assert not (changed & ~inside).any()
         assert 0.38 < applied.double().mean() < 0.62
 

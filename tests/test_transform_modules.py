@@ -398,3 +398,90 @@ def test_every_op_declares_its_counterpart_or_has_none():
     assert T.timm_kwargs({"name": "RandomErasing"}) is None  # torchvision's: create_transform has no such mode
     assert T.timm_kwargs({"name": "ColorJitter", "brightness": [0.6, 1.4], "p": 0.8}) == {
         "color_jitter": (1.4, 0.0, 0.0, 0.0), "color_jitter_prob": 0.8}
+
+
+# ---------------------------------------------------------------------- kernels per representation
+def test_kernels_are_registered_per_representation():
+    """An op that runs on both representations registers one kernel for each (base.kernel, as
+    torchvision v2 registers a functional's kernel per tensor type); its domain follows from them, a
+    subclass inherits them and overrides one by name, and a stage it lacks is a clear error."""
+    from dctnet.transforms.base import kernel
+
+    class Twice(T.Transform):
+        @kernel("pixel")
+        def _pixels(self, x, labels, params):
+            return x * 2, labels
+
+        @kernel("coefficient")
+        def _coefficients(self, x, labels, params):
+            return x * 3, labels
+
+        @kernel("coefficient", "prepare")
+        def _plan(self, params, shape, device):
+            return {"planned": torch.ones(1)}
+
+    class Thrice(Twice):
+        def _pixels(self, x, labels, params):  # overridden by name: still the pixel kernel
+            return x * 5, labels
+
+    class PixelOnly(T.Transform):
+        @kernel("pixel")
+        def _pixels(self, x, labels, params):
+            return x, labels
+
+    px, cf = torch.ones(1, 3, 8, 8), torch.ones(1, 3, 1, 1, 64)
+    assert Twice.domain == "any" and PixelOnly.domain == "pixel"
+    assert Twice.kernels == {("apply", "pixel"): "_pixels", ("apply", "coefficient"): "_coefficients",
+                             ("prepare", "coefficient"): "_plan"}
+    assert torch.equal(Twice().apply_transform(px, None, {})[0], px * 2)
+    assert torch.equal(Twice().apply_transform(cf, None, {})[0], cf * 3)
+    assert torch.equal(Thrice().apply_transform(px, None, {})[0], px * 5)
+    assert "planned" in Twice().prepare({}, cf.shape, "cpu") and Twice().prepare({}, px.shape, "cpu") == {}
+    with pytest.raises(NotImplementedError, match="PixelOnly has no apply kernel for coefficients"):
+        PixelOnly().apply_transform(cf, None, {})
+    for bad in ({"representation": "rgb"}, {"representation": "pixel", "stage": "execute"}):
+        with pytest.raises(ValueError, match="kernel:"):
+            kernel(**bad)
+
+
+@pytest.mark.parametrize("name", sorted(T.TRANSFORMS) + ["ToCoefficients"])
+def test_every_op_on_both_representations_has_a_kernel_for_each(name):
+    """Every recipe op (and the converters) whose domain is "any" has an apply kernel registered for
+    pixels and one for coefficients — or is a container of other ops, or a policy with its own plan."""
+    cls = getattr(T, name)
+    if cls.takes_transforms:
+        return
+    kwargs = {"Mixup": {"num_classes": 10}, "MixUp": {"num_classes": 10}, "CutMix": {"num_classes": 10},
+              "SelectFrequencies": {"zigzag": 8}}
+    op = cls(**kwargs.get(name, {}))
+    applies = {rep for stage, rep in cls.kernels if stage == "apply"}
+    if op.domain == "any":
+        assert applies == {"pixel", "coefficient"}, (name, cls.kernels)
+    else:
+        assert applies <= {op.domain}, (name, cls.kernels)
+
+
+def test_kernels_do_not_tell_representations_apart_by_shape():
+    """The transform modules tell a batch's representation apart in one place (base._representation,
+    base._shape_representation); kernels are chosen by registration, not by ``x.dim() == 4/5`` in
+    their code (the public converters to_pixels / to_coefficients, which take either, aside)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "dctnet" / "transforms"
+    pattern = re.compile(r"\.dim\(\)\s*[=!]=\s*[45]\b|len\((?:x\.)?shape\)\s*[=!]=\s*[45]\b")
+    allowed = {("base.py", "to_pixels"), ("base.py", "to_coefficients"), ("base.py", "_as_public"),
+               ("base.py", "_check_input"), ("base.py", "image_size"), ("base.py", "pixel_shape"),
+               ("base.py", "coefficient_shape"), ("base.py", "_shape_representation"), ("boxes.py", "image_geometry"),
+               ("pixel.py", "_work")}
+    found = []
+    for path in sorted(root.glob("*.py")):
+        if path.name in ("tv.py", "detection.py", "dct_kernels.py"):  # torchvision's types; boxes and targets; kernels
+            continue
+        function = None
+        for line in path.read_text(encoding="utf-8").splitlines():
+            m = re.match(r"\s*def (\w+)", line)
+            if m and not line.startswith("        "):
+                function = m.group(1)
+            if pattern.search(line) and (path.name, function) not in allowed:
+                found.append(f"{path.name}:{function}: {line.strip()}")
+    assert not found, found

@@ -14,7 +14,7 @@ from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms import pixel as P
 from dctnet.transforms import policy_base as PB
-from dctnet.transforms.base import Transform, image_size, round_to_levels
+from dctnet.transforms.base import Transform, image_size, kernel, round_to_levels
 
 __all__ = ["ColorJitter", "FrequencyDropout", "RandomChromaRotation", "RandomGrayscale", "RandomHorizontalFlip",
            "RandomRequantize", "RandomTranspose", "RandomVerticalFlip"]
@@ -27,8 +27,6 @@ def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
 class RandomHorizontalFlip(Transform):
     """Horizontal flip of each sample with probability ``p``. Exact in both representations
     (coefficients: :func:`~dctnet.transforms.dct_kernels.hflip`)."""
-
-    domain = "any"
 
     summary = "torchvision's `RandomHorizontalFlip`"
     runs_on = "either (exact on coefficients)"
@@ -46,8 +44,13 @@ class RandomHorizontalFlip(Transform):
     def __init__(self, p: float = 0.5, seed: int | None = None) -> None:
         super().__init__(seed, p=p)
 
-    def apply_transform(self, x, labels, params):
-        return (x.flip(-1) if x.dim() == 4 else TF.hflip(x)), labels
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
+        return x.flip(-1), labels
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        return TF.hflip(x), labels
 
 
 class RandomVerticalFlip(RandomHorizontalFlip):
@@ -59,8 +62,11 @@ class RandomVerticalFlip(RandomHorizontalFlip):
     def timm_kwargs(cls, args):
         return {"vflip": args["p"]}
 
-    def apply_transform(self, x, labels, params):
-        return (x.flip(-2) if x.dim() == 4 else TF.vflip(x)), labels
+    def _pixels(self, x, labels, params):
+        return x.flip(-2), labels
+
+    def _coefficients(self, x, labels, params):
+        return TF.vflip(x), labels
 
 
 class RandomTranspose(RandomHorizontalFlip):
@@ -82,7 +88,13 @@ class RandomTranspose(RandomHorizontalFlip):
         h, w = image_size(x.shape)
         if h != w:
             raise ValueError(f"RandomTranspose needs a square image, got {h}×{w}")
-        return (x.transpose(-1, -2) if x.dim() == 4 else TF.transpose(x)), labels
+        return super().apply_transform(x, labels, params)
+
+    def _pixels(self, x, labels, params):
+        return x.transpose(-1, -2), labels
+
+    def _coefficients(self, x, labels, params):
+        return TF.transpose(x), labels
 
 
 #: ColorJitter's ops, in torchvision's index order (its ``fn_idx`` permutes these)
@@ -174,32 +186,33 @@ class ColorJitter(Transform):
         return tuple(n if getattr(self, name) is not None else "Identity"
                      for n, name in zip(("Brightness", "Contrast", "Color", "Hue"), _JITTER_OPS))
 
-    def prepare(self, params, shape, device):
+    @kernel("pixel", "prepare")
+    def _plan_pixels(self, params, shape, device):
+        # the three blends of a position run as one blend pass, hue masked (policy_base)
         dev = {k: v.to(device, non_blocking=True) for k, v in params.items() if k == "apply"}
-        if len(shape) == 4:  # the three blends of a position run as one blend pass, hue masked (policy_base)
-            names = self._names()
-            cap = PB.capacities(names, lambda n, g: self.draw(torch.Size((n, *shape[1:])), g)["op"], shape[0],
-                                self.__dict__.setdefault("_capacity_cache", {})) if self.fixed_shapes else None
-            dev["slots"] = PB.to_device(PB.plan_slots(names, params["op"], params["arg"], tuple(shape[-2:]), cap), device)
-        else:
-            dev["slots"] = PB.plan_masked(params["op"], params["arg"], 3, device)
+        names = self._names()
+        cap = PB.capacities(names, lambda n, g: self.draw(torch.Size((n, *shape[1:])), g)["op"], shape[0],
+                            self.__dict__.setdefault("_capacity_cache", {})) if self.fixed_shapes else None
+        dev["slots"] = PB.to_device(PB.plan_slots(names, params["op"], params["arg"], tuple(shape[-2:]), cap), device)
         return dev
 
-    def execute(self, x, labels, prepared):
-        if self.p == 0.0:
-            return x, labels
-        if x.dim() == 4:
-            out = PB.run_planned_slots(x, prepared["slots"], self._names(),
-                                       PB._Context("nearest", None, self.pixel_levels))
-        else:
-            present = [getattr(self, name) is not None for name in _JITTER_OPS]
-            kernels = [k if keep else None for k, keep in
-                       zip((TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation), present)]
-            out = PB.run_masked(x, prepared["slots"], kernels)
-        mask = prepared.get("apply")
-        if mask is not None:
-            out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x)
-        return out, labels
+    @kernel("coefficient", "prepare")
+    def _plan_coefficients(self, params, shape, device):
+        dev = {k: v.to(device, non_blocking=True) for k, v in params.items() if k == "apply"}
+        dev["slots"] = PB.plan_masked(params["op"], params["arg"], 3, device)
+        return dev
+
+    @kernel("pixel")
+    def _pixels(self, x, labels, prepared):
+        return PB.run_planned_slots(x, prepared["slots"], self._names(),
+                                    PB._Context("nearest", None, self.pixel_levels)), labels
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, prepared):
+        present = [getattr(self, name) is not None for name in _JITTER_OPS]
+        ops = [k if keep else None for k, keep in
+               zip((TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation), present)]
+        return PB.run_masked(x, prepared["slots"], ops), labels
 
 
 class RandomChromaRotation(Transform):
@@ -208,7 +221,6 @@ class RandomChromaRotation(Transform):
     coefficients (:func:`~dctnet.transforms.dct_kernels.rotate_chroma`). Not torchvision's HSV hue
     (``ColorJitter(hue=...)``). On pixels: RGB → YCbCr, rotate, back, clamped to [0, 1]."""
 
-    domain = "any"
     summary = ("rotate the Cb/Cr plane by an angle in [−degrees, degrees] (degrees): a linear hue-like shift, not "
                "torchvision's HSV hue")
     runs_on = "either (exact on coefficients)"
@@ -222,12 +234,15 @@ class RandomChromaRotation(Transform):
     def draw(self, shape, gen):
         return {"angle": _uniform(shape[0], -self.degrees, self.degrees, gen)}
 
-    def apply_transform(self, x, labels, params):
-        radians = torch.deg2rad(params["angle"])
-        if x.dim() == 5:
-            return TF.rotate_chroma(x, radians), labels
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        return TF.rotate_chroma(x, torch.deg2rad(params["angle"])), labels
+
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
         ycc = F.rgb_to_ycbcr(x * 255.0, dim=1) - 128.0
-        ycc = TF.rotate_chroma(ycc.unsqueeze(-1), radians).squeeze(-1)   # (B, 3, H, W, 1): chroma rotates per pixel
+        # (B, 3, H, W, 1): the chroma rotates per pixel
+        ycc = TF.rotate_chroma(ycc.unsqueeze(-1), torch.deg2rad(params["angle"])).squeeze(-1)
         return (F.ycbcr_to_rgb(ycc + 128.0, dim=1) / 255.0).clamp(0.0, 1.0), labels
 
 
@@ -247,9 +262,10 @@ class RandomGrayscale(RandomHorizontalFlip):
     def __init__(self, p: float = 0.1, seed: int | None = None) -> None:
         super().__init__(p, seed)
 
-    def apply_transform(self, x, labels, params):
-        if x.dim() == 4:
-            return round_to_levels(P.rgb_to_grayscale(x), self.pixel_levels), labels
+    def _pixels(self, x, labels, params):
+        return round_to_levels(P.rgb_to_grayscale(x), self.pixel_levels), labels
+
+    def _coefficients(self, x, labels, params):
         return TF.grayscale(x), labels
 
 

@@ -12,9 +12,12 @@ A transform works on one of two representations of a batch and says which with :
 (requantization, frequency dropout, per-(c,u,v) statistics) need coefficients, and ``"any"`` ones
 (flips, grayscale, brightness/contrast/saturation, chroma rotation, mixing, erasing) have an exact
 kernel in both (each pair is tested equal, up to torchvision's per-op clamp, which the coefficient
-kernels of the colour ops leave out). Called alone, a transform given the other representation
-converts, applies and converts back. A :class:`Compose` converts only where the next transform needs
-it and stays there, so a list runs in as few representation changes as possible; it returns the
+kernels of the colour ops leave out). Kernels are registered per representation with :func:`kernel`,
+as torchvision v2 registers a functional's kernel per tensor type: the batch's representation is
+read in one place and picks the kernel, and a kernel's code never asks which one it was given.
+Called alone, a transform given the other representation converts, applies and converts back. A
+:class:`Compose` converts only where the next transform needs it and stays there, so a list runs in
+as few representation changes as possible; it returns the
 representation it was given, unless it ends in a converter (:class:`ToRGB`, :class:`ToCoefficients`).
 
 A call has two halves — the kornia split of *what* from *how*:
@@ -78,9 +81,9 @@ from torch import Tensor, nn
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 
-__all__ = ["Compose", "OVERFLOW", "Params", "Transform", "coefficient_shape", "compile_step", "group_capacity",
-           "group_chunks", "image_size", "pixel_shape", "round_to_levels", "run_groups", "step_generator", "to_coefficients",
-           "to_device", "to_pixels"]
+__all__ = ["Compose", "KERNEL_STAGES", "OVERFLOW", "Params", "REPRESENTATIONS", "Transform", "coefficient_shape",
+           "compile_step", "group_capacity", "group_chunks", "image_size", "kernel", "pixel_shape", "round_to_levels",
+           "run_groups", "step_generator", "to_coefficients", "to_device", "to_pixels"]
 
 
 #: drawn parameters: name → host tensor with first dimension B (a ``Compose``: ``"i"`` → its i-th
@@ -118,8 +121,43 @@ def image_size(shape: Sequence[int]) -> tuple[int, int]:
     raise ValueError(f"a batch is (B, C, H, W) pixels or (B, C, Hb, Wb, 64) coefficients, got shape {tuple(shape)}")
 
 
+#: the two representations of a batch: what kernels are registered for (:func:`kernel`)
+REPRESENTATIONS = ("pixel", "coefficient")
+#: the stages of a transform that may have one implementation per representation: the device kernel
+#: (``"apply"``, what :meth:`Transform.apply_transform` runs) and the host plan (``"prepare"``)
+KERNEL_STAGES = ("apply", "prepare")
+
+
 def _representation(x: Tensor) -> str:
-    return "pixel" if x.dim() == 4 else "coefficient"
+    """The batch's representation — the one place a batch is told apart by its shape, as torchvision
+    v2's dispatchers tell theirs by type: ``(B, C, H, W)`` pixels, ``(B, 3, Hb, Wb, 64)`` coefficients."""
+    return _shape_representation(x.shape)
+
+
+def _shape_representation(shape: Sequence[int]) -> str:
+    return "pixel" if len(shape) == 4 else "coefficient"
+
+
+def kernel(representation: str, stage: str = "apply") -> Callable[[Callable], Callable]:
+    """Register the decorated method as its transform's implementation of ``stage`` for one
+    representation, as torchvision v2 registers a functional's kernel per tensor type
+    (``register_kernel``): ``"apply"`` methods take ``(x, labels, params)`` and return
+    ``(x', labels')`` — :meth:`Transform.apply_transform` runs the one registered for the batch's
+    representation — and ``"prepare"`` ones take :meth:`Transform.prepare`'s ``(params, shape,
+    device)``. A transform's :attr:`~Transform.domain` follows from its ``"apply"`` kernels (both
+    representations: ``"any"``), so an op that runs on both has one kernel for each and no branch on
+    the batch's shape. A subclass inherits its bases' registrations; a method it overrides under the
+    same name replaces the kernel, and one it registers for the same (stage, representation) wins."""
+    if representation not in REPRESENTATIONS:
+        raise ValueError(f"kernel: representation must be one of {REPRESENTATIONS}, got {representation!r}")
+    if stage not in KERNEL_STAGES:
+        raise ValueError(f"kernel: stage must be one of {KERNEL_STAGES}, got {stage!r}")
+
+    def register(method: Callable) -> Callable:
+        method.__dctnet_kernel__ = (stage, representation)
+        return method
+
+    return register
 
 
 def _full_precision(x: Tensor) -> Tensor:
@@ -268,8 +306,8 @@ class Transform(nn.Module):
     docstring). ``seed`` seeds :attr:`generator`, used when a call passes none (a random seed when
     ``None``)."""
 
-    #: the representation :meth:`apply_transform` takes: "pixel", "coefficient" or "any" (both: the
-    #: kernel dispatches on ``x.dim()``)
+    #: the representation :meth:`apply_transform` takes: "pixel", "coefficient" or "any" (both); set
+    #: by the class's registered kernels (:func:`kernel`) unless the class says otherwise
     domain: str = "coefficient"
     #: converters (ToRGB, ToCoefficients) define their output representation
     converter: bool = False
@@ -297,8 +335,22 @@ class Transform(nn.Module):
     summary: str = ""
     runs_on: str = "either"
 
+    #: the methods registered with :func:`kernel`, ``{(stage, representation): method name}``, over the
+    #: class and its bases (filled in when a subclass is defined)
+    kernels: dict[tuple[str, str], str] = {}
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        registered: dict[tuple[str, str], str] = {}
+        for klass in reversed(cls.__mro__):  # bases first: a subclass's registration wins
+            for name, member in vars(klass).items():
+                mark = getattr(member, "__dctnet_kernel__", None)
+                if mark is not None:
+                    registered[mark] = name
+        cls.kernels = registered
+        applies = [rep for rep in REPRESENTATIONS if ("apply", rep) in registered]
+        if applies and "domain" not in cls.__dict__:
+            cls.domain = "any" if len(applies) == 2 else applies[0]
         if cls.__dict__.get("summary"):
             RECIPE_OPS[cls.__name__] = cls
 
@@ -353,8 +405,16 @@ class Transform(nn.Module):
 
     def apply_transform(self, x: Tensor, labels: Tensor | None,
                         params: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """Apply ``params`` (already on ``x``'s device) to the whole batch: ``(x', labels')``."""
-        raise NotImplementedError
+        """Apply ``params`` (already on ``x``'s device) to the whole batch: ``(x', labels')`` — the
+        kernel registered for the batch's representation (:func:`kernel`)."""
+        return self._kernel("apply", _representation(x))(x, labels, params)
+
+    def _kernel(self, stage: str, representation: str) -> Callable:
+        """The method registered for ``stage`` on ``representation`` (:func:`kernel`)."""
+        name = self.kernels.get((stage, representation))
+        if name is None:
+            raise NotImplementedError(f"{type(self).__name__} has no {stage} kernel for {representation}s")
+        return getattr(self, name)
 
     def _prepare_labels(self, labels: Tensor | None) -> Tensor | None:
         """Labels as :meth:`apply_transform` takes them (mixing transforms: soft targets)."""
@@ -451,7 +511,10 @@ class Transform(nn.Module):
         (in this transform's :attr:`domain`) — a tree of device tensors, copied with
         ``non_blocking=True``, whose structure and shapes depend only on the batch's shape: the
         device half (:meth:`execute`) then runs the same kernels on the same shapes every batch,
-        which is what ``torch.compile`` and CUDA graphs need (:func:`compile_step`)."""
+        which is what ``torch.compile`` and CUDA graphs need (:func:`compile_step`). A transform that
+        plans differently per representation registers a ``"prepare"`` kernel for each (:func:`kernel`)."""
+        if ("prepare", _shape_representation(shape)) in self.kernels:
+            return self._kernel("prepare", _shape_representation(shape))(params, shape, device)
         return {k: v.to(device, non_blocking=True) for k, v in params.items()}
 
     def execute(self, x: Tensor, labels: Tensor | None, prepared: Any) -> tuple[Tensor, Tensor | None]:

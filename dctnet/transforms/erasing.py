@@ -2,8 +2,9 @@ r"""Random erasing with the reference libraries' semantics: torchvision v2's ``R
 (``mode=None``) and timm's ``RandomErasing`` (``mode="const" | "rand" | "pixel"``), per sample and
 batched.
 
-Representations (told apart by ``x.dim()``): pixels ``(B, C, H, W)`` in [0, 1], or a coefficient
-image ``(B, 3, Hb, Wb, 64)``. On a coefficient image the box is drawn in pixels as the reference
+Representations (a kernel registered for each, :func:`~dctnet.transforms.base.kernel`): pixels
+``(B, C, H, W)`` in [0, 1], or a coefficient image ``(B, 3, Hb, Wb, 64)``. On a coefficient image
+the box is drawn in pixels as the reference
 would for an ``8·Hb × 8·Wb`` image, then snapped to the 8-pixel block grid (each edge to the nearest
 multiple of 8, halves up; a box can snap to nothing). The fill becomes coefficients exactly: a
 constant colour is the DC of its YCbCr value (AC zero), pixel noise is the block DCT of the noise
@@ -63,7 +64,8 @@ from torch import Tensor
 
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.base import Transform, group_capacity, group_chunks, may_overwrite, run_groups, to_device
+from dctnet.transforms.base import (Transform, _representation, group_capacity, group_chunks, kernel, may_overwrite,
+                                    run_groups, to_device)
 from dctnet.transforms.model_input import Normalize
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
@@ -216,8 +218,6 @@ class RandomErasing(Transform):
     Fill values are in normalised units, written as ``mean + std·v`` on [0, 1] pixels (module
     docstring); ``mean`` / ``std``: the model's normalisation (``None`` for both: none)."""
 
-    #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
-    domain = "any"
     summary = ("`mode` null: torchvision's `v2.RandomErasing` (`value` a number, 3 numbers or `\"random\"`; `scale`, "
                "`ratio` null: (0.02, 0.33), (0.3, 3.3)); `mode` `const`/`rand`/`pixel`: timm's (`min_count`/`max_count` "
                "boxes; `scale`, `ratio` null: (0.02, 1/3), (0.3, 1/0.3)). Values are in normalised units, as both "
@@ -407,20 +407,24 @@ class RandomErasing(Transform):
     def execute(self, x, labels, prepared):
         if self.p == 0.0:
             return x, labels
+        erase = self._kernel("apply", _representation(x))
         groups = [(None, ch) for ch in prepared]
         # each group's rows are run_groups' own copy: erased where they lie
-        return run_groups(x, groups, lambda sub, _, ch: self._erase(sub, ch, inplace=True),
+        return run_groups(x, groups, lambda sub, _, ch: erase(sub, None, ch, inplace=True)[0],
                           overwrite=may_overwrite(self, x)), labels
 
-    def apply_transform(self, x, labels, params):
-        return self._erase(x, params, inplace=False), labels
+    @kernel("pixel")
+    def _pixels(self, x, labels, params, inplace: bool = False):
+        return self._erase(x, params, inplace, coef=False), labels
 
-    def _erase(self, x: Tensor, params: dict[str, Tensor], inplace: bool) -> Tensor:
-        """The boxes of ``params`` erased in ``x`` (written into ``x`` itself when ``inplace``)."""
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params, inplace: bool = False):
+        return self._erase(x, params, inplace, coef=True), labels
+
+    def _erase(self, x: Tensor, params: dict[str, Tensor], inplace: bool, coef: bool) -> Tensor:
+        """The boxes of ``params`` erased in ``x`` (written into ``x`` itself when ``inplace``), a
+        coefficient image when ``coef``."""
         boxes, active, fill = params["boxes"], params["active"], params["fill"]
-        coef = x.dim() == 5
-        if not coef and x.dim() != 4:
-            image_geometry(x.shape, type(self).__name__)
         batch = x.shape[0]
         view = (batch,) + (1,) * (x.dim() - 1)
         noise = model_noise = None
@@ -438,7 +442,7 @@ class RandomErasing(Transform):
             noise = normal_noise(params["noise_key"], (3, 8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[1:]),
                                  x.dtype)
         for k in range(boxes.shape[1]):  # a loop over the boxes of a sample (max_count), not over samples
-            inside = box_mask(x, boxes[:, k]) & active[:, k].reshape(view)
+            inside = box_mask(x, boxes[:, k], coef) & active[:, k].reshape(view)
             if model_noise is not None:
                 value = model_noise
             elif noise is not None:

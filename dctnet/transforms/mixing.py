@@ -2,7 +2,8 @@ r"""Batch mixing with the reference libraries' semantics: timm's :class:`Mixup` 
 switch, modes ``batch`` / ``pair`` / ``elem``, label smoothing) and torchvision v2's :class:`MixUp`
 and :class:`CutMix`.
 
-Every class takes either representation, told apart by ``x.dim()``:
+Every class takes either representation, with a kernel registered for each
+(:func:`~dctnet.transforms.base.kernel`):
 
 - pixels ``(B, C, H, W)`` (float): boxes are drawn in pixels exactly as the reference draws them;
 - a coefficient image ``(B, 3, Hb, Wb, 64)``: the box is drawn in pixels, as the reference would
@@ -48,7 +49,7 @@ import torch
 from torch import Tensor
 
 from dctnet import functional as F
-from dctnet.transforms.base import Transform, may_overwrite
+from dctnet.transforms.base import Transform, kernel, may_overwrite
 from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["CutMix", "MixUp", "Mixup"]
@@ -98,27 +99,30 @@ def _soft_targets(name: str, labels: Tensor | None, num_classes: int | None, smo
     raise ValueError(f"{name}: labels must be class indices (B,) or soft targets (B, K), got shape {tuple(labels.shape)}")
 
 
-def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor], inplace: bool = False) -> tuple[Tensor, Tensor]:
+def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor], inplace: bool,
+         coefficients: bool) -> tuple[Tensor, Tensor]:
     """The batched kernel of every class here: mixup ``λ·x + (1 − λ)·x[perm]`` or the partner's box
     pasted, per sample, and ``λ·y + (1 − λ)·y[perm]`` for the targets. No loop, no host sync.
-    ``inplace``: the result is written into ``x`` (:func:`dctnet.transforms.base.may_overwrite`)."""
+    ``inplace``: the result is written into ``x`` (:func:`dctnet.transforms.base.may_overwrite`);
+    ``coefficients``: ``x`` is a coefficient image (the registered kernel's representation)."""
     if labels.shape[0] != x.shape[0]:
         raise ValueError(f"{name}: {labels.shape[0]} labels for a batch of {x.shape[0]}")
     perm, lam = params["perm"], params["lam"]
     box = params.get("paste_box")
     if box is not None:  # every sample pastes its partner's same box (timm's batch mode, torchvision's CutMix)
-        top, left, h, w = (v // 8 for v in box) if x.dim() == 5 else box  # coefficient images: in blocks
+        top, left, h, w = (v // 8 for v in box) if coefficients else box  # coefficient images: in blocks
         # clipped to the image as box_mask clips (a replayed box may start above or left of it)
         region = (slice(None), slice(None), slice(max(top, 0), max(top + h, 0)), slice(max(left, 0), max(left + w, 0)))
         out = x if inplace else x.clone()
         out[region] = x[region].index_select(0, perm)  # the box alone (copied first), not a batch-sized mask and select
     else:
-        out = _blend_and_paste(x, x.index_select(0, perm), params, inplace)  # not x[perm]: a CPU pays 2.5x the copy
+        # not x[perm]: a CPU pays 2.5x the copy
+        out = _blend_and_paste(x, x.index_select(0, perm), params, inplace, coefficients)
     y = labels * lam.to(labels.dtype)[:, None] + labels[perm] * (1.0 - lam).to(labels.dtype)[:, None]
     return (x.clone() if out is x and not inplace else out), y  # a new tensor, as when something was mixed
 
 
-def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: bool = False) -> Tensor:
+def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: bool, coefficients: bool) -> Tensor:
     """:func:`_mix`'s pixels through per-sample weights and a mask, ``xp`` the partners. One blend
     and one paste over the batch (each pass over it is what a CPU pays for): a sample mixed by mixup
     blends with weights λ and 1 − λ (cast to x's dtype as the references' scalar multiplies do: in
@@ -141,7 +145,7 @@ def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: 
             out = x * w_x + xp * w_p
     if paste:
         pasted = (params["cutmix"] & mixed)[:, None]
-        out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0)), xp, out)
+        out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0), coefficients), xp, out)
     return out
 
 
@@ -212,8 +216,6 @@ class Mixup(Transform):
     A ``cutmix_minmax`` range empty at the image size (``int(hi·side) == int(lo·side)``, where
     numpy's ``randint`` raises) gives the side ``int(lo·side)``."""
 
-    #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
-    domain = "any"
     summary = ("timm's `Mixup` (modes `batch`, `pair`, `elem`); partner = the mirrored batch, never the sample itself; "
                "smoothing from `optim.label_smoothing`")
 
@@ -356,8 +358,13 @@ class Mixup(Transform):
     def prepare(self, params, shape, device):
         return _prepare_mix(self, params, shape, device)
 
-    def apply_transform(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params, inplace=may_overwrite(self, x))
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
+        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=False)
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=True)
 
 
 # ---------------------------------------------------------------------- torchvision v2
@@ -367,8 +374,6 @@ class MixUp(Transform):
     has no probability; wrap it for one). Parameters as in the module docstring (``cutmix`` and
     ``boxes`` only for :class:`CutMix`)."""
 
-    #: pixels and coefficient images alike (the kernel dispatches on ``x.dim()``)
-    domain = "any"
     summary = "torchvision's `v2.MixUp` (one λ per batch, partner = the batch rolled by one)"
 
     @classmethod
@@ -403,8 +408,13 @@ class MixUp(Transform):
     def prepare(self, params, shape, device):
         return _prepare_mix(self, params, shape, device)
 
-    def apply_transform(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params, inplace=may_overwrite(self, x))
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
+        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=False)
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=True)
 
 
 class CutMix(MixUp):

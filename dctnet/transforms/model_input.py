@@ -13,7 +13,8 @@ from torch import Tensor
 
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.transforms.base import Transform, coefficient_shape, may_overwrite, pixel_shape, to_coefficients, to_pixels
+from dctnet.transforms.base import (Transform, coefficient_shape, kernel, may_overwrite, pixel_shape, to_coefficients,
+                                    to_pixels)
 
 __all__ = ["Normalize", "SelectFrequencies", "ToCoefficients", "ToRGB"]
 
@@ -87,7 +88,6 @@ class ToRGB(Transform):
     summary = "RGB normalised with the model's mean and std"
     runs_on = "converter"
 
-    domain = "any"
     converter = True
 
     def __init__(self, mean: Sequence[float] | None = IMAGENET_MEAN, std: Sequence[float] | None = IMAGENET_STD) -> None:
@@ -103,14 +103,23 @@ class ToRGB(Transform):
     def _out_shape(self, shape):
         return pixel_shape(shape)
 
-    def apply_transform(self, x, labels, params):
-        rgb = to_pixels(x)
-        if self.mean is not None:
-            if rgb is x and may_overwrite(self, x):  # the Compose's own batch: normalised where it lies
-                rgb = rgb.sub_(self.mean.to(rgb)).div_(self.std.to(rgb))
-            else:
-                rgb = (rgb - self.mean.to(rgb)).div_(self.std.to(rgb))  # torchvision's Normalize, one temporary
-        return rgb, labels
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
+        # the Compose's own batch is normalised where it lies
+        return self._normalised(x, owned=may_overwrite(self, x)), labels
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        # the decode's new tensor, written into unless autograd records the decode
+        return self._normalised(to_pixels(x), owned=not (torch.is_grad_enabled() and x.requires_grad)), labels
+
+    def _normalised(self, rgb: Tensor, owned: bool) -> Tensor:
+        """torchvision's ``Normalize`` of ``rgb`` (written into it when ``owned``)."""
+        if self.mean is None:
+            return rgb
+        if owned:
+            return rgb.sub_(self.mean.to(rgb)).div_(self.std.to(rgb))
+        return (rgb - self.mean.to(rgb)).div_(self.std.to(rgb))  # one temporary
 
 
 class ToCoefficients(Transform):
@@ -124,7 +133,6 @@ class ToCoefficients(Transform):
     JPEG, aligned crops) or raise a ``TypeError`` naming dctnet's op — never treat the coefficients as
     pixels. Models take it as any tensor (torch ops on it return plain tensors)."""
 
-    domain = "any"
     converter = True
 
     def __init__(self) -> None:
@@ -133,5 +141,10 @@ class ToCoefficients(Transform):
     def _out_shape(self, shape):
         return coefficient_shape(shape)
 
-    def apply_transform(self, x, labels, params):
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
         return to_coefficients(x), labels
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        return x, labels
