@@ -197,7 +197,23 @@ def torchvision_partners(batch: int) -> Tensor:
 
 
 # ---------------------------------------------------------------------- timm
-class Mixup(Transform):
+class _Mixer(Transform):
+    """What timm's and torchvision's mixers share: the host plan (:func:`_prepare_mix`) and the batched
+    kernel (:func:`_mix`), one registered per representation."""
+
+    def prepare(self, params, shape, device):
+        return _prepare_mix(self, params, shape, device)
+
+    @kernel("pixel")
+    def _pixels(self, x, labels, params):
+        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=False)
+
+    @kernel("coefficient")
+    def _coefficients(self, x, labels, params):
+        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=True)
+
+
+class Mixup(_Mixer):
     """timm's ``timm.data.Mixup`` as a batched transform (see the module docstring for
     representations, partners and parameters).
 
@@ -355,20 +371,9 @@ class Mixup(Transform):
     def _prepare_labels(self, labels):
         return _soft_targets(type(self).__name__, labels, self.num_classes, self.label_smoothing)
 
-    def prepare(self, params, shape, device):
-        return _prepare_mix(self, params, shape, device)
-
-    @kernel("pixel")
-    def _pixels(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=False)
-
-    @kernel("coefficient")
-    def _coefficients(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=True)
-
 
 # ---------------------------------------------------------------------- torchvision v2
-class MixUp(Transform):
+class MixUp(_Mixer):
     """torchvision v2's ``MixUp``: one λ ~ Beta(α, α) per batch, sample ``i`` mixed with ``i − 1``
     (``roll(1, 0)``), labels one-hot then mixed (no smoothing). Always applied (torchvision's class
     has no probability; wrap it for one). Parameters as in the module docstring (``cutmix`` and
@@ -404,17 +409,6 @@ class MixUp(Transform):
 
     def _prepare_labels(self, labels):
         return _soft_targets(type(self).__name__, labels, self.num_classes)
-
-    def prepare(self, params, shape, device):
-        return _prepare_mix(self, params, shape, device)
-
-    @kernel("pixel")
-    def _pixels(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=False)
-
-    @kernel("coefficient")
-    def _coefficients(self, x, labels, params):
-        return _mix(type(self).__name__, x, labels, params, may_overwrite(self, x), coefficients=True)
 
 
 class CutMix(MixUp):
