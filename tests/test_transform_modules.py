@@ -429,8 +429,19 @@ def test_kernels_are_registered_per_representation():
         def _pixels(self, x, labels, params):
             return x, labels
 
+    class Stated(Twice):  # a domain a class states is kept, and so is its subclasses'
+        domain = "pixel"
+
+    class StatedChild(Stated):
+        pass
+
+    class Jitter(T.ColorJitter):  # ColorJitter's domain is a property of hue: inherited, not derived
+        pass
+
     px, cf = torch.ones(1, 3, 8, 8), torch.ones(1, 3, 1, 1, 64)
-    assert Twice.domain == "any" and PixelOnly.domain == "pixel"
+    assert Twice.domain == "any" and PixelOnly.domain == "pixel" and Thrice.domain == "any"
+    assert Stated.domain == StatedChild.domain == "pixel"
+    assert Jitter(hue=0.2).domain == "pixel" and Jitter().domain == "any"
     assert Twice.kernels == {("apply", "pixel"): "_pixels", ("apply", "coefficient"): "_coefficients",
                              ("prepare", "coefficient"): "_plan"}
     assert torch.equal(Twice().apply_transform(px, None, {})[0], px * 2)
@@ -457,8 +468,12 @@ def test_every_op_on_both_representations_has_a_kernel_for_each(name):
     applies = {rep for stage, rep in cls.kernels if stage == "apply"}
     if op.domain == "any":
         assert applies == {"pixel", "coefficient"}, (name, cls.kernels)
-    else:
-        assert applies <= {op.domain}, (name, cls.kernels)
+    elif applies:
+        assert applies == {op.domain}, (name, cls.kernels)
+    else:  # one representation, and the class's own kernel or device half (a policy's plan)
+        assert op.domain in ("pixel", "coefficient"), name
+        assert (cls.apply_transform is not T.Transform.apply_transform
+                or cls.execute is not T.Transform.execute), name
 
 
 def test_kernels_do_not_tell_representations_apart_by_shape():

@@ -307,7 +307,7 @@ class Transform(nn.Module):
     ``None``)."""
 
     #: the representation :meth:`apply_transform` takes: "pixel", "coefficient" or "any" (both); set
-    #: by the class's registered kernels (:func:`kernel`) unless the class says otherwise
+    #: by the class's registered kernels (:func:`kernel`) unless it or a base sets it explicitly
     domain: str = "coefficient"
     #: converters (ToRGB, ToCoefficients) define their output representation
     converter: bool = False
@@ -349,8 +349,13 @@ class Transform(nn.Module):
                     registered[mark] = name
         cls.kernels = registered
         applies = [rep for rep in REPRESENTATIONS if ("apply", rep) in registered]
-        if applies and "domain" not in cls.__dict__:
+        # the domain follows from the kernels unless a class says otherwise: the nearest class that sets
+        # it (a string or a property, as ColorJitter's) is kept, save the base's default or a value
+        # derived here for a base (its subclass may register other kernels)
+        owner = next(k for k in cls.__mro__ if "domain" in vars(k))
+        if applies and (owner is Transform or vars(owner).get("_derived_domain", False)):
             cls.domain = "any" if len(applies) == 2 else applies[0]
+            cls._derived_domain = True
         if cls.__dict__.get("summary"):
             RECIPE_OPS[cls.__name__] = cls
 

@@ -30,7 +30,7 @@ def snap_to_blocks(top: Tensor, left: Tensor, h: Tensor, w: Tensor) -> tuple[Ten
     return t, lft, b - t, rgt - lft
 
 
-def box_mask(x: Tensor, boxes: Tensor, coefficients: bool) -> Tensor:
+def box_mask(x: Tensor, boxes: Tensor, *, coefficients: bool) -> Tensor:
     """Bool mask of the pixels (blocks) inside ``boxes (B, 4)`` = (top, left, height, width) in pixels:
     ``(B, 1, H, W)`` for pixels, ``(B, 1, Hb, Wb, 1)`` for a coefficient image (``coefficients``: the
     caller's kernel says which; boxes block-aligned)."""

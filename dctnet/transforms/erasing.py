@@ -442,7 +442,7 @@ class RandomErasing(Transform):
             noise = normal_noise(params["noise_key"], (3, 8 * x.shape[2], 8 * x.shape[3]) if coef else tuple(x.shape[1:]),
                                  x.dtype)
         for k in range(boxes.shape[1]):  # a loop over the boxes of a sample (max_count), not over samples
-            inside = box_mask(x, boxes[:, k], coef) & active[:, k].reshape(view)
+            inside = box_mask(x, boxes[:, k], coefficients=coef) & active[:, k].reshape(view)
             if model_noise is not None:
                 value = model_noise
             elif noise is not None:

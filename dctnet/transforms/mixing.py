@@ -145,7 +145,7 @@ def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: 
             out = x * w_x + xp * w_p
     if paste:
         pasted = (params["cutmix"] & mixed)[:, None]
-        out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0), coefficients), xp, out)
+        out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0), coefficients=coefficients), xp, out)
     return out
 
 

@@ -479,7 +479,8 @@ def plan_slots(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[int, i
     ``capacity[group]`` rows — ``rows (C,)`` int64, the batch rows that drew an op of the group,
     padded with the scratch rows ``B, B + 1, …`` (distinct, so writes never collide) — and their
     parameters (``capacity=None``: exact groups, the rows that drew the group and no padding, no
-    chunk for a group nobody drew — the least work, at shapes that follow the draws):
+    chunk for a group nobody drew, PIL warps one chunk per axis and blends and point ops one chunk
+    per op — the least work, at shapes that follow the draws):
 
     - ``warp``: ``warp (C, 2, 3)`` (torchvision's inverse matrices) or ``pil_warp (C, 6)`` (PIL's
       data), the identity on padding;
@@ -541,7 +542,7 @@ def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size
     """Host: one chunk of group ``g`` — the rows ``idx`` (the members, whose ops and arguments are
     ``o``, ``a``, then padding) and the group's parameters (:func:`plan_slots`). ``exact``: the chunk
     holds only rows that drew the group, so what they drew may choose the kernel's work (host values
-    ``axes``, ``smooth``); a fixed-size chunk always runs the whole kernel."""
+    ``axes``, ``terms``, ``drawn``); a fixed-size chunk always runs the whole kernel."""
     pad = len(idx) - len(o)
     oo = torch.cat([o, torch.full((pad,), -1, dtype=o.dtype)])
     aa = torch.cat([a, torch.zeros(pad, dtype=a.dtype)])
