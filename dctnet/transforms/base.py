@@ -228,7 +228,8 @@ def group_chunks(rows: Tensor, batch: int, capacity: int | None) -> list[tuple[T
     chunks = []
     for start in range(0, total, cap):
         members = rows[start:start + cap]
-        chunks.append((members, torch.cat([members, torch.arange(batch, batch + cap - len(members))])))
+        pad = cap - len(members)
+        chunks.append((members, torch.cat([members, torch.arange(batch, batch + pad)]) if pad else members))
     return chunks
 
 

@@ -438,15 +438,21 @@ def _pil_warp_data(names: Sequence[str], op: Tensor, arg: Tensor, size: tuple[in
     h, w = size
     one, zero = torch.ones_like(arg), torch.zeros_like(arg)
     data = torch.stack([one, zero, zero, zero, one, zero], 1)
-    a = -torch.deg2rad(arg)
-    cos, sin = torch.cos(a), torch.sin(a)
     cx, cy = w / 2.0, h / 2.0
-    rows = {"PilShearX": [one, arg, zero, zero, one, zero], "PilShearY": [one, zero, zero, arg, one, zero],
-            "PilTranslateX": [one, zero, arg, zero, one, zero], "PilTranslateY": [one, zero, zero, zero, one, arg],
-            "PilRotate": [cos, sin, cos * -cx + sin * -cy + cx, -sin, cos, -sin * -cx + cos * -cy + cy]}
+
+    def row(n: str) -> list[Tensor]:
+        if n == "PilRotate":
+            a = -torch.deg2rad(arg)
+            cos, sin = torch.cos(a), torch.sin(a)
+            return [cos, sin, cos * -cx + sin * -cy + cx, -sin, cos, -sin * -cx + cos * -cy + cy]
+        return {"PilShearX": [one, arg, zero, zero, one, zero], "PilShearY": [one, zero, zero, arg, one, zero],
+                "PilTranslateX": [one, zero, arg, zero, one, zero],
+                "PilTranslateY": [one, zero, zero, zero, one, arg]}[n]
+
+    drawn = set(op.tolist())  # the host's ops: only those drawn are built (a CPU's exact chunks hold one)
     for k, n in enumerate(names):
-        if n in rows:
-            data = torch.where((op == k)[:, None], torch.stack(rows[n], 1), data)
+        if n in PIL_WARPS and k in drawn:
+            data = torch.where((op == k)[:, None], torch.stack(row(n), 1), data)
     return data
 
 
@@ -544,8 +550,8 @@ def _chunk(g: str, names: Sequence[str], o: Tensor, a: Tensor, idx: Tensor, size
     holds only rows that drew the group, so what they drew may choose the kernel's work (host values
     ``axes``, ``terms``, ``drawn``); a fixed-size chunk always runs the whole kernel."""
     pad = len(idx) - len(o)
-    oo = torch.cat([o, torch.full((pad,), -1, dtype=o.dtype)])
-    aa = torch.cat([a, torch.zeros(pad, dtype=a.dtype)])
+    oo = torch.cat([o, torch.full((pad,), -1, dtype=o.dtype)]) if pad else o
+    aa = torch.cat([a, torch.zeros(pad, dtype=a.dtype)]) if pad else a
     chunk: dict[str, Tensor | str | bool] = {"rows": idx, "padded": not exact}
     if g == "warp":
         if tv:
