@@ -519,8 +519,9 @@ class Transform(nn.Module):
         device half (:meth:`execute`) then runs the same kernels on the same shapes every batch,
         which is what ``torch.compile`` and CUDA graphs need (:func:`compile_step`). A transform that
         plans differently per representation registers a ``"prepare"`` kernel for each (:func:`kernel`)."""
-        if ("prepare", _shape_representation(shape)) in self.kernels:
-            return self._kernel("prepare", _shape_representation(shape))(params, shape, device)
+        plan = self.kernels.get(("prepare", _shape_representation(shape)))
+        if plan is not None:
+            return getattr(self, plan)(params, shape, device)
         return {k: v.to(device, non_blocking=True) for k, v in params.items()}
 
     def execute(self, x: Tensor, labels: Tensor | None, prepared: Any) -> tuple[Tensor, Tensor | None]:

@@ -34,8 +34,7 @@ def box_mask(x: Tensor, boxes: Tensor, *, coefficients: bool) -> Tensor:
     """Bool mask of the pixels (blocks) inside ``boxes (B, 4)`` = (top, left, height, width) in pixels:
     ``(B, 1, H, W)`` for pixels, ``(B, 1, Hb, Wb, 1)`` for a coefficient image (``coefficients``: the
     caller's kernel says which; boxes block-aligned)."""
-    coef = coefficients
-    if coef:
+    if coefficients:
         boxes = torch.div(boxes, 8, rounding_mode="floor")
         hh, ww = x.shape[2], x.shape[3]
     else:
@@ -46,4 +45,4 @@ def box_mask(x: Tensor, boxes: Tensor, *, coefficients: bool) -> Tensor:
     rows = (r >= top[:, None]) & (r < (top + h)[:, None])
     cols = (c >= left[:, None]) & (c < (left + w)[:, None])
     m = rows[:, :, None] & cols[:, None, :]
-    return m[:, None, :, :, None] if coef else m[:, None]
+    return m[:, None, :, :, None] if coefficients else m[:, None]
