@@ -94,18 +94,28 @@ def select(mask: Tensor, a: Tensor, b: Tensor, *, out: Tensor | None = None) -> 
 
 
 def _cached(key: tuple[Any, ...], make: Any) -> Tensor:
-    # Small constant matrices, built once per (kind, dtype, device). device=None means the default
-    # device, which a `with torch.device(...)` block changes: it is part of the key. Meta tensors
-    # (shape-only model building) are never kept. Makers build on the host and copy with
-    # non_blocking=True: a blocking host → device copy waits for the device's queue to drain (a host
-    # sync), and the first use is inside a device step. The source is pageable memory, which CUDA
-    # stages before the call returns, so it may be freed at once.
-    default = str(torch.get_default_device())
-    key = tuple(default if k == "None" else k for k in key)
+    """Small constant matrices, built once per (kind, dtype, device) and kept in :data:`_cache`.
+
+    ``device=None`` (``"None"`` in the key) means the default device, which a ``with
+    torch.device(...)`` block changes: it is part of the key. Meta tensors (shape-only model
+    building) are never kept. Makers build on the host and copy with ``non_blocking=True``: a
+    blocking host → device copy waits for the device's queue to drain (a host sync), and the first
+    use is inside a device step. The source is pageable memory, which CUDA stages before the call
+    returns, so it may be freed at once.
+
+    While ``torch.compile`` traces, a missing constant is built inside the graph and **not** stored:
+    a stored graph output would live in the graph's memory (under CUDA graphs, overwritten at the
+    next replay) and the store itself would change what the next call's guards see (a recompile).
+    The compiled steps run their first batch eagerly (:meth:`dctnet.transforms.DeviceStep.compile`,
+    :func:`dctnet.transforms.compile_step`), which builds every constant they use beforehand; a hit
+    while tracing is a plain global read, a graph input."""
+    if "None" in key and not torch.compiler.is_compiling():  # get_default_device(): no graph value (a break)
+        default = str(torch.get_default_device())
+        key = tuple(default if k == "None" else k for k in key)
     t = _cache.get(key)
     if t is None:
         t = make()
-        if t.device.type != "meta":
+        if t.device.type != "meta" and not torch.compiler.is_compiling():
             _cache[key] = t
     return t
 
@@ -137,7 +147,7 @@ def dct_basis(*, dtype: torch.dtype = torch.float32, device: torch.device | str 
     form on GPUs and keeps the whole transform a single kernel."""
 
     def make() -> Tensor:
-        c = dct_matrix(8, dtype=torch.float64)
+        c = dct_matrix(8, dtype=torch.float64, device="cpu")  # built on the host, then moved
         return torch.einsum("vy,ux->vuyx", c, c).reshape(64, 64).to(dtype=dtype, device=device, non_blocking=True)
 
     return _cached(("basis", dtype, str(device)), make)

@@ -140,6 +140,7 @@ def test_compiled_device_step_equals_eager_and_compiles_once(synthetic_files):
     torch._dynamo.reset()
     counters.clear()
     graphs = None
+    n = 0
     for epoch in range(3):
         loader.set_epoch(epoch)
         for b, batch in enumerate(loader):
@@ -148,9 +149,11 @@ def test_compiled_device_step_equals_eager_and_compiles_once(synthetic_files):
             got_x, got_y, _ = compiled(batch, T.step_generator(*gen))
             torch.testing.assert_close(got_x, want_x, atol=1e-5, rtol=0)
             torch.testing.assert_close(got_y, want_y, atol=1e-6, rtol=0)
-            graphs = counters["stats"]["unique_graphs"] if graphs is None else graphs
-    assert graphs >= 1 and epoch == 2
-    assert counters["stats"]["unique_graphs"] == graphs, dict(counters["stats"])  # nothing compiled after batch 0
+            n += 1
+            if n == 2:  # batch 0 ran eagerly (the warm-up that builds the constants), batch 1 compiled
+                graphs = counters["stats"]["unique_graphs"]
+    assert graphs == 1 and epoch == 2, dict(counters["stats"])  # one graph: no break
+    assert counters["stats"]["unique_graphs"] == graphs, dict(counters["stats"])  # nothing compiled after batch 1
     assert not counters["recompiles"], dict(counters["recompiles"])
 
     step = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4), T.ToRGB()], seed=0)
@@ -161,6 +164,111 @@ def test_compiled_device_step_equals_eager_and_compiles_once(synthetic_files):
         got = fn(x, labels, generator=T.step_generator(0, 0, b))
         torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)
         torch.testing.assert_close(got[1], want[1], atol=1e-6, rtol=0)
+
+
+#: every shipped and reference recipe whose device step has a compiled half (input device-rgb or dct)
+STEP_RECIPES = [p for p in RECIPES if load_recipe(p).model.input != "rgb"]
+
+
+def recipe_device_step(path: Path, size: int = 32) -> T.DeviceStep:
+    """A recipe's :class:`DeviceStep` as its pipeline builds it (augment list, model input, native
+    chroma, a per-(c,u,v) standardisation for coefficient models), at ``size``."""
+    r = load_recipe(path)
+    mean, std = input_mean_std(r.model.arch)
+    ops = (T.build_transform(r.augment, num_classes=10, seed=0, mean=mean, std=std,
+                             label_smoothing=r.optim.label_smoothing, interpolation=r.data.interpolation)
+           if r.augment else None)
+    coefficients = r.model.input == "dct"
+    step = T.DeviceStep((size, size), input="coefficients" if coefficients else "rgb", augment=ops, mean=mean, std=std,
+                        chroma=r.model.chroma, exact=r.data.decode == "exact", interpolation=r.data.interpolation,
+                        pixels=r.data.pixels, seed=0)
+    if coefficients:
+        step.normalize = T.Normalize(torch.rand(3, 64), 1 + torch.rand(3, 64))
+    return step
+
+
+@pytest.mark.parametrize("path", STEP_RECIPES, ids=lambda p: p.stem)
+def test_compiled_half_is_one_graph(path):
+    """What ``train.compile: true`` compiles (:meth:`DeviceStep.compile`: the augment list, the model input,
+    native chroma and the standardisation) is one graph with no break, once the eager warm-up batch has
+    built the constants — and tracing it stores nothing in the constant cache (a graph's output kept
+    across calls is overwritten under CUDA graphs)."""
+    from dctnet import functional as F
+
+    step = recipe_device_step(path)
+    transform = step.train_transform.set_fixed_shapes(True)
+    half = lambda rgb, labels, prepared: step._tail(transform, rgb, labels, prepared)  # noqa: E731
+    for b in range(2):  # the warm-up (batch 0), then the batch dynamo traces
+        x, labels = crops(8, 32, seed=b)
+        prepared = transform.prepare(transform.draw_params(x.shape, T.step_generator(0, 0, b)), x.shape, x.device)
+        if b == 0:
+            half(x, labels, prepared)
+    cached = dict(F._cache)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(half)(x, labels, prepared)
+    reasons = [str(r.reason).splitlines()[0] for r in explained.break_reasons]
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
+    assert F._cache.keys() == cached.keys()
+
+
+def test_constants_are_not_stored_while_tracing():
+    """A cold constant cache under dynamo: the constant is built in the graph, the cache stays empty (and
+    the traced step is still one graph); eagerly it is stored."""
+    from dctnet import functional as F
+
+    F._cache.clear()
+    fn = lambda x: F.block_idct(x) + 1  # noqa: E731
+    x = torch.randn(2, 3, 4, 4, 64)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fn)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert not F._cache
+    torch.testing.assert_close(fn(x), torch.compile(fn, backend="eager")(x))
+    assert F._cache
+
+
+def test_compiled_step_never_recompiles_even_when_a_group_overflows(synthetic_files, monkeypatch):
+    """DeviceStep.compile over 5 batches of one size, DeiT's list: batch 0 runs eagerly (the warm-up),
+    batch 1 compiles, and batch 3 — whose erasing group overflows its capacity (forced: capacity 1), so
+    its plan has a second chunk — runs eagerly instead of recompiling: one graph, 0 recompiles, and every
+    batch equals the eager step's."""
+    from torch._dynamo.utils import counters
+
+    from dctnet import data as D
+    from dctnet.transforms import erasing
+
+    def deit():
+        return [T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=0.9, mode="pixel"),
+                T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10)]
+
+    files = [f for f in synthetic_files if "syn_00" in f or "syn_01" in f][:12]
+    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), seed=0)
+    loader = D.ThreadLoader(ds, 6, threads=1, drop_last=True)
+    eager = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0)
+    compiled = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0).compile(backend="eager")
+    torch._dynamo.reset()
+    counters.clear()
+    capacity = erasing.group_capacity
+    b = 0
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            if b == 3:
+                monkeypatch.setattr(erasing, "group_capacity", lambda batch, p, tail=0: 1)
+            gen = (0, epoch, b)
+            want_x, want_y, _ = eager(batch, T.step_generator(*gen))
+            got_x, got_y, _ = compiled(batch, T.step_generator(*gen))
+            torch.testing.assert_close(got_x, want_x, atol=1e-5, rtol=0)
+            torch.testing.assert_close(got_y, want_y, atol=1e-6, rtol=0)
+            monkeypatch.setattr(erasing, "group_capacity", capacity)
+            b += 1
+            if b == 5:
+                break
+        if b == 5:
+            break
+    assert compiled._compiled.eager_batches == 2  # the warm-up and the overflow
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert not counters["recompiles"], dict(counters["recompiles"])
 
 
 @pytest.mark.parametrize("path", [ROOT / "recipes" / "imagenette" / "vit_s16_dct_gpu.yaml",

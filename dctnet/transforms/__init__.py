@@ -18,7 +18,7 @@
 """
 
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, data_config, input_mean_std
-from dctnet.transforms.base import BaselineContext, Compose, Transform, compile_step, step_generator
+from dctnet.transforms.base import BaselineContext, CompiledHalf, Compose, Transform, compile_step, step_generator
 from dctnet.transforms.augment import (
     ColorJitter,
     FrequencyDropout,
@@ -60,7 +60,8 @@ from dctnet.transforms.device_crop import crops_to_coefficients, crops_to_rgb, n
 from dctnet.transforms.step import DeviceStep, normalize_input
 
 __all__ = [
-    "MIXERS", "TRANSFORMS", "BaselineContext", "build_transform", "compile_step", "counterpart", "describe_transforms",
+    "MIXERS", "TRANSFORMS", "BaselineContext", "CompiledHalf", "build_transform", "compile_step", "counterpart",
+    "describe_transforms",
     "op_table", "spec_arguments", "step_generator", "timm_kwargs", "data_config", "input_mean_std", "is_mixer_spec",
     "RandomApply", "RandomChoice", "RandomOrder",
     "IMAGENET_MEAN", "IMAGENET_STD", "SAMPLING_420", "AutoAugment", "ColorJitter", "Compose", "CutMix",

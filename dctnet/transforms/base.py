@@ -77,12 +77,14 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_flatten
 
 from dctnet import functional as F
 from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "KERNEL_STAGES", "OVERFLOW", "Params", "REPRESENTATIONS", "Transform", "coefficient_shape",
-           "compile_step", "group_capacity", "group_chunks", "image_size", "kernel", "pixel_shape", "round_to_levels",
+           "CompiledHalf", "compile_step", "group_capacity", "group_chunks", "image_size", "kernel", "pixel_shape",
+           "round_to_levels",
            "run_groups", "step_generator", "to_coefficients", "to_device", "to_pixels"]
 
 
@@ -675,7 +677,7 @@ class Compose(Transform):
 def _shares_memory(a: Tensor, b: Any) -> bool:
     """Whether ``a`` may share memory with ``b`` (the same storage; yes when it cannot tell: a layout
     without one storage, or ``b`` not a tensor)."""
-    if not isinstance(b, Tensor):
+    if not isinstance(b, Tensor) or torch.compiler.is_compiling():  # a storage's address is no graph value
         return True
     try:
         return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
@@ -701,17 +703,59 @@ def _in_domain(x: Tensor, domain: str) -> Tensor:
     return x
 
 
+def plan_signature(x: Tensor, labels: Tensor | None, prepared: Any) -> tuple[Any, ...]:
+    """What a compiled device half specialises on: the batch's and labels' shapes and dtypes, the
+    plan's structure, its tensors' shapes and dtypes, and its host values (strings, bools, numbers).
+    Two batches with equal signatures run the same graph; any other plan would recompile it."""
+    leaves, spec = tree_flatten(prepared)
+    described = tuple((tuple(v.shape), v.dtype, v.device.type) if isinstance(v, Tensor) else v for v in leaves)
+    lab = None if labels is None else (tuple(labels.shape), labels.dtype)
+    return (tuple(x.shape), x.dtype, x.device.type, lab, spec, described)
+
+
+class CompiledHalf:
+    """A device half ``fn(x, labels, prepared)`` run compiled by ``torch.compile`` for one plan
+    signature per batch shape (:func:`plan_signature`), eagerly otherwise.
+
+    - The **first batch of a shape runs eagerly**: it builds the constants the step uses
+      (:func:`dctnet.functional._cached` never stores while dynamo traces), so the graph reads them as
+      inputs instead of building them inside itself — under CUDA graphs an output kept across calls
+      would be overwritten at the next replay, and a store would change the next call's guards (a
+      recompile). Its signature becomes the one compiled for; the second batch compiles.
+    - A batch whose plan has **another signature** (a group that overflowed its capacity, p ≈ 1e-6 a
+      batch: a second chunk) runs eagerly too, the same values, instead of recompiling the step (a
+      minute each, and after dynamo's recompile limit an eager step for the rest of the run).
+
+    :attr:`eager_batches` counts the batches run eagerly (warm-ups and overflows)."""
+
+    def __init__(self, fn: Callable[[Tensor, Any, Any], Any], **compile_kwargs: Any) -> None:
+        self.fn = fn
+        self.compiled = torch.compile(fn, **compile_kwargs)
+        self.signatures: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # batch shape etc. → the compiled plan's
+        self.eager_batches = 0
+
+    def __call__(self, x: Tensor, labels: Tensor | None, prepared: Any) -> Any:
+        sig = plan_signature(x, labels, prepared)
+        known = self.signatures.setdefault(sig[:4], sig)
+        if known is sig or known != sig:  # first of its shape (the warm-up), or a plan it was not compiled for
+            self.eager_batches += 1
+            return self.fn(x, labels, prepared)
+        return self.compiled(x, labels, prepared)
+
+
 def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., Any]:
     """``transform`` (a :class:`Compose`, typically the whole device step's list) with its device half
     compiled by ``torch.compile``: the returned ``step(x, labels=None, *, generator=None,
     params=None)`` draws on the host (eagerly: seeded CPU generators), :meth:`~Transform.prepare` s
     the parameters, and runs the compiled :meth:`~Transform.execute`, which sees the same shapes every
-    batch of a size, so it compiles once per batch size and never again. Returns ``(x, labels)``
-    (``x`` alone without labels), the same values as ``transform(x, labels, generator=...)``.
+    batch of a size, so it compiles once per batch size and never again (:class:`CompiledHalf`: the
+    first batch of a size runs eagerly and builds the constants; a rare plan that overflowed a
+    group's capacity runs eagerly instead of recompiling). Returns ``(x, labels)`` (``x`` alone
+    without labels), the same values as ``transform(x, labels, generator=...)``.
 
     ``compile_kwargs`` go to ``torch.compile`` (default: inductor; on CUDA pass
     ``mode="reduce-overhead"`` for CUDA graphs)."""
-    executed = torch.compile(transform.execute, **compile_kwargs)
+    executed = CompiledHalf(transform.execute, **compile_kwargs)
 
     def step(x: Tensor, labels: Tensor | None = None, *, generator: torch.Generator | None = None,
              params: Params | None = None) -> Any:
@@ -726,4 +770,5 @@ def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., A
             out = _in_domain(out, given)
         return out if labels is None else (out, out_labels)
 
+    step.compiled_half = executed  # type: ignore[attr-defined]
     return step

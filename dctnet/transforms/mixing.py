@@ -83,7 +83,10 @@ def _soft_targets(name: str, labels: Tensor | None, num_classes: int | None, smo
             raise ValueError(f"{name}: 1-D labels must be integer class indices, got dtype {labels.dtype}")
         if num_classes is None:
             raise ValueError(f"{name} needs num_classes for integer labels")
-        if labels.device.type == "cpu" and labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+        # a host check (free on the CPU); never on a device (a read-back) nor in a compiled graph (a branch
+        # on values breaks it in two)
+        if (labels.device.type == "cpu" and labels.numel() and not torch.compiler.is_compiling()
+                and (labels.min() < 0 or labels.max() >= num_classes)):
             raise ValueError(f"{name}: labels must be in 0..{num_classes - 1}, got {labels.min()}..{labels.max()}")
         off = smoothing / num_classes
         on = 1.0 - smoothing + off

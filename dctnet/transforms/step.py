@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dctnet.transforms.base import Compose, Transform, round_to_levels, to_coefficients
+from dctnet.transforms.base import CompiledHalf, Compose, Transform, round_to_levels, to_coefficients
 from dctnet.transforms.device_crop import crops_to_rgb, native_chroma
 from dctnet.transforms.model_input import Normalize, ToCoefficients, ToRGB
 from dctnet.transforms import dct_kernels as TF
@@ -166,13 +166,17 @@ class DeviceStep(nn.Module):
 
     def compile(self, **compile_kwargs: Any) -> "DeviceStep":
         """Compile the training step's device half (augmentation → model input) with
-        ``torch.compile`` (``compile_kwargs``: e.g. ``mode="reduce-overhead"`` for CUDA graphs). It
-        compiles once per batch size: every batch of a size runs the same kernels on the same shapes
-        (:attr:`~dctnet.transforms.Transform.fixed_shapes` is switched on). Returns ``self``."""
+        ``torch.compile`` (``compile_kwargs``: e.g. ``mode="reduce-overhead"`` for CUDA graphs) — one
+        graph, no break (tested with ``torch._dynamo.explain``). It compiles once per batch size:
+        every batch of a size runs the same kernels on the same shapes
+        (:attr:`~dctnet.transforms.Transform.fixed_shapes` is switched on); the first batch of a size
+        runs eagerly and builds the step's constants, and a batch whose plan overflowed a group's
+        capacity runs eagerly instead of recompiling (:class:`~dctnet.transforms.CompiledHalf`).
+        Returns ``self``."""
         self.train_transform.set_fixed_shapes(True)
         transform = self.train_transform
-        self._compiled = torch.compile(lambda rgb, labels, prepared: self._tail(transform, rgb, labels, prepared),
-                                       **compile_kwargs)
+        self._compiled = CompiledHalf(lambda rgb, labels, prepared: self._tail(transform, rgb, labels, prepared),
+                                      **compile_kwargs)
         return self
 
     def extra_repr(self) -> str:
