@@ -10,7 +10,8 @@ from conftest import ROOT
 
 #: lowest first; a module may import its own layer and those before it
 LAYERS = [
-    ("dctnet._jpeg", "dctnet.codec", "dctnet.distributed", "dctnet.hostmem", "dctnet.quality", "dctnet.synthetic"),
+    ("dctnet._jpeg", "dctnet.codec", "dctnet.distributed", "dctnet.hostmem", "dctnet.quality", "dctnet.readback",
+     "dctnet.synthetic"),
     ("dctnet.functional", "dctnet.exact", "dctnet.image", "dctnet.resize"),
     ("dctnet.batch",),
     ("dctnet.transforms",),

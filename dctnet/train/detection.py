@@ -25,6 +25,7 @@ the host's geometry draw) is recorded for both arms.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -35,13 +36,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dctnet import functional as F
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
 from dctnet.models.detection import (backbone_state, boxes_to_image, build_detector, build_segmenter, dct_detector,
                                      prepare_detector)
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.train.optim import lr_at
+from dctnet.train.precision import amp_dtype, use_channels_last
 from dctnet.train.process import start_process
+from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
 from dctnet.transforms import detection as TD
 
@@ -227,6 +231,11 @@ class DetectionTrainer:
             elif self.plan_a or not r.detect.resize:  # (resize false: the rgb arm's model must not resize either)
                 prepare_detector(self.model)
         self.model.to(self.device)
+        if use_channels_last(r, self.model, self.device):  # weights only: cudnn.benchmark would re-tune every image size
+            self.model.to(memory_format=torch.channels_last)
+        #: autocast's dtype (train.amp: bf16 on CUDA by default), loss scaling for fp16
+        self.amp_dtype = amp_dtype(r, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
         self.net: nn.Module = self.model
         if self.world_size > 1:
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if
@@ -272,8 +281,9 @@ class DetectionTrainer:
     # ------------------------------------------------------------------ data
     def _loader(self, ds: CocoDataset, sampler: EpochSampler, *, train: bool) -> torch.utils.data.DataLoader:
         r = self.recipe
+        pin = self.device.type == "cuda"  # host batches in pinned memory: copied to the device without blocking
         if self.plan_a:
-            dataset, collate = ds, lambda items: collate_detection(items, pin_memory=self.device.type == "cuda")
+            dataset, collate = ds, lambda items: collate_detection(items, pin_memory=pin)
         elif self.segmentation:
             dataset, collate = _PillowCoco(ds, torchvision_segmentation_preset(r, train)), _list_collate
         else:
@@ -284,7 +294,8 @@ class DetectionTrainer:
             dataset, collate = _PillowCoco(ds, tfm), _list_collate
         return torch.utils.data.DataLoader(
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,
-            collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False)
+            collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,
+            pin_memory=pin and not self.plan_a)  # (plan A's collate pins its own)
 
     def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float]):
         """``(images, targets)`` on the device; adds the host CPU (workers, and the host's geometry
@@ -311,8 +322,8 @@ class DetectionTrainer:
             else:
                 images, targets = payload
                 images = [i.to(self.device, non_blocking=True) for i in images]
-                targets = [{k: (v.to(self.device) if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
-                           for t in targets]
+                targets = [{k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
+                            for k, v in t.items()} for t in targets]
             cost["cpu"] += main
             cost["n"] += len(images)
             yield images, targets
@@ -323,7 +334,7 @@ class DetectionTrainer:
         self.net.train()
         self.sampler.set_epoch(epoch)
         cost = {"cpu": 0.0, "n": 0.0}
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}  # per loss, on the device: read once, at the end of the epoch
         steps, t0 = 0, time.perf_counter()
         warm = r.optim.warmup_epochs * self.steps_per_epoch
         for images, targets in self._batches(self.train_loader, self.step, epoch, cost):
@@ -334,26 +345,40 @@ class DetectionTrainer:
                        warmup_lr=r.optim.warmup_lr)
             for g in self.opt.param_groups:
                 g["lr"] = lr
-            if self.segmentation:
-                losses = self._segmentation_losses(images, targets)
-            else:
-                keys = ("boxes", "labels", "masks") if r.detect.masks else ("boxes", "labels")
-                losses = self.net(self._model_input(images), [{k: v for k, v in t.items() if k in keys} for t in targets])
-            loss = sum(losses.values())
+            with self._autocast():
+                if self.segmentation:
+                    losses = self._segmentation_losses(images, targets)
+                else:
+                    keys = ("boxes", "labels", "masks") if r.detect.masks else ("boxes", "labels")
+                    losses = self.net(self._model_input(images),
+                                      [{k: v for k, v in t.items() if k in keys} for t in targets])
+                losses = {k: v.float() for k, v in losses.items()}
+                loss = sum(losses.values())
             self.opt.zero_grad(set_to_none=True)
-            loss.backward()
+            self.scaler.scale(loss).backward()
             if r.optim.grad_clip:
+                self.scaler.unscale_(self.opt)
                 nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
-            self.opt.step()
-            for k, v in losses.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach())
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+            self.scaler.step(self.opt)
+            self.scaler.update()
+            for k, v in (*losses.items(), ("loss", loss)):
+                sums[k] = sums[k] + v.detach() if k in sums else v.detach().clone()
             steps += 1
-        seconds = time.perf_counter() - t0
-        record = {f"train_{k}": v / max(steps, 1) for k, v in sums.items()}
+        with log_point(self.device):  # the epoch's record
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            seconds = time.perf_counter() - t0
+            values = torch.stack(list(sums.values())).tolist() if sums else []
+        record = {f"train_{k}": v / max(steps, 1) for k, v in zip(sums, values)}
         record.update(lr=lr if steps else 0.0, train_seconds=seconds, images_per_s=cost["n"] / max(seconds, 1e-9),
                       data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6)
         return record
+
+    def _autocast(self):
+        """``train.amp``'s autocast around the detector's forward and its losses (a no-op when off)."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _model_input(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         """What the detector takes: the step's images, or (input dct) their coefficient mosaics."""
@@ -363,8 +388,9 @@ class DetectionTrainer:
         """A segmentation batch: the images (one size: the crop) stacked, ImageNet-normalised as the
         segmentation references' ``Normalize``."""
         x = torch.stack(images)
-        mean = torch.tensor(IMAGENET_MEAN, device=x.device, dtype=x.dtype).reshape(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, device=x.device, dtype=x.dtype).reshape(1, 3, 1, 1)
+        # built once per device and dtype (a torch.tensor(..., device=) per step is a blocking copy)
+        mean = F._constant("imagenet_mean", IMAGENET_MEAN, x).reshape(1, 3, 1, 1)
+        std = F._constant("imagenet_std", IMAGENET_STD, x).reshape(1, 3, 1, 1)
         return (x - mean) / std
 
     def _segmentation_losses(self, images, targets) -> dict[str, torch.Tensor]:
@@ -382,19 +408,24 @@ class DetectionTrainer:
         """mIoU and pixel accuracy of the val split at the eval size (the references' ``Resize(base)``,
         compared with the resized class map, 255 ignored), confusion matrices summed over ranks."""
         k = self.num_classes
-        confusion = torch.zeros(k, k, dtype=torch.int64, device=self.device)
+        # one bin past the k·k cells takes the ignored pixels: counted with index_add_ (a masked index or
+        # bincount would read the device's values back for every image)
+        counts = torch.zeros(k * k + 1, dtype=torch.int64, device=self.device)
         cost = {"cpu": 0.0, "n": 0.0}
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
             for image, target in zip(images, targets):  # one at a time: eval sizes differ
                 pred = self.model(self._normalised([image]))["out"].argmax(1)[0]
                 truth = target["semantic"].long()
-                keep = truth != 255
-                confusion += torch.bincount(truth[keep] * k + pred[keep], minlength=k * k).reshape(k, k)
+                cell = torch.where(truth != 255, truth * k + pred, k * k).reshape(-1)
+                counts.index_add_(0, cell, torch.ones_like(cell))
+        confusion = counts[:k * k].reshape(k, k)
         if dist.is_initialized():
             dist.all_reduce(confusion)
-        total = confusion.sum().clamp(min=1)
-        return {"mIoU": mean_iou(confusion.cpu()), "pixel_acc": float(confusion.diag().sum() / total),
-                "val_data_cpu_us_per_sample": cost["cpu"] / max(cost["n"], 1) * 1e6}
+        with log_point(self.device):  # the evaluation's result
+            confusion = confusion.cpu()
+            total = confusion.sum().clamp(min=1)
+            result = {"mIoU": mean_iou(confusion), "pixel_acc": float(confusion.diag().sum() / total)}
+        return {**result, "val_data_cpu_us_per_sample": cost["cpu"] / max(cost["n"], 1) * 1e6}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -405,21 +436,8 @@ class DetectionTrainer:
         iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
             outputs = self.model(self._model_input(images))
-            for image, target, out in zip(images, targets, outputs):
-                boxes, masks = out["boxes"], out.get("masks")
-                size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
-                if self.plan_a:  # predictions are in the step's canvas: back to the file's pixels
-                    canvas = tuple(image.shape[-2:])
-                    if self.dct:  # the mosaic is the canvas rounded up to 8: keep its canvas part
-                        boxes = boxes.clone()
-                        boxes[:, 0::2] = boxes[:, 0::2].clamp(0, canvas[1])
-                        boxes[:, 1::2] = boxes[:, 1::2].clamp(0, canvas[0])
-                        if masks is not None:
-                            masks = masks[..., :canvas[0], :canvas[1]]
-                    boxes = boxes_to_image(boxes, canvas, size)
-                    if masks is not None and len(masks):
-                        masks = torch.nn.functional.interpolate(masks, size=size, mode="bilinear", align_corners=False)
-                results += coco_results(target["image_id"], boxes, out["scores"], out["labels"], ds.category_ids, masks)
+            with log_point(self.device):  # predictions leave the device per batch (COCO evaluation runs on the host)
+                results += self._coco_results(images, targets, outputs)
         results = gather_results(results)
         metrics: dict[str, float] = {}
         if self.rank == 0:
@@ -427,6 +445,26 @@ class DetectionTrainer:
                                     out=self.out / "predictions_val.json")
             metrics["val_data_cpu_us_per_sample"] = cost["cpu"] / max(cost["n"], 1) * 1e6
         return metrics
+
+    def _coco_results(self, images, targets, outputs) -> list[dict[str, Any]]:
+        """A batch's predictions as COCO results in the files' pixels (host values)."""
+        ds, results = self.val_set, []
+        for image, target, out in zip(images, targets, outputs):
+            boxes, masks = out["boxes"], out.get("masks")
+            size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
+            if self.plan_a:  # predictions are in the step's canvas: back to the file's pixels
+                canvas = tuple(image.shape[-2:])
+                if self.dct:  # the mosaic is the canvas rounded up to 8: keep its canvas part
+                    boxes = boxes.clone()
+                    boxes[:, 0::2] = boxes[:, 0::2].clamp(0, canvas[1])
+                    boxes[:, 1::2] = boxes[:, 1::2].clamp(0, canvas[0])
+                    if masks is not None:
+                        masks = masks[..., :canvas[0], :canvas[1]]
+                boxes = boxes_to_image(boxes, canvas, size)
+                if masks is not None and len(masks):
+                    masks = torch.nn.functional.interpolate(masks, size=size, mode="bilinear", align_corners=False)
+            results += coco_results(target["image_id"], boxes, out["scores"], out["labels"], ds.category_ids, masks)
+        return results
 
     def fit(self) -> dict[str, Any]:
         r = self.recipe
@@ -450,8 +488,9 @@ class DetectionTrainer:
 
     def _save(self, path: Path, epoch: int) -> None:
         tmp = path.with_suffix(".tmp")
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
-                    "records": self.records, "recipe": self.recipe.to_dict()}, tmp)
+        with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
+            torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
+                        "records": self.records, "recipe": self.recipe.to_dict()}, tmp)
         os.replace(tmp, path)
 
     def _load(self, path: Path) -> None:

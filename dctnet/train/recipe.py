@@ -150,6 +150,9 @@ class TrainConfig:
     out: str = "runs/${name}"         # run directory: metrics.jsonl, plot.png, last.pt, recipe.yaml
     amp: Literal["auto", "off", "bf16", "fp16"] = "auto"   # auto: bf16 on CUDA, off on CPU
     compile: bool = False             # torch.compile the model
+    # CUDA: convolutional models (and their pixel inputs) in channels_last, cudnn.benchmark on (detection:
+    # the detector's weights only, no benchmark: its image sizes vary); nothing on a CPU
+    channels_last: bool = True
     device: str = "auto"              # auto: cuda:LOCAL_RANK when available, else cpu
     eval_every: int = 1               # epochs between evaluations (the last epoch always evaluates)
     checkpoint: bool = True           # write last.pt after every epoch (resume with --resume)

@@ -2,8 +2,10 @@
 
 Per step: wait for the next host batch (timed: the *data wait*, the device step excluded), device
 transforms, forward and backward under autocast, optimizer and per-step schedule (linear warm-up,
-cosine to zero). Running sums stay on the device (no host sync inside the step); they are read
-every ``log_every`` steps and at the end of the epoch. After each epoch: evaluation (sums
+cosine to zero). Running sums stay on the device and sample counts on the host: nothing in the
+loop waits for the device except the documented log points (:func:`dctnet.readback.log_point`:
+the progress bar every ``log_every`` steps when it is shown, the end of an epoch, the evaluation's
+result). After each epoch: evaluation (sums
 all-reduced across ranks, so the validation set counts once in total), one JSON line in
 ``metrics.jsonl``, and an atomic ``last.pt`` with everything ``--resume`` needs. Data order,
 crops and augmentation draws are functions of ``(seed, epoch, index/rank)``, so a resumed run
@@ -34,7 +36,9 @@ from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics
+from dctnet.train.precision import amp_dtype, use_channels_last
 from dctnet.train.process import start_process
+from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
 
 __all__ = ["Trainer", "train"]
@@ -54,6 +58,11 @@ class Trainer:
         if self.rank == 0:
             self._check_stream_mixing()
         model = build_recipe_model(r, self.pipe.num_classes).to(self.device)
+        #: convolutional models on CUDA in channels_last, cudnn picking its fastest kernels (train.channels_last)
+        self.channels_last = use_channels_last(r, model, self.device)
+        if self.channels_last:
+            model.to(memory_format=torch.channels_last)
+            torch.backends.cudnn.benchmark = True  # one input shape per batch size: each tried once
         self.model = model
         global_batch = r.data.batch_size * self.world_size
         self.lr = r.optim.lr * global_batch / r.optim.lr_batch
@@ -77,8 +86,7 @@ class Trainer:
                          warmup_lr=r.optim.warmup_lr) / self.lr
 
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
-                          "auto": torch.bfloat16 if self.device.type == "cuda" else None}[r.train.amp]
+        self.amp_dtype = amp_dtype(r, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
         # timm's Mixup puts optim.label_smoothing into its targets: the loss must not smooth them again
         smoothing = 0.0 if self.pipe.targets_smoothed else r.optim.label_smoothing
@@ -173,6 +181,12 @@ class Trainer:
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
 
+    def _memory_format(self, x: Any) -> Any:
+        """A pixel batch in the model's memory format (channels_last: :attr:`channels_last`)."""
+        if self.channels_last and isinstance(x, torch.Tensor) and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
+
     def _autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
@@ -190,15 +204,20 @@ class Trainer:
 
         tqdm.monitor_interval = 0  # no monitor thread: nothing of ours outlives the run
 
-        # disable=None: a bar on a terminal, none in logs and pipes (the per-epoch line is printed anyway)
-        return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
+        # disable=None: a bar on a terminal, none in logs and pipes (the per-epoch line is printed anyway);
+        # no bar, no postfix: its running loss would be a host read every log_every steps for no one
+        bar = tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
+        if bar.disable:
+            bar.close()
+            return None
+        return bar
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, epoch: int) -> dict[str, float]:
         r = self.recipe
         self.pipe.set_epoch(epoch)
         self.train_model.train()
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss·n, correct, n
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss·n, correct (the count: seen, host)
         bar = self._progress(self.steps_per_epoch, f"epoch {epoch + 1}/{r.optim.epochs}")
         cpu0, wait0 = self.pipe.data_cpu_seconds(), self.pipe.data_wait_seconds()
         t0 = time.perf_counter()
@@ -206,7 +225,7 @@ class Trainer:
         seen = 0
         for x, target, labels in self.pipe.batches(train=True):
             with self._autocast():
-                out = self.train_model(x)
+                out = self.train_model(self._memory_format(x))
                 loss = self.criterion(out.float(), target)
             self.opt.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
@@ -220,30 +239,33 @@ class Trainer:
             if self.ema is not None:
                 self.ema.step(self.model, self.updates)
             n = labels.shape[0]
-            hard = labels.long()
-            sums += torch.stack([loss.detach().double() * n, (out.argmax(1) == hard).sum().double(),
-                                 torch.tensor(float(n), dtype=torch.float64, device=self.device)])
+            # device scalars only: a count made on the device from the host (torch.tensor(n, device=...))
+            # would be a blocking copy from pageable memory every step
+            sums += torch.stack([loss.detach().double() * n, (out.argmax(1) == labels.long()).sum().double()])
             steps += 1
             seen += n
             if bar is not None:
                 bar.update(1)
                 if steps % r.train.log_every == 0:
                     el = time.perf_counter() - t0
-                    s = sums.tolist()  # host sync, once every log_every steps
+                    with log_point(self.device):  # the bar's postfix: once every log_every steps
+                        s = sums.tolist()
                     wait = self.pipe.data_wait_seconds() - wait0
-                    bar.set_postfix_str(f"loss {s[0] / s[2]:.3f} acc {s[1] / s[2]:.3f} "
+                    bar.set_postfix_str(f"loss {s[0] / seen:.3f} acc {s[1] / seen:.3f} "
                                         f"{seen * self.world_size / el:.0f} img/s wait {wait / el:.0%}")
             if steps >= self.steps_per_epoch:
                 break
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        elapsed = time.perf_counter() - t0
-        if bar is not None:
-            bar.close()
-        cpu, wait = self.pipe.data_cpu_seconds() - cpu0, self.pipe.data_wait_seconds() - wait0
-        stats = torch.tensor([wait, elapsed, cpu, float(seen)], dtype=torch.float64, device=self.device)
-        s = self._all_reduce(sums).tolist()
-        stats = self._all_reduce(stats).tolist()
+        with log_point(self.device):  # the epoch's record: its time includes the queued work
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            elapsed = time.perf_counter() - t0
+            if bar is not None:
+                bar.close()
+            cpu, wait = self.pipe.data_cpu_seconds() - cpu0, self.pipe.data_wait_seconds() - wait0
+            # one all-reduce of the device sums and the host figures (NCCL reduces device tensors)
+            host = torch.tensor([float(seen), wait, elapsed, cpu], dtype=torch.float64)
+            every = self._all_reduce(torch.cat([sums, host.to(self.device)])).tolist()
+        s, stats = every[:3], every[3:] + every[2:3]  # (loss·n, correct, n), (wait, elapsed, cpu, n)
         return {"train_loss": s[0] / max(s[2], 1), "train_acc": s[1] / max(s[2], 1),
                 "images_per_s": stats[3] / max(stats[1] / self.world_size, 1e-9),
                 "data_wait": stats[0] / max(stats[1], 1e-9), "data_cpu_us_per_sample": stats[2] / max(stats[3], 1) * 1e6,
@@ -254,17 +276,19 @@ class Trainer:
         """Top-1/top-5 and loss of ``model`` (default: the model) on the val split, keys with ``suffix``."""
         model = self.model if model is None else model
         model.eval()
-        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss·n, top1, top5, n
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss·n, top1, top5 (the count: host)
+        count = 0
         for x, target, labels in self.pipe.batches(train=False):
             with self._autocast():
-                out = model(x).float()
+                out = model(self._memory_format(x)).float()
             k = min(5, out.shape[1])
             top = out.topk(k, dim=1).indices
             hit = top == target[:, None]
             sums += torch.stack([nn.functional.cross_entropy(out, target, reduction="sum").double(),
-                                 hit[:, 0].sum().double(), hit.any(1).sum().double(),
-                                 torch.tensor(float(len(target)), dtype=torch.float64, device=self.device)])
-        s = self._all_reduce(sums).tolist()
+                                 hit[:, 0].sum().double(), hit.any(1).sum().double()])
+            count += target.shape[0]
+        with log_point(self.device):  # the evaluation's result
+            s = self._all_reduce(torch.cat([sums, torch.tensor([float(count)], dtype=torch.float64).to(self.device)])).tolist()
         n = max(s[3], 1)
         out = {"val_loss": s[0] / n, "val_top1": s[1] / n, "val_top5": s[2] / n, "val_images": int(s[3])}
         return {f"{k}{suffix}": v for k, v in out.items() if not (suffix and k == "val_images")}
@@ -302,6 +326,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _save(self, path: Path, epoch: int) -> None:
+        with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
+            self._write_checkpoint(path, epoch)
+
+    def _write_checkpoint(self, path: Path, epoch: int) -> None:
         norm = self.pipe.normalize
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
                  "scaler": self.scaler.state_dict(), "epoch": epoch, "history": self.history,

@@ -80,6 +80,7 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten
 
 from dctnet import functional as F
+from dctnet.readback import log_point
 from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "KERNEL_STAGES", "OVERFLOW", "Params", "REPRESENTATIONS", "Transform", "coefficient_shape",
@@ -726,12 +727,16 @@ class CompiledHalf:
       batch: a second chunk) runs eagerly too, the same values, instead of recompiling the step (a
       minute each, and after dynamo's recompile limit an eager step for the rest of the run).
 
-    :attr:`eager_batches` counts the batches run eagerly (warm-ups and overflows)."""
+    :attr:`eager_batches` counts the batches run eagerly (warm-ups and overflows). The first two
+    compiled calls of a shape (compiling; under CUDA graphs, warming up and recording, which
+    synchronise the device) run inside :func:`dctnet.readback.log_point`: a run under
+    ``torch.cuda.set_sync_debug_mode("error")`` checks every call after them."""
 
     def __init__(self, fn: Callable[[Tensor, Any, Any], Any], **compile_kwargs: Any) -> None:
         self.fn = fn
         self.compiled = torch.compile(fn, **compile_kwargs)
         self.signatures: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # batch shape etc. → the compiled plan's
+        self.compiled_calls: dict[tuple[Any, ...], int] = {}
         self.eager_batches = 0
 
     def __call__(self, x: Tensor, labels: Tensor | None, prepared: Any) -> Any:
@@ -740,6 +745,10 @@ class CompiledHalf:
         if known is sig or known != sig:  # first of its shape (the warm-up), or a plan it was not compiled for
             self.eager_batches += 1
             return self.fn(x, labels, prepared)
+        calls = self.compiled_calls[sig[:4]] = self.compiled_calls.get(sig[:4], 0) + 1
+        if calls <= 2:  # compiling, then (CUDA graphs) warming up and recording: one-time waits on the device
+            with log_point(x.device):
+                return self.compiled(x, labels, prepared)
         return self.compiled(x, labels, prepared)
 
 

@@ -1,0 +1,26 @@
+"""How a run computes on its device: autocast's dtype (``train.amp``) and the memory format of
+convolutional models (``train.channels_last``) — one rule for the classification and the detection
+trainers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dctnet.train.recipe import Recipe
+
+__all__ = ["amp_dtype", "use_channels_last"]
+
+
+def amp_dtype(recipe: Recipe, device: torch.device) -> torch.dtype | None:
+    """``train.amp``: ``bf16`` / ``fp16`` / ``off``; ``auto`` is bf16 on CUDA (no loss scaling needed)
+    and off on a CPU (bf16 matmuls there are slower than float32 on most cores)."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
+            "auto": torch.bfloat16 if device.type == "cuda" else None}[recipe.train.amp]
+
+
+def use_channels_last(recipe: Recipe, model: nn.Module, device: torch.device) -> bool:
+    """``train.channels_last`` acts on CUDA, for models with 2-D convolutions (cuDNN's NHWC kernels
+    are its fast ones, with tensor cores under AMP); a CPU run keeps the default layout."""
+    return (recipe.train.channels_last and device.type == "cuda"
+            and any(isinstance(m, nn.Conv2d) for m in model.modules()))
