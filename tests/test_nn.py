@@ -353,3 +353,30 @@ def test_idct_stem_keep_truncates_like_a_patch_embedding():
     with torch.no_grad():
         check(low(x), full(x_low))
         assert (low(x) - full(x)).abs().max() > 1e-3
+
+
+def test_idct_stem_reconstruction_stays_float32_under_autocast():
+    """Issue 40 item 5: under a bf16 autocast (the trainer's ``train.amp``) the IDCT stem's
+    reconstruction (DCTToRGB: block IDCT, colour, normalisation) is still the float32 one, so the stem
+    stays the exact conversion; only the model's own first conv after it runs in bf16, as it did in
+    the RGB model. Without autocast off inside DCTToRGB the IDCT matmul rounds to bf16 (the control
+    below; measured 0.05 on normalised pixels, a few grey levels)."""
+    from dctnet.transforms import dct_kernels as TF
+
+    torch.manual_seed(7)
+    model = torchvision.models.resnet18(num_classes=5).eval()
+    stem = M.swap_stem(copy.deepcopy(model)).conv1
+    assert isinstance(stem, N.IDCTStem)
+    x = upsampled(*inputs("4:2:0", size=64, n=2))
+    with torch.no_grad():
+        ref = stem[0](x)                                           # float32, no autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            rgb = stem[0](x)
+            out = stem(x)
+            conv_ref = stem[1](ref)                                # the conv under autocast on float32 pixels
+            rounded = TF.coefficient_image_to_rgb(x, clamp=False)  # control: the IDCT under autocast
+        assert (rounded - TF.coefficient_image_to_rgb(x, clamp=False)).abs().max() > 1e-3  # 0..1 scale
+    assert rgb.dtype == torch.float32
+    torch.testing.assert_close(rgb, ref)                           # float32 tolerance (rtol 1.3e-6)
+    assert out.dtype == torch.bfloat16                             # the conv kept the caller's autocast
+    torch.testing.assert_close(out, conv_ref, atol=0, rtol=0)

@@ -19,6 +19,7 @@ or ``(B, 1, Hb, Wb, 64)`` for grayscale. Putting them into a model is
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -30,6 +31,13 @@ from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DCTToRGB", "IDCTStem", "MosaicToCoefficients", "ResNetDCTStem"]
+
+
+def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast disabled on ``device_type`` (a no-op where autocast does not exist, e.g. ``meta``)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type=device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 class MosaicToCoefficients(nn.Module):
@@ -46,7 +54,8 @@ class DCTToRGB(nn.Module):
     ``(B, 3, 8·Hb, 8·Wb)``: ``((rgb/255) − mean)/std`` with no clamp, so the map is affine and exact
     against ``model(normalize(to_rgb(...)))`` on in-range images. ``keep`` zeroes the other
     frequencies first (:func:`dctnet.nn.frequency_index`), the IDCT-stem analogue of a patch
-    embedding's dropped columns. Runs in the buffers' dtype (``model.double()`` makes it float64)."""
+    embedding's dropped columns. Runs in the buffers' dtype (float32; ``model.double()`` makes it
+    float64) with autocast off, so a bf16/fp16 autocast does not round the reconstruction."""
 
     def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  keep: int | str | Sequence[int] | None = None) -> None:
@@ -64,10 +73,15 @@ class DCTToRGB(nn.Module):
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError("the IDCT stem takes a coefficient image (B, 3, Hb, Wb, 64) from "
                              f"dctnet.transforms.crops_to_coefficients, got {got}")
-        x = x.to(self.mean.dtype)
-        if self.mask is not None:
-            x = x * self.mask
-        return (TF.coefficient_image_to_rgb(x, clamp=False) - self.mean) / self.std
+        # Under the caller's autocast the IDCT matmul would run in bf16/fp16 (bf16: errors of a few
+        # grey levels) and the stem would no longer be the exact conversion it claims.
+        # It runs in the buffers' dtype with autocast off; the first conv after it (IDCTStem[1])
+        # stays under the caller's autocast, as it was in the RGB model.
+        with _autocast_off(x.device.type):
+            x = x.to(self.mean.dtype)
+            if self.mask is not None:
+                x = x * self.mask
+            return (TF.coefficient_image_to_rgb(x, clamp=False) - self.mean) / self.std
 
 
 class IDCTStem(nn.Sequential):

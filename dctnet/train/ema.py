@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 __all__ = ["ModelEma", "adjusted_decay"]
 
@@ -25,6 +25,17 @@ def adjusted_decay(decay: float, *, world_size: int, batch_size: int, every: int
     the decay ``1 − alpha``."""
     alpha = min(1.0, (1.0 - decay) * world_size * batch_size * every / epochs)
     return 1.0 - alpha
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The model inside ``torch.compile``'s and DDP's wrappers (whose names carry a prefix)."""
+    while True:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):  # torch.compile
+            model = model._orig_mod
+        else:
+            return model
 
 
 class ModelEma(nn.Module):
@@ -41,6 +52,13 @@ class ModelEma(nn.Module):
             p.requires_grad_(False)
         self.decay, self.warmup, self.every = float(decay), bool(warmup), int(every)
         self.updates = 0  # EMA updates made (not optimizer steps)
+        # The tensors averaged are the state_dict's (timm's), found without building a state_dict each
+        # step: the parameters, and the buffers that are persistent (a non-persistent one — the IDCT
+        # stem's mean/std, a frequency index — is a constant, not state). Names, not tensors, are kept:
+        # ``.to(device)`` or ``load_state_dict(assign=True)`` after construction replace the tensors.
+        names = self.module.state_dict().keys()
+        self._param_names = tuple(n for n, _ in self.module.named_parameters())
+        self._buffer_names = tuple(n for n, _ in self.module.named_buffers() if n in names)
 
     def decay_at(self, t: int) -> float:
         """timm ``ModelEmaV3.get_decay(t)`` for the ``t``-th update (1-based)."""
@@ -58,11 +76,36 @@ class ModelEma(nn.Module):
             return
         self.updates += 1
         d = self.decay_at(self.updates)
-        for ema_v, v in zip(self.module.state_dict().values(), model.state_dict().values()):
+        ema_float, model_float, ema_other, model_other = [], [], [], []
+        for ema_v, v in zip(self._tensors(self.module), self._tensors(_unwrap(model))):
             if ema_v.is_floating_point():
-                ema_v.lerp_(v.to(dtype=ema_v.dtype), 1.0 - d)
-            else:
+                ema_float.append(ema_v)
+                model_float.append(v.to(dtype=ema_v.dtype))
+            else:  # num_batches_tracked and other integer state: copied, not averaged
+                ema_other.append(ema_v)
+                model_other.append(v)
+        # one multi-tensor kernel (launch) per list instead of one per tensor; the same lerp per element
+        if ema_float:
+            torch._foreach_lerp_(ema_float, model_float, 1.0 - d)
+        if ema_other and hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(ema_other, model_other)
+        else:  # a torch without _foreach_copy_ (the project allows torch 2.1)
+            for ema_v, v in zip(ema_other, model_other):
                 ema_v.copy_(v)
+
+    def _tensors(self, module: nn.Module) -> list[Tensor]:
+        """``module``'s parameters then its persistent buffers, in the EMA copy's order; a
+        ``ValueError`` if its names are not the EMA copy's (a different model)."""
+        params = dict(module.named_parameters())
+        buffers = dict(module.named_buffers())
+        if len(params) != len(self._param_names):
+            raise ValueError(f"ModelEma.step: the model has {len(params)} parameters, the EMA copy "
+                             f"{len(self._param_names)} (not the model the EMA was made from)")
+        try:
+            return [params[n] for n in self._param_names] + [buffers[n] for n in self._buffer_names]
+        except KeyError as e:
+            raise ValueError(f"ModelEma.step: the model has no tensor {e.args[0]!r} that the EMA copy has "
+                             "(not the model the EMA was made from)") from None
 
     def state(self) -> dict:
         return {"module": self.module.state_dict(), "updates": self.updates}
