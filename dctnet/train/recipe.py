@@ -153,7 +153,8 @@ class TrainConfig:
     # CUDA: convolutional models (and their pixel inputs) in channels_last, cudnn.benchmark on (detection:
     # the detector's weights only, no benchmark: its image sizes vary); nothing on a CPU
     channels_last: bool = True
-    device: str = "auto"              # auto: cuda:LOCAL_RANK when available, else cpu; cuda (and cuda:N under torchrun): cuda:LOCAL_RANK
+    # auto: cuda:LOCAL_RANK when available, else cpu; cuda (and cuda:N under torchrun): cuda:LOCAL_RANK
+    device: str = "auto"
     eval_every: int = 1               # epochs between evaluations (the last epoch always evaluates)
     checkpoint: bool = True           # write last.pt after every epoch (resume with --resume)
     progress: bool = True             # progress bars (rank 0)
