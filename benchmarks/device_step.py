@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -109,9 +110,15 @@ class Bench:
     def row(self, tag: str, text: str, **fields) -> None:
         print(f"{tag}: {text}", flush=True)
         self.rows.append({"tag": tag, **fields})
-        if self.args.json is not None:
-            self.args.json.parent.mkdir(parents=True, exist_ok=True)
-            self.args.json.write_text(json.dumps({**self.meta, "rows": self.rows}, indent=1))
+        if self.args.json is not None:  # rewritten after every row, atomically: a run killed (a timeout)
+            path = self.args.json           # keeps every row measured before it, in a whole file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "w") as f:
+                f.write(json.dumps({**self.meta, "rows": self.rows}, indent=1))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
 
 
 def main() -> None:
@@ -120,7 +127,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=None, help="default: 256 on CUDA, 8 on the CPU")
     ap.add_argument("--size", type=int, default=224, help="output side (a multiple of 16; e.g. 64 on the CPU)")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs a row (median); default 10 CUDA, 3 CPU")
-    ap.add_argument("--json", type=Path, default=None, help="write the rows here (rewritten after each row)")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows here (rewritten, atomically, after each row)")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile arm")
     ap.add_argument("--skip-train", action="store_true", help="no ViT-S training-step share")
     ap.add_argument("--budget-s", type=float, default=90.0,
