@@ -211,6 +211,38 @@ def test_compiled_half_is_one_graph(path):
     assert F._cache.keys() == cached.keys()
 
 
+def test_the_packed_plan_is_unpacked_inside_one_graph():
+    """On an accelerator the compiled half takes the plan as one byte buffer and its layout
+    (:mod:`dctnet.transforms.transfer`) and unpacks it inside the graph (views: one graph input for CUDA
+    graphs to copy, not one per tensor). The unpacked plan is the plan, bit for bit; the graph that unpacks
+    it is still one graph with no break, equal to the eager step; and equal plans share one interned layout
+    (what the compiled step's guards compare)."""
+    from torch.utils._pytree import tree_leaves
+
+    from dctnet.transforms.transfer import pack_plan, unpack_plan
+
+    step = recipe_device_step(ROOT / "recipes" / "imagenette" / "vit_s16_dct_gpu.yaml")
+    transform = step.train_transform.set_fixed_shapes(True)
+    half = T.CompiledHalf(lambda rgb, labels, prepared: step._tail(transform, rgb, labels, prepared), backend="eager")
+    layouts = []
+    for b in range(2):
+        x, labels = crops(8, 32, seed=b)
+        plan = transform.prepare(transform.draw_params(x.shape, T.step_generator(0, 0, b)), x.shape, "cpu")
+        packed = pack_plan(plan, "meta")  # packed as for a device (the buffer stays on the host here)
+        layouts.append(packed.layout)
+        assert not packed.resident and packed.buffer.dtype == torch.uint8
+        for got, want in zip(tree_leaves(unpack_plan(packed.buffer, packed.layout)), tree_leaves(plan)):
+            assert (torch.equal(got, want) and got.dtype == want.dtype) if isinstance(want, torch.Tensor) else got == want
+    assert layouts[0] is layouts[1]
+    want = step._tail(transform, x, labels, plan)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(half.compiled_packed._torchdynamo_orig_callable)(
+        x, labels, packed.buffer, packed.layout, packed.resident)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    got = half.compiled_packed(x, labels, packed.buffer, packed.layout, packed.resident)
+    torch.testing.assert_close(got[0], want[0], atol=0, rtol=0)
+
+
 def test_constants_are_not_stored_while_tracing():
     """A cold constant cache under dynamo: the constant is built in the graph, the cache stays empty (and
     the traced step is still one graph); eagerly it is stored."""

@@ -128,6 +128,8 @@ class DeviceTracer:
         self.syncs: list[str] = []
         #: record the syncs and go on instead of raising at the first (to list them all)
         self.collect = collect
+        #: host → device copies made (blocking or not): what a plan's transfer costs in driver calls
+        self.copies_to_device = 0
         self._modes: list[Any] = []
         # the maths layer's constant cache (dctnet.functional._cached): what an earlier traced run
         # built for the simulated device is device memory
@@ -209,8 +211,10 @@ class _DispatchMode(TorchDispatchMode):
             blocking = not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
             if tr.is_device(src) and not tr.is_device(dst):
                 return f"{func}: device → host copy"
-            if tr.is_device(dst) and not tr.is_device(src) and blocking:
-                return f"{func}: blocking host → device copy"
+            if tr.is_device(dst) and not tr.is_device(src):
+                tr.copies_to_device += 1
+                if blocking:
+                    return f"{func}: blocking host → device copy"
             return None
         if any(isinstance(t, Tensor) and t.dim() > 0 and not tr.is_device(t) for t in tree_leaves((args, kwargs))):
             # on a GPU a device mismatch, or for an index an implicit blocking copy: either way the
@@ -315,6 +319,7 @@ class _FunctionMode(TorchFunctionMode):
         if device == "dev":
             if not non_blocking:
                 tr.fail("Tensor.to(<device>) of host memory without non_blocking=True: a blocking host → device copy")
+            tr.copies_to_device += 1
             return tr.mark(src.to(**convert, copy=True))  # a real copy, in device memory
         return src.to(**convert, copy=True)  # device → host (collect mode): host memory
 
@@ -696,3 +701,32 @@ def test_every_decode_path_makes_no_host_sync(sampling, color_space):
         for exact in (False, True) if integer else (False,):
             out = IM.to_rgb(planes, sampling, valid, color_space=color_space, exact=exact, out_size=(16, 20))
             assert out.shape == (2, 3, 16, 20) and tracer.is_device(out)
+
+
+@pytest.mark.parametrize("name", ["vit_s16_dct_gpu", "deit_s"])
+def test_a_training_batch_copies_its_plan_once(shapes, tmp_path, name):
+    """DeiT's list (flip, RandAugment, pixel erasing, Mixup/CutMix) plans ~44 small tensors a batch on the
+    host; they reach the device as one packed buffer (:mod:`dctnet.transforms.transfer`): at most 2 host →
+    device copies per training batch after the batch itself (the constants' first copies are made by the
+    first batch), where copying the plan tensor by tensor made one per tensor."""
+    path = next(p for p in RECIPES if p.stem == name)
+    pipe = recipe_pipeline(path, shapes, tmp_path)
+    pipe.step.train_transform.set_fixed_shapes(True)  # as compiled: every group (and constant) every batch
+    tracer = DeviceTracer()
+    tracer.mark(*device_modules(pipe))
+    batch = moved(tracer, next(iter(pipe.train_loader)))
+    with tracer:
+        pipe.train_step(batch)  # the first batch: constants built and copied once per device
+        copies = []
+        for _ in range(3):
+            before = tracer.copies_to_device
+            pipe.train_step(batch)
+            copies.append(tracer.copies_to_device - before)
+    assert all(1 <= c <= 2 for c in copies), copies
+    # the same plan, tensor by tensor, is what the one copy replaced
+    from torch.utils._pytree import tree_leaves as leaves
+
+    transform = pipe.step.train_transform
+    x = torch.rand(len(batch.labels), 3, 32, 32)
+    plan = transform.prepare(transform.draw_params(x.shape, T.step_generator(0, 0, 0)), x.shape, "cpu")
+    assert sum(isinstance(v, Tensor) for v in leaves(plan)) >= 20

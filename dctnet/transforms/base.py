@@ -65,6 +65,7 @@ Recipes build transforms by name: :mod:`dctnet.transforms.registry`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import math
@@ -81,6 +82,7 @@ from torch.utils._pytree import tree_flatten
 
 from dctnet import functional as F
 from dctnet.readback import log_point
+from dctnet.transforms.transfer import move_plan, pack_plan, unpack_plan
 from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "KERNEL_STAGES", "OVERFLOW", "Params", "REPRESENTATIONS", "Transform", "coefficient_shape",
@@ -512,7 +514,7 @@ class Transform(nn.Module):
                     gen: torch.Generator) -> tuple[Tensor, Tensor | None, Params]:
         if params is None:
             params = self.draw_params(x.shape, gen)
-        out, out_labels = self.execute(x, labels, self.prepare(params, x.shape, x.device))
+        out, out_labels = self.execute(x, labels, move_plan(self.prepare(params, x.shape, "cpu"), x.device))
         return out, out_labels, params
 
     def prepare(self, params: Params, shape: Sequence[int], device: torch.device | str) -> Any:
@@ -641,7 +643,7 @@ class Compose(Transform):
             params = self.draw_params(x.shape, gen)
         elif sorted(params) != sorted(str(i) for i in range(len(self.transforms))):
             raise ValueError(f"params have keys {sorted(params)}, this Compose has {len(self.transforms)} transforms")
-        x, labels = self.execute(x, labels, self.prepare(params, x.shape, x.device))
+        x, labels = self.execute(x, labels, move_plan(self.prepare(params, x.shape, "cpu"), x.device))
         return x, labels, params
 
     def prepare(self, params, shape, device):
@@ -735,21 +737,39 @@ class CompiledHalf:
     def __init__(self, fn: Callable[[Tensor, Any, Any], Any], **compile_kwargs: Any) -> None:
         self.fn = fn
         self.compiled = torch.compile(fn, **compile_kwargs)
+        # on an accelerator the graph takes the plan as one buffer (transfer.py), unpacked inside it
+        self.compiled_packed = torch.compile(
+            lambda x, labels, buffer, layout, resident: fn(x, labels, unpack_plan(buffer, layout, resident)),
+            **compile_kwargs)
+        self.static_buffers: dict[tuple[Any, ...], Tensor] = {}  # CUDA: each shape's plan buffer, a static input
         self.signatures: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # batch shape etc. → the compiled plan's
         self.compiled_calls: dict[tuple[Any, ...], int] = {}
         self.eager_batches = 0
 
     def __call__(self, x: Tensor, labels: Tensor | None, prepared: Any) -> Any:
+        """``fn(x, labels, prepared)``; ``prepared`` is the plan as :meth:`Transform.prepare` made it on
+        the host (``device="cpu"``), moved to ``x``'s device here in one copy (:mod:`~dctnet.transforms.transfer`)."""
         sig = plan_signature(x, labels, prepared)
-        known = self.signatures.setdefault(sig[:4], sig)
+        key = sig[:4]
+        known = self.signatures.setdefault(key, sig)
         if known is sig or known != sig:  # first of its shape (the warm-up), or a plan it was not compiled for
             self.eager_batches += 1
-            return self.fn(x, labels, prepared)
-        calls = self.compiled_calls[sig[:4]] = self.compiled_calls.get(sig[:4], 0) + 1
-        if calls <= 2:  # compiling, then (CUDA graphs) warming up and recording: one-time waits on the device
-            with log_point(x.device):
+            return self.fn(x, labels, move_plan(prepared, x.device))
+        calls = self.compiled_calls[key] = self.compiled_calls.get(key, 0) + 1
+        # compiling, then (CUDA graphs) warming up and recording: one-time waits on the device
+        with log_point(x.device) if calls <= 2 else contextlib.nullcontext():
+            if x.device.type == "cpu":
                 return self.compiled(x, labels, prepared)
-        return self.compiled(x, labels, prepared)
+            packed = pack_plan(prepared, x.device)
+            buffer = self.static_buffers.get(key)
+            if buffer is None or buffer.shape[0] != packed.layout.nbytes:
+                buffer = torch.empty(packed.layout.nbytes, dtype=torch.uint8, device=x.device)
+                if x.device.type == "cuda":  # one address for every replay: CUDA graphs read it in place
+                    torch._dynamo.mark_static_address(buffer)
+                self.static_buffers[key] = buffer
+            # after the previous batch's graph in stream order; its pinned source is kept until the copy is done
+            buffer.copy_(packed.buffer, non_blocking=True)
+            return self.compiled_packed(x, labels, buffer, packed.layout, packed.resident)
 
 
 def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., Any]:
@@ -757,13 +777,14 @@ def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., A
     compiled by ``torch.compile``: the returned ``step(x, labels=None, *, generator=None,
     params=None)`` draws on the host (eagerly: seeded CPU generators), :meth:`~Transform.prepare` s
     the parameters, and runs the compiled :meth:`~Transform.execute`, which sees the same shapes every
-    batch of a size, so it compiles once per batch size and never again (:class:`CompiledHalf`: the
-    first batch of a size runs eagerly and builds the constants; a rare plan that overflowed a
-    group's capacity runs eagerly instead of recompiling). Returns ``(x, labels)`` (``x`` alone
+    batch of a size (its fixed shapes are switched on), so it compiles once per batch size and
+    never again (:class:`CompiledHalf`: the first batch of a size runs eagerly and builds the
+    constants; a rare plan that overflowed a group's capacity runs eagerly instead of recompiling). Returns ``(x, labels)`` (``x`` alone
     without labels), the same values as ``transform(x, labels, generator=...)``.
 
     ``compile_kwargs`` go to ``torch.compile`` (default: inductor; on CUDA pass
     ``mode="reduce-overhead"`` for CUDA graphs)."""
+    transform.set_fixed_shapes(True)  # one set of shapes per batch size (as DeviceStep.compile)
     executed = CompiledHalf(transform.execute, **compile_kwargs)
 
     def step(x: Tensor, labels: Tensor | None = None, *, generator: torch.Generator | None = None,
@@ -774,7 +795,7 @@ def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., A
         x = _in_domain(x, transform.domain)
         if params is None:
             params = transform.draw_params(x.shape, gen)
-        out, out_labels = executed(x, labels, transform.prepare(params, x.shape, x.device))
+        out, out_labels = executed(x, labels, transform.prepare(params, x.shape, "cpu"))
         if not transform.converter:
             out = _in_domain(out, given)
         return out if labels is None else (out, out_labels)

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from dctnet.transforms.base import CompiledHalf, Compose, Transform, round_to_levels, to_coefficients
 from dctnet.transforms.device_crop import crops_to_rgb, native_chroma
+from dctnet.transforms.transfer import move_plan
 from dctnet.transforms.model_input import Normalize, ToCoefficients, ToRGB
 from dctnet.transforms import dct_kernels as TF
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
@@ -142,11 +143,11 @@ class DeviceStep(nn.Module):
                               self.pixel_levels)
         gen = generator if generator is not None else transform.generator
         params = transform.draw_params(rgb.shape, gen)
-        prepared = transform.prepare(params, rgb.shape, rgb.device)
+        prepared = transform.prepare(params, rgb.shape, "cpu")  # the plan, made on the host
         if self._compiled is not None and transform is self.train_transform:
-            x, target = self._compiled(rgb, labels, prepared)
+            x, target = self._compiled(rgb, labels, prepared)  # (moves it: one copy, a static buffer on CUDA)
         else:
-            x, target = self._tail(transform, rgb, labels, prepared)
+            x, target = self._tail(transform, rgb, labels, move_plan(prepared, rgb.device))  # one copy
         return x, target, labels
 
     def _finish(self, x: Tensor) -> Any:
