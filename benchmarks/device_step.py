@@ -20,9 +20,17 @@ benchmarks/device_transforms.py. The device step = ``crops_to_rgb(batch, size, i
   count does not grow with the batch;
 - ``sync-debug:`` the eager step under ``torch.cuda.set_sync_debug_mode("error")`` (CUDA only);
 - ``share:`` device step / (device step + model step) for timm's ``vit_small_patch16_224`` with the DCT
-  stem (``M.swap_stem``; the list ends in ``ToCoefficients``), bf16 autocast forward + backward + AdamW.
+  stem (``M.swap_stem``; the list ends in ``ToCoefficients``), bf16 autocast forward + backward + AdamW;
+- ``bytes[DECODE, GROUPS]:`` bytes the eager step (crop + DeiT list) writes, by dtype, at
+  ``--bytes-batch`` (64), summed over the outputs of every op that is not a view, for the float and the
+  exact decode, with exact groups (what an eager step runs, on any device) and fixed-size ones (what a
+  compiled step runs; inductor fuses its elementwise chains, so the graph writes less than this), mean
+  of 2 draws. On the
+  CPU the step takes its CPU kernels; ``--simulate-gpu`` (with ``tests/`` beside it) runs it under the
+  tests' device tracer, so it takes the kernels a GPU runs. Only the bytes rows with ``--bytes-only``.
 
     python benchmarks/device_step.py [--device cuda] [--batch 256] [--size 224] [--repeats 10] [--json rows.json]
+    python benchmarks/device_step.py --bytes-only --simulate-gpu    # the bytes rows alone, a GPU's kernels
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_transforms import deit_list, load_batch  # noqa: E402
@@ -56,6 +66,64 @@ def _is_view(name: str) -> bool:
     except Exception:
         return False
     return any(r.alias_info is not None and not r.alias_info.is_write for s in schemas for r in s.returns)
+
+
+class _BytesWritten(TorchDispatchMode):
+    """Bytes of every tensor an op writes (its outputs, in-place ones included; views write nothing),
+    by dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_dtype: dict[torch.dtype, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.by_dtype[t.dtype] = self.by_dtype.get(t.dtype, 0) + t.numel() * t.element_size()
+        return out
+
+
+def bytes_rows(b: "Bench", n: int, size: tuple[int, int], simulate: bool) -> None:
+    """The ``bytes[...]`` rows (module docstring)."""
+    import contextlib
+
+    host, _, _ = load_batch(n)
+    if simulate:  # the tests' device tracer: marked tensors report a CUDA device, so the GPU kernels run
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from test_host_syncs import SIM_DEVICE, DeviceTracer
+    where = "simulated GPU kernels" if simulate else f"{b.device} kernels"
+    for exact in (False, True):
+        for fixed in (False, True):
+            deit = deit_list(b.device).set_fixed_shapes(fixed)
+            # a tracer per configuration: it keeps what it marked alive (its taint is keyed by address)
+            tracer = DeviceTracer() if simulate else None
+            if tracer is not None:
+                tracer.mark(deit)
+                with tracer:
+                    batch = host.to(SIM_DEVICE, non_blocking=True)
+            else:
+                batch = host.to(b.device, non_blocking=True)
+            totals = []
+            with tracer if tracer is not None else contextlib.nullcontext():
+                deit(T.crops_to_rgb(batch, size, interpolation="bicubic", exact=exact), batch.labels,
+                     generator=T.step_generator(9, 0, 0))  # constants built once, not counted
+                for step in range(2):
+                    with _BytesWritten() as counted:
+                        deit(T.crops_to_rgb(batch, size, interpolation="bicubic", exact=exact), batch.labels,
+                             generator=T.step_generator(9, 0, 1 + step))
+                    totals.append(counted.by_dtype)
+            del tracer, batch
+            mean = {str(d).replace("torch.", ""): sum(t.get(d, 0) for t in totals) / len(totals) / 1e9
+                    for d in {d for t in totals for d in t}}
+            wide = mean.get("int64", 0.0) + mean.get("float64", 0.0)
+            decode, groups = "exact" if exact else "float", "fixed (compiled)" if fixed else "exact (eager)"
+            listed = ", ".join(f"{d} {v:.3f}" for d, v in sorted(mean.items(), key=lambda kv: -kv[1]))
+            b.row(f"bytes[{decode}, {groups.split()[0]}]",
+                  f"decode {decode}, groups {groups}, B={n}, {where}: GB written per step (mean of 2 draws) "
+                  f"{listed}; int64 + float64 = {wide:.3f} GB", decode=decode, fixed_groups=fixed, batch=n,
+                  simulated=simulate, gb_by_dtype=mean, int64_float64_gb=wide)
 
 
 class Bench:
@@ -130,6 +198,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="write the rows here (rewritten, atomically, after each row)")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile arm")
     ap.add_argument("--skip-train", action="store_true", help="no ViT-S training-step share")
+    ap.add_argument("--bytes-batch", type=int, default=64, help="batch of the bytes rows")
+    ap.add_argument("--bytes-only", action="store_true", help="only the bytes rows")
+    ap.add_argument("--simulate-gpu", action="store_true",
+                    help="bytes rows under the tests' device tracer: the kernels a GPU runs, on this CPU")
     ap.add_argument("--budget-s", type=float, default=90.0,
                     help="run the inductor default-mode arm (CUDA, last) only if the run is still under this")
     args = ap.parse_args()
@@ -142,6 +214,9 @@ def main() -> None:
         ap.error("--batch must be >= 2, --repeats positive, --size a multiple of 16")
     b = Bench(args, device)
     size = (args.size, args.size)
+    if args.bytes_only:
+        bytes_rows(b, args.bytes_batch, size, args.simulate_gpu)
+        return
     batch, _, source = load_batch(n)
     batch = batch.to(device, non_blocking=True)
     half, _, _ = load_batch(n // 2)
@@ -243,6 +318,8 @@ def main() -> None:
         b.row("share", f"device step (crop+DeiT list→coefficients, eager) {dev_ms:8.2f} ms/batch, ViT-S/16 DCT stem "
               f"bf16 fwd+bwd+AdamW {model_ms:8.2f} ms/batch ({tuple(xc.shape)}): device step = {share:.1%} of the "
               f"training step", device_ms=dev_ms, model_ms=model_ms, share=share, input_shape=list(xc.shape))
+
+    bytes_rows(b, args.bytes_batch, size, args.simulate_gpu)
 
     if not args.skip_compile and len(modes) > 1:
         if time.perf_counter() - t_start < args.budget_s:

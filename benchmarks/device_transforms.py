@@ -210,8 +210,8 @@ def deit_list(device: torch.device) -> T.Compose:
                          T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
                                  num_classes=1000),
                          T.ToRGB()], seed=0).to(device)
-    # as dctnet train runs it: fixed-size groups on an accelerator, exact groups on the CPU
-    return compose.set_fixed_shapes(device.type != "cpu")
+    # as dctnet train's eager step runs it, on any device: exact groups (fixed-size ones when compiled)
+    return compose.set_fixed_shapes(False)
 
 
 def crops_to_rgb_bicubic(batch: T.JpegBatch, size: int) -> torch.Tensor:

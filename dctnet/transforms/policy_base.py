@@ -136,7 +136,7 @@ def _pil_affine(which: str) -> Kernel:
 #: PIL's cubic (a = −1) as polynomials in the fraction t, one column per tap −1, 0, 1, 2: rows A, B, C, D of
 #: ``((A·t + B)·t + C)·t + D`` (``−t + 2t² − t³``, ``1 − 2t² + t³``, ``t + t² − t³``, ``−t² + t³``)
 _CUBIC_A1 = torch.tensor([[-1.0, 1.0, -1.0, 1.0], [2.0, -2.0, 1.0, -1.0], [-1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
-_TAPS = torch.arange(-1, 3)
+_TAPS = torch.arange(-1, 3, dtype=torch.int32)
 #: sampling points are computed in units of 2⁻³² px, as whole numbers in float64 (exact below 2⁵³): far
 #: below float32 weights' resolution, and every sum of them is exact, in any order
 _GRID = 2.0 ** 32
@@ -224,9 +224,11 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
         low, high = _axis_limits(h, w, x.device)
         inside = (f.clamp(low, high) == f).all(1)                                     # (n, HW)
         wts = _cubic_weights((f - f0).to(x.dtype))                                    # (n, 2, 4, HW)
-        offsets = _cached(("pil_taps", str(x.device)), lambda: _TAPS.to(x.device, non_blocking=True)[:, None])
-        taps = f0.long()[:, :, None] + offsets                                       # (n, 2, 4, HW)
-        # into the image, an axis at a time (scalar bounds: a broadcast int64 minimum costs a CPU 5x)
+        offsets = _cached(("pil_taps32", str(x.device)), lambda: _TAPS.to(x.device, non_blocking=True)[:, None])
+        # int32 indices (gather takes them: torch ≥ 2.8): half the bytes of int64, the same taps — the
+        # points' floors lie within a few image sizes of it (timm's warps), far inside int32
+        taps = f0.to(torch.int32)[:, :, None] + offsets                              # (n, 2, 4, HW)
+        # into the image, an axis at a time (scalar bounds: a broadcast integer minimum costs a CPU 5x)
         taps[:, 0].clamp_(0, w - 1)
         taps[:, 1].clamp_(0, h - 1)
         wx, wy = wts[:, 0:1], wts[:, 1:2]                                              # (n, 1, 4, HW)
@@ -244,10 +246,10 @@ def _pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: st
 
 def _taps_one_by_one(src: Tensor, cols: Tensor, rows: Tensor, width: int, wx: Tensor, wy: Tensor) -> Tensor:
     """``Σ_j wy_j · Σ_i wx_i · src[width · rows_j + cols_i]`` (``src (n, C, P)``; ``cols``, ``rows``
-    ``(n, 4, P)`` int64: the taps' columns and rows in an image ``width`` pixels across; ``wx``, ``wy``
+    ``(n, 4, P)`` int32: the taps' columns and rows in an image ``width`` pixels across; ``wx``, ``wy``
     ``(n, 1, 4, P)``), in that order: one tap at a time, accumulated in place — image-sized
     temporaries that stay in a CPU's caches (1.8× faster for one image than :func:`_taps_by_rows`).
-    A row's four flat indices are made when it is summed: the 16 at once are an int64 tensor 16
+    A row's four flat indices are made when it is summed: the 16 at once are an integer tensor 16
     images' worth of pixels in size."""
     n, c, p = src.shape
     out = None
@@ -314,13 +316,14 @@ def _pil_shift_filter(x: Tensor, data: Tensor, dim: int) -> tuple[Tensor, Tensor
         term = padded.narrow(dim, i, length + 1) * wts[:, i].view(line_shape)
         g = term if g is None else g.add_(term)
     # p reads g at p + ⌊u⌋ + 1 (g's index 0 is q = −1); a point outside takes the fill, any index will do
-    pos = _cached(("pil_positions", length, str(x.device)), lambda: torch.arange(length, device=x.device))
+    pos = _cached(("pil_positions32", length, str(x.device)),
+                  lambda: torch.arange(length, dtype=torch.int32, device=x.device))
     pos = pos.view(1, 1, length) if dim == 3 else pos.view(1, length, 1)               # along the axis
 
     def per_line(t: Tensor) -> Tensor:  # (n, lines) broadcast across the axis: (n, h, 1) or (n, 1, w)
         return t[:, :, None] if dim == 3 else t[:, None, :]
 
-    idx = (pos + per_line(u0.long())).add_(1).clamp_(0, length)                       # (n, h, w)
+    idx = (pos + per_line(u0.to(torch.int32))).add_(1).clamp_(0, length)              # (n, h, w) int32
     out = g.gather(dim, idx.unsqueeze(1).expand(n, c, h, w))
     # inside: −½ ≤ p + u < L − ½ (the point − ½ against the general kernel's limits), per line
     lo, hi = (-0.5 - u).ceil_(), ((length - 0.5) - u).ceil_()                         # (n, lines)
