@@ -779,8 +779,9 @@ def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., A
     the parameters, and runs the compiled :meth:`~Transform.execute`, which sees the same shapes every
     batch of a size (its fixed shapes are switched on), so it compiles once per batch size and
     never again (:class:`CompiledHalf`: the first batch of a size runs eagerly and builds the
-    constants; a rare plan that overflowed a group's capacity runs eagerly instead of recompiling). Returns ``(x, labels)`` (``x`` alone
-    without labels), the same values as ``transform(x, labels, generator=...)``.
+    constants; a rare plan that overflowed a group's capacity runs eagerly instead of recompiling).
+    Returns ``(x, labels)`` (``x`` alone without labels), the same values as ``transform(x, labels,
+    generator=...)``.
 
     ``compile_kwargs`` go to ``torch.compile`` (default: inductor; on CUDA pass
     ``mode="reduce-overhead"`` for CUDA graphs)."""
