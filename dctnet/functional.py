@@ -67,6 +67,9 @@ ZIGZAG: tuple[int, ...] = (
 Size = Union[tuple[int, int], Sequence[int], Tensor]
 
 _cache: dict[tuple[Any, ...], Tensor] = {}
+#: the kinds of constant a ``torch.compile`` trace had to build inside its graph (a cold cache: see
+#: :func:`_cached`) — empty when compiled steps read every constant as an input, as they should
+traced_misses: list[str] = []
 
 
 def select(mask: Tensor, a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
@@ -115,7 +118,9 @@ def _cached(key: tuple[Any, ...], make: Any) -> Tensor:
     t = _cache.get(key)
     if t is None:
         t = make()
-        if t.device.type != "meta" and not torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():
+            traced_misses.append(str(key[0]))
+        elif t.device.type != "meta":
             _cache[key] = t
     return t
 

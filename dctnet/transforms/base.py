@@ -724,7 +724,8 @@ class CompiledHalf:
       (:func:`dctnet.functional._cached` never stores while dynamo traces), so the graph reads them as
       inputs instead of building them inside itself — under CUDA graphs an output kept across calls
       would be overwritten at the next replay, and a store would change the next call's guards (a
-      recompile). Its signature becomes the one compiled for; the second batch compiles.
+      recompile). The graph is compiled for a signature that two batches in a row share (normally
+      the first two: the second batch compiles), so a first batch that overflowed pins nothing.
     - A batch whose plan has **another signature** (a group that overflowed its capacity, p ≈ 1e-6 a
       batch: a second chunk) runs eagerly too, the same values, instead of recompiling the step (a
       minute each, and after dynamo's recompile limit an eager step for the rest of the run).
@@ -744,6 +745,7 @@ class CompiledHalf:
         self.static_buffers: dict[tuple[Any, ...], Tensor] = {}  # CUDA: each shape's plan buffer, a static input
         self.signatures: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # batch shape etc. → the compiled plan's
         self.compiled_calls: dict[tuple[Any, ...], int] = {}
+        self._candidates: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # batch shape → the last eager signature
         self.eager_batches = 0
 
     def __call__(self, x: Tensor, labels: Tensor | None, prepared: Any) -> Any:
@@ -751,8 +753,12 @@ class CompiledHalf:
         the host (``device="cpu"``), moved to ``x``'s device here in one copy (:mod:`~dctnet.transforms.transfer`)."""
         sig = plan_signature(x, labels, prepared)
         key = sig[:4]
-        known = self.signatures.setdefault(key, sig)
-        if known is sig or known != sig:  # first of its shape (the warm-up), or a plan it was not compiled for
+        pinned = self.signatures.get(key)
+        if pinned is None and self._candidates.get(key) == sig:  # a signature seen twice in a row: compile it
+            pinned = self.signatures[key] = sig
+        if pinned is None or pinned != sig:  # the warm-up, or a plan it was not compiled for
+            if pinned is None:
+                self._candidates[key] = sig
             self.eager_batches += 1
             return self.fn(x, labels, move_plan(prepared, x.device))
         calls = self.compiled_calls[key] = self.compiled_calls.get(key, 0) + 1
@@ -760,7 +766,7 @@ class CompiledHalf:
         with log_point(x.device) if calls <= 2 else contextlib.nullcontext():
             if x.device.type == "cpu":
                 return self.compiled(x, labels, prepared)
-            packed = pack_plan(prepared, x.device)
+            packed = pack_plan(prepared, x.device, intern=True)  # (the compiled signature's: one layout)
             buffer = self.static_buffers.get(key)
             if buffer is None or buffer.shape[0] != packed.layout.nbytes:
                 buffer = torch.empty(packed.layout.nbytes, dtype=torch.uint8, device=x.device)

@@ -15,7 +15,9 @@ CUDA graphs, a separate static-input copy. Here the plan is made on the host and
    one per tensor.
 
 :class:`PlanLayout` (the tree's structure, each tensor's dtype, shape and offset, the host values) is
-hashable and interned per layout, so a compiled step guards on one object per batch size.
+hashable; a compiled step interns the layouts it runs (``pack_plan(..., intern=True)``: one object
+per batch size for its guards). Eager steps do not: their exact groups give nearly every batch a
+layout of its own, and a table of them would grow for the whole run.
 
 On a CPU device nothing is packed: the plan is already where it runs.
 """
@@ -33,7 +35,8 @@ __all__ = ["PackedPlan", "PlanLayout", "move_plan", "pack_plan", "unpack_plan"]
 
 _ALIGN = 16
 
-#: one object per distinct layout (a compiled step's guards compare it by identity)
+#: one object per distinct layout a compiled step ran (its guards compare it by identity); only those
+#: (:class:`~dctnet.transforms.CompiledHalf` packs one signature per batch size), so it stays small
 _INTERNED: dict["PlanLayout", "PlanLayout"] = {}
 
 
@@ -69,9 +72,10 @@ def _is_host(t: Tensor, device: torch.device) -> bool:
     return t.device.type == "cpu" and device.type != "cpu"
 
 
-def pack_plan(plan: Any, device: torch.device | str) -> PackedPlan:
+def pack_plan(plan: Any, device: torch.device | str, *, intern: bool = False) -> PackedPlan:
     """``plan``'s host tensors packed into one host buffer (pinned when CUDA is available), to go to
-    ``device``; tensors already elsewhere than the host stay as they are (:attr:`PackedPlan.resident`)."""
+    ``device``; tensors already elsewhere than the host stay as they are (:attr:`PackedPlan.resident`).
+    ``intern``: the layout object is shared by every equal layout (for a compiled graph's guards)."""
     device = torch.device(device)
     leaves, spec = tree_flatten(plan)
     by_dtype: dict[torch.dtype, list[int]] = {}
@@ -103,7 +107,8 @@ def pack_plan(plan: Any, device: torch.device | str) -> PackedPlan:
         else:
             described.append(("v", v))
     layout = PlanLayout(spec, tuple(segments), tuple(described), offset)
-    layout = _INTERNED.setdefault(layout, layout)
+    if intern:
+        layout = _INTERNED.setdefault(layout, layout)
     return PackedPlan(buffer, layout, tuple(resident))
 
 
