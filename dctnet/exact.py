@@ -127,7 +127,7 @@ def upsample_pixels_exact(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode:
 
 def _ycc_to_rgb_exact(y: Tensor, cb: Tensor, cr: Tensor) -> Tensor:
     """jdcolor.c's fixed-point YCbCr → RGB (SCALEBITS 16) on int32 samples, clamped: ``(B, 3, H, W)``.
-    In int32: samples are 0..255, so every product and sum stays below 2²⁴ (116130·127 + 2¹⁵ the largest)."""
+    In int32: samples are 0..255, so every product and sum stays below 2²⁴ (116130·128 + 2¹⁵ the largest)."""
     cb, cr = cb.to(torch.int32) - 128, cr.to(torch.int32) - 128
     half = 1 << 15
     r = y + ((91881 * cr + half) >> 16)                    # FIX(1.40200)

@@ -25,14 +25,16 @@ def test_amp_dtype(amp, device, want):
 
 def test_channels_last_acts_on_cuda_convolutional_models_only():
     """On by default; on CUDA for a model with 2-D convolutions; never on a CPU, never for a model without
-    convolutions, never when the recipe switches it off."""
-    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 2))
+    convolutions or with a ViT's one patch convolution, never when the recipe switches it off."""
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 2))
+    patchify = nn.Sequential(nn.Conv2d(3, 8, 4, stride=4), nn.Flatten(), nn.LazyLinear(2))  # a ViT's one patch conv
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
     on, off = load_recipe(None), load_recipe(None, ["train.channels_last=false"])
     assert on.train.channels_last
     assert use_channels_last(on, conv, CUDA)
     assert not use_channels_last(on, conv, CPU)
-    assert not use_channels_last(on, mlp, CUDA)
+    assert not use_channels_last(on, mlp, CUDA) and not use_channels_last(on, patchify, CUDA)
     assert not use_channels_last(off, conv, CUDA)
 
 

@@ -250,10 +250,12 @@ class DetectionTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         global_batch = r.data.batch_size * self.world_size
         self.lr = r.optim.lr * global_batch / r.optim.lr_batch
+        fused = self.device.type == "cuda"  # (as the classification trainer: no host read of fp16's found-inf)
         if r.optim.optimizer == "sgd":
-            self.opt = torch.optim.SGD(params, lr=self.lr, momentum=r.optim.momentum, weight_decay=r.optim.weight_decay)
+            self.opt = torch.optim.SGD(params, lr=self.lr, momentum=r.optim.momentum, weight_decay=r.optim.weight_decay,
+                                       fused=fused)
         else:
-            self.opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=r.optim.weight_decay)
+            self.opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=r.optim.weight_decay, fused=fused)
         self.steps_per_epoch = len(self.train_loader)
         if r.train.max_steps:
             self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
@@ -362,7 +364,7 @@ class DetectionTrainer:
             self.scaler.step(self.opt)
             self.scaler.update()
             for k, v in (*losses.items(), ("loss", loss)):
-                sums[k] = sums[k] + v.detach() if k in sums else v.detach().clone()
+                sums[k] = sums[k] + v.detach().double() if k in sums else v.detach().double()
             steps += 1
         with log_point(self.device):  # the epoch's record
             if self.device.type == "cuda":
@@ -490,13 +492,16 @@ class DetectionTrainer:
         tmp = path.with_suffix(".tmp")
         with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
             torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
-                        "records": self.records, "recipe": self.recipe.to_dict()}, tmp)
+                        "scaler": self.scaler.state_dict(), "records": self.records,
+                        "recipe": self.recipe.to_dict()}, tmp)
         os.replace(tmp, path)
 
     def _load(self, path: Path) -> None:
         state = torch.load(path, map_location="cpu", weights_only=True)
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
+        if state.get("scaler"):  # fp16's loss scale (a checkpoint from before AMP here has none)
+            self.scaler.load_state_dict(state["scaler"])
         self.start_epoch = int(state["epoch"]) + 1
         self.records = list(state.get("records", []))
         self.log(f"resumed from {path} at epoch {self.start_epoch + 1}")

@@ -87,11 +87,8 @@ class ModelEma(nn.Module):
         # one multi-tensor kernel (launch) per list instead of one per tensor; the same lerp per element
         if ema_float:
             torch._foreach_lerp_(ema_float, model_float, 1.0 - d)
-        if ema_other and hasattr(torch, "_foreach_copy_"):
+        if ema_other:  # (empty lists: _foreach_* raise on them)
             torch._foreach_copy_(ema_other, model_other)
-        else:  # a torch without _foreach_copy_ (the project allows torch 2.1)
-            for ema_v, v in zip(ema_other, model_other):
-                ema_v.copy_(v)
 
     def _tensors(self, module: nn.Module) -> list[Tensor]:
         """``module``'s parameters then its persistent buffers, in the EMA copy's order; a

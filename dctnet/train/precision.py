@@ -20,7 +20,8 @@ def amp_dtype(recipe: Recipe, device: torch.device) -> torch.dtype | None:
 
 
 def use_channels_last(recipe: Recipe, model: nn.Module, device: torch.device) -> bool:
-    """``train.channels_last`` acts on CUDA, for models with 2-D convolutions (cuDNN's NHWC kernels
-    are its fast ones, with tensor cores under AMP); a CPU run keeps the default layout."""
+    """``train.channels_last`` acts on CUDA, for convolutional models — more than one 2-D convolution
+    (cuDNN's NHWC kernels are its fast ones, with tensor cores under AMP); a ViT's single patch
+    embedding is not worth converting every batch for. A CPU run keeps the default layout."""
     return (recipe.train.channels_last and device.type == "cuda"
-            and any(isinstance(m, nn.Conv2d) for m in model.modules()))
+            and sum(isinstance(m, nn.Conv2d) for m in model.modules()) > 1)

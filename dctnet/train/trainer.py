@@ -67,10 +67,13 @@ class Trainer:
         global_batch = r.data.batch_size * self.world_size
         self.lr = r.optim.lr * global_batch / r.optim.lr_batch
         groups = optimizer_groups(model, r, self.lr)
+        # fused kernels on CUDA: one launch for every parameter, and under fp16 the grad scaler hands them
+        # its found-inf flag instead of reading it on the host each step (GradScaler._maybe_opt_step)
+        fused = self.device.type == "cuda"
         if r.optim.optimizer == "sgd":
-            self.opt = torch.optim.SGD(groups, lr=self.lr, momentum=r.optim.momentum, nesterov=True)
+            self.opt = torch.optim.SGD(groups, lr=self.lr, momentum=r.optim.momentum, nesterov=True, fused=fused)
         else:
-            self.opt = torch.optim.AdamW(groups, lr=self.lr)
+            self.opt = torch.optim.AdamW(groups, lr=self.lr, fused=fused)
         self.steps_per_epoch = len(self.pipe.train_loader)
         if r.train.max_steps:
             self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
@@ -224,16 +227,10 @@ class Trainer:
         steps = 0
         seen = 0
         for x, target, labels in self.pipe.batches(train=True):
-            with self._autocast():
-                out = self.train_model(self._memory_format(x))
-                loss = self.criterion(out.float(), target)
-            self.opt.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            if r.optim.grad_clip > 0:
-                self.scaler.unscale_(self.opt)
-                nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
-            self.scaler.step(self.opt)
-            self.scaler.update()
+            # a compiled model's first two steps compile (and under CUDA graphs record): one-time waits
+            compiling = log_point(self.device) if r.train.compile and self.updates < 2 else contextlib.nullcontext()
+            with compiling:
+                out, loss = self._train_step(x, target)
             self.sched.step()
             self.updates += 1
             if self.ema is not None:
@@ -270,6 +267,21 @@ class Trainer:
                 "images_per_s": stats[3] / max(stats[1] / self.world_size, 1e-9),
                 "data_wait": stats[0] / max(stats[1], 1e-9), "data_cpu_us_per_sample": stats[2] / max(stats[3], 1) * 1e6,
                 "lr": self.opt.param_groups[0]["lr"], "train_seconds": stats[1] / self.world_size}
+
+    def _train_step(self, x: Any, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward under autocast, backward, clipping, the optimizer and the schedule: ``(logits, loss)``."""
+        r = self.recipe
+        with self._autocast():
+            out = self.train_model(self._memory_format(x))
+            loss = self.criterion(out.float(), target)
+        self.opt.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if r.optim.grad_clip > 0:
+            self.scaler.unscale_(self.opt)
+            nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return out, loss
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module | None = None, suffix: str = "") -> dict[str, float]:

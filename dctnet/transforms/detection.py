@@ -49,6 +49,7 @@ from dctnet.transforms import geometry as G
 from dctnet.transforms import pixel as P
 from dctnet.transforms.base import to_coefficients
 from dctnet.transforms.device_crop import crops_to_rgb
+from dctnet.transforms.transfer import move_plan
 
 __all__ = [
     "DetectionCompose", "DetectionPlan", "DetectionStep", "DetectorResize", "FixedSizeCrop", "PadIfSmaller",
@@ -1161,8 +1162,7 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     Stage sizes come from the host plan (no host sync). ``exact``: decode in libjpeg's integer
     arithmetic (Pillow's pixels)."""
     device = batch.valid.device
-    stages = plan.stages.to(device, non_blocking=True)
-    flips = plan.flips.to(device, non_blocking=True)
+    stages, flips = move_plan([plan.stages, plan.flips], device)  # one copy, from pinned memory
     # stage 0 decodes and resamples in one pass: each window is the whole image, so its box is the image
     first = dataclasses.replace(batch, boxes=stages[0, :, 6:10], resize=stages[0, :, :4])
     x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
@@ -1393,20 +1393,24 @@ class DetectionStep:
             return [], []
         device = batch.valid.device
         has_masks = [t.get("masks") is not None for t in targets]
-        masks = [t["masks"].to(device, non_blocking=True) if m else None for t, m in zip(targets, has_masks)]
+        # every host tensor the targets need, in one copy from pinned memory (transfer.move_plan), not a
+        # pageable copy per field per image
+        host = {"masks": [t["masks"] if m else None for t, m in zip(targets, has_masks)],
+                "semantic": [t.get("semantic") for t in targets],
+                "targets": [{"boxes": t["boxes"].to(torch.float32),
+                             "labels": torch.as_tensor(t["labels"], dtype=torch.int64),
+                             **{k: t[k] for k in ("iscrowd", "area") if t.get(k) is not None}}
+                            for t in plan.targets]}
+        on_device = move_plan(host, device)
+        masks = on_device["masks"]
         images, out_masks = apply_plan(batch, plan, masks if any(has_masks) else None, exact=self.exact)
         out = []
         for b, t in enumerate(plan.targets):
-            moved = {"boxes": t["boxes"].to(torch.float32).to(device, non_blocking=True),
-                     "labels": torch.as_tensor(t["labels"], dtype=torch.int64).to(device, non_blocking=True)}
-            for k in ("iscrowd", "area"):
-                if t.get(k) is not None:
-                    moved[k] = t[k].to(device, non_blocking=True)
+            moved = dict(on_device["targets"][b])
             if out_masks[b] is not None:
                 moved["masks"] = out_masks[b]
-            if targets[b].get("semantic") is not None:
-                sem = targets[b]["semantic"].to(device, non_blocking=True)
-                moved["semantic"] = _gather(sem, plan.mask_maps[b], 255)  # padding: the ignore index
+            if on_device["semantic"][b] is not None:
+                moved["semantic"] = _gather(on_device["semantic"][b], plan.mask_maps[b], 255)  # padding: ignore index
             if "image_id" in t:
                 moved["image_id"] = t["image_id"]
             out.append(moved)
