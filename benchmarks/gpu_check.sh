@@ -14,7 +14,7 @@
 #   6. device step, compiled        device_step.py --skip-train: T.compile_step (CUDA graphs; then
 #                                   inductor's default mode while the run is under 40 s)             70 s
 #   7. train quickstart, compile    as 5 with train.compile=true                                     70 s
-#   8. train deit_s, sync debug     3 steps of recipes/reference/deit_s.yaml at 64x64, generated
+#   8. train deit_s, sync debug     4 steps of recipes/reference/deit_s.yaml at 64x64, generated
 #                                   data, train.compile, the loop under set_sync_debug_mode("error")
 #                                   (benchmarks/train_sync_debug.py)                                 95 s
 # Step timeouts add up to 480 s (8 min; `timeout -k 5`: a step that ignores SIGTERM is killed 5 s
@@ -212,12 +212,14 @@ STEP_TAIL=20 step "device step, compiled" 70 "$PY" benchmarks/device_step.py --d
   --skip-train --budget-s 40 --json "$DEST/device_step_compiled.json"
 step "train quickstart, AMP + compile" 70 "$PY" -m dctnet train recipes/quickstart.yaml --set optim.epochs=2 \
   --set train.progress=false --set train.checkpoint=false --set train.compile=true --out "$DEST/train-compile"
-# DeiT-S (timm, device-rgb, DeiT's augmentation) on generated data at 64², 3 steps, train.compile, the
-# training loop under torch.cuda.set_sync_debug_mode("error"): any host sync there fails the step, naming it
+# DeiT-S (timm, device-rgb, DeiT's augmentation) on generated data at 64², 4 steps of 32 (the compiled device
+# step's warm-up batch, then its graph: compiled, recorded, replayed twice), train.compile, the training loop
+# under torch.cuda.set_sync_debug_mode("error"): any host sync there fails the step, naming it; so does a
+# compiled step that never ran its graph
 step "train deit_s 64x64, compile, sync debug" 95 "$PY" benchmarks/train_sync_debug.py recipes/reference/deit_s.yaml \
   data.source=synthetic data.root=.dctnet-data/gpu-check-deit data.synthetic_classes=4 \
   data.synthetic_train_per_class=48 data.synthetic_val_per_class=8 data.image_size=64 \
-  optim.epochs=1 train.max_steps=3 train.compile=true train.checkpoint=false train.progress=false \
+  data.batch_size=32 optim.epochs=1 train.max_steps=4 train.compile=true train.checkpoint=false train.progress=false \
   "train.out=$DEST/train-deit-sync"
 
 say "total: $(( $(date +%s) - t0 )) s"

@@ -59,7 +59,7 @@ def main() -> int:
     print(f"sync-debug train: {recipe.name}, {recipe.data.image_size}², batch {recipe.data.batch_size}, "
           f"max_steps {recipe.train.max_steps}, compile {recipe.train.compile}, sync debug mode {mode} "
           f"from {'the start' if args.from_start else 'the training loop (after setup)'}", flush=True)
-    trainer = None
+    trainer = trainer_half = None
     try:
         if cuda and args.from_start:
             torch.cuda.set_sync_debug_mode("error")
@@ -67,6 +67,8 @@ def main() -> int:
         if cuda:
             torch.cuda.set_sync_debug_mode("error")
         record = trainer.fit()
+        step = trainer.pipe.step
+        trainer_half = getattr(step, "_compiled", None) if step is not None else None
     except Exception as exc:  # noqa: BLE001 — one line naming what failed and where, then the traceback
         if cuda:
             torch.cuda.set_sync_debug_mode("default")
@@ -79,7 +81,15 @@ def main() -> int:
         if cuda:
             torch.cuda.set_sync_debug_mode("default")
         del trainer  # its loader threads end here (as dctnet.train.train does)
-    print(f"sync-debug train: ok: no host sync raised; last epoch {json.dumps(record, default=str)}", flush=True)
+    half = trainer_half
+    if recipe.train.compile and half is not None and sum(half.compiled_calls.values()) < 2:
+        print(f"sync-debug train: FAILED: the compiled device step ran its graph {sum(half.compiled_calls.values())} "
+              f"times ({half.eager_batches} batches eagerly): raise train.max_steps or the data", flush=True)
+        return 1
+    graphs = (f"; device step: {half.eager_batches} batches eager, {sum(half.compiled_calls.values())} compiled"
+              if half is not None else "")
+    print(f"sync-debug train: ok: no host sync raised{graphs}; last epoch {json.dumps(record, default=str)}",
+          flush=True)
     return 0
 
 
