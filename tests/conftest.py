@@ -111,3 +111,20 @@ def write_recipe(tmp_path: Path, root: str, *, name: str = "t", batch_size: int 
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(base))
     return path
+
+
+def segmentation_recipe(tmp_path: Path, arm: str, steps: int):
+    """A torchvision segmentation recipe (LR-ASPP, MobileNetV3) on a generated set's class maps (4 train,
+    2 val images of 96×128, 4 classes) in ``arm``, ``steps`` training steps: what the segmentation tests
+    train."""
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train import load_recipe
+
+    make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4, semantic=True)
+    split = {s: {"images": s, "annotations": f"{s}.json", "semantic": f"{s}_semantic"} for s in ("train", "val")}
+    return load_recipe(None, {
+        "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0},
+        "model": {"arch": "torchvision:lraspp_mobilenet_v3_large", "input": arm, "num_classes": 4},
+        "detect": {"base_size": 96, "crop_size": 80},
+        "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
+        "train": {"max_steps": steps, "out": str(tmp_path / "run")}})

@@ -14,7 +14,7 @@ import torch
 
 from dctnet.train import RecipeError, load_recipe
 
-from conftest import IMAGENETTE, SHARED, ROOT
+from conftest import IMAGENETTE, SHARED, ROOT, segmentation_recipe
 
 pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
@@ -145,18 +145,10 @@ def test_torchrun_gathers_every_ranks_predictions(tmp_path):
 def test_segmentation_models_train_and_report_miou(tmp_path, arm):
     """A torchvision segmentation model on class-index PNGs (the generated set's), the segmentation
     references' presets in both arms; mIoU and pixel accuracy each epoch."""
-    from dctnet.synthetic import make_instance_set
     from dctnet.train.detection import DetectionTrainer
 
-    make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4, semantic=True)
+    record = DetectionTrainer(segmentation_recipe(tmp_path, arm, 2), log=lambda m: None).fit()
     split = {s: {"images": s, "annotations": f"{s}.json", "semantic": f"{s}_semantic"} for s in ("train", "val")}
-    recipe = load_recipe(None, {
-        "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0},
-        "model": {"arch": "torchvision:lraspp_mobilenet_v3_large", "input": arm, "num_classes": 4},
-        "detect": {"base_size": 96, "crop_size": 80},
-        "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
-        "train": {"max_steps": 2, "out": str(tmp_path / "run")}})
-    record = DetectionTrainer(recipe, log=lambda m: None).fit()
     assert 0.0 <= record["mIoU"] <= 1.0 and 0.0 <= record["pixel_acc"] <= 1.0 and "train_loss_out" in record
     with pytest.raises(RecipeError, match="num_classes"):
         load_recipe(None, {"data": {"source": "coco", **split}, "model": {"arch": "torchvision:fcn_resnet50",

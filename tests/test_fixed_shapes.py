@@ -119,6 +119,23 @@ def test_deit_step_launches_at_most_400_kernels():
     assert max(_deit_launches().values()) <= 400
 
 
+def deit_steps(synthetic_files, erase_p: float, **compile_kwargs):
+    """A loader of mixed-layout JPEG crops (batches of 6) and two DeviceSteps with DeiT's list (16² bicubic
+    crops, erasing at ``erase_p``): eager, and compiled with ``compile_kwargs``."""
+    from dctnet import data as D
+
+    def deit():
+        return [T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=erase_p, mode="pixel"),
+                T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10)]
+
+    files = [f for f in synthetic_files if "syn_00" in f or "syn_01" in f][:12]
+    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), seed=0)
+    loader = D.ThreadLoader(ds, 6, threads=1, drop_last=True)
+    eager = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0)
+    compiled = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0).compile(**compile_kwargs)
+    return loader, eager, compiled
+
+
 def test_compiled_device_step_equals_eager_and_compiles_once(synthetic_files):
     """DeviceStep.compile on the CPU (inductor): decoded crops of mixed-layout JPEGs through DeiT's list
     into plan A's normalised RGB equal the eager step (≤ 1e-5) over 5 batches of one size — new crops,
@@ -126,17 +143,7 @@ def test_compiled_device_step_equals_eager_and_compiles_once(synthetic_files):
     no recompile). compile_step (a Compose alone) equals its eager Compose too."""
     from torch._dynamo.utils import counters
 
-    from dctnet import data as D
-
-    def deit():
-        return [T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=0.25, mode="pixel"),
-                T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10)]
-
-    files = [f for f in synthetic_files if "syn_00" in f or "syn_01" in f][:12]
-    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), seed=0)
-    loader = D.ThreadLoader(ds, 6, threads=1, drop_last=True)
-    eager = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0)
-    compiled = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0).compile()
+    loader, eager, compiled = deit_steps(synthetic_files, erase_p=0.25)
     torch._dynamo.reset()
     counters.clear()
     graphs = None
@@ -277,18 +284,9 @@ def test_compiled_step_never_recompiles_even_when_a_group_overflows(synthetic_fi
     batch equals the eager step's."""
     from torch._dynamo.utils import counters
 
-    from dctnet import data as D
     from dctnet.transforms import erasing
 
-    def deit():
-        return [T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"), T.RandomErasing(p=0.9, mode="pixel"),
-                T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=10)]
-
-    files = [f for f in synthetic_files if "syn_00" in f or "syn_01" in f][:12]
-    ds = D.ImageFolderDataset.from_files(files, crop=D.RandomResizedCrop(), seed=0)
-    loader = D.ThreadLoader(ds, 6, threads=1, drop_last=True)
-    eager = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0)
-    compiled = T.DeviceStep((16, 16), augment=deit(), interpolation="bicubic", seed=0).compile(backend="eager")
+    loader, eager, compiled = deit_steps(synthetic_files, erase_p=0.9, backend="eager")
     torch._dynamo.reset()
     counters.clear()
     capacity = erasing.group_capacity

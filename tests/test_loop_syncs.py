@@ -26,7 +26,7 @@ import torch
 from dctnet.train import load_recipe
 from dctnet.readback import at_log_point
 
-from conftest import ROOT
+from conftest import ROOT, segmentation_recipe
 from test_host_syncs import SIM_DEVICE, DeviceTracer
 
 CLASSIFICATION = [ROOT / "recipes" / "quickstart.yaml", *sorted((ROOT / "recipes" / "imagenette").glob("*.yaml")),
@@ -152,15 +152,7 @@ def _detection_trainer(arch_recipe: Path | None, tmp_path: Path, arm: str | None
     from dctnet.train.detection import DetectionTrainer
 
     if arch_recipe is None:  # segmentation: the generated set's class maps, torchvision's LR-ASPP
-        make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4, semantic=True)
-        split = {s: {"images": s, "annotations": f"{s}.json", "semantic": f"{s}_semantic"} for s in ("train", "val")}
-        recipe = load_recipe(None, {
-            "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0},
-            "model": {"arch": "torchvision:lraspp_mobilenet_v3_large", "input": arm, "num_classes": 4},
-            "detect": {"base_size": 96, "crop_size": 80},
-            "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
-            "train": {"max_steps": STEPS, "out": str(tmp_path / "run")}})
-        return DetectionTrainer(recipe, log=lambda m: None)
+        return DetectionTrainer(segmentation_recipe(tmp_path, arm, STEPS), log=lambda m: None)
     make_instance_set(str(tmp_path / "set"), train=8, val=2, size=(96, 128), seed=4)
     split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
     over = {"data.root": str(tmp_path / "set"), "data.train": split["train"], "data.val": split["val"],
