@@ -141,7 +141,7 @@ class RefFixedSizeCrop(torch.nn.Module):
 def tv_sample(s: dict) -> dict:
     h, w = s["pixels"].shape[-2:]
     return {"image": tv_tensors.Image(s["pixels"]),
-            "boxes": tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"], dtype=torch.float64), format="XYXY",
+            "boxes": tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"], dtype=torch.float32), format="XYXY",
                                               canvas_size=(h, w)),
             "masks": tv_tensors.Mask(torch.from_numpy(s["masks"])), "labels": s["labels"]}
 
@@ -283,6 +283,72 @@ def test_sanitize_drops_degenerate_boxes_with_labels_and_masks(samples):
 
 
 # ---------------------------------------------------------------------------------------------- presets
+#: odd sizes (the user's 200–420 px, and 81²) with boxes on every edge: the right and bottom ones are
+#: where a float64 box times torchvision's float32 ratio lands past the canvas (81·float32(256/81) =
+#: 256.0000019) while torchvision's float32 box lands on it
+BORDER_SIZES = [(81, 81), (233, 419), (300, 211), (97, 355), (401, 203)]
+
+
+def _border_boxes(h: int, w: int) -> np.ndarray:
+    return np.array([[40, 40, w, h], [0, 0, w / 3, h / 4], [w - 9, 0, w, h / 2], [0, h - 7, w / 2, h],
+                     [0, 0, w, h], [w / 5, h / 5, w / 2, h / 2], [w / 2, 3, w, h - 3]], np.float64)
+
+
+def _resizing_ops() -> dict[str, tuple[list, list]]:
+    mean = (123.0, 117.0, 104.0)
+    fill = {tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}
+    ops = {"Resize(256)": ([TD.Resize(256)], [v2.Resize(256)]),
+           "Resize(333)": ([TD.Resize(333)], [v2.Resize(333)]),
+           "RandomShortestSize": ([TD.RandomShortestSize((160, 224, 288), max_size=400)],
+                                  [v2.RandomShortestSize((160, 224, 288), max_size=400)]),
+           "ScaleJitter": ([TD.ScaleJitter((256, 256), (0.5, 1.5))], [v2.ScaleJitter((256, 256), (0.5, 1.5))]),
+           "RandomResize": ([TD.RandomResize(200, 400)], [v2.RandomResize(200, 400)]),
+           "RandomResizedCrop(256)": ([TD.RandomResizedCrop(256)], [v2.RandomResizedCrop(256)])}
+    presets = {"multiscale": [v2.RandomShortestSize((480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), 1333),
+                              v2.RandomHorizontalFlip(0.5)],
+               "lsj": [v2.ScaleJitter((1024, 1024)), RefFixedSizeCrop(1024, mean), v2.RandomHorizontalFlip(0.5)],
+               "ssd": [v2.RandomPhotometricDistort(), v2.RandomZoomOut(fill), v2.RandomIoUCrop(),
+                       v2.RandomHorizontalFlip(0.5)],
+               "ssdlite": [v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)]}
+    ops.update({f"preset {k}": (TD.detection_preset(k), tv) for k, tv in presets.items()})
+    return ops
+
+
+@pytest.mark.parametrize("name", sorted(_resizing_ops()))
+def test_border_boxes_are_kept_as_torchvision_keeps_them(name):
+    """Every resizing op and preset, then SanitizeBoundingBoxes, on odd sizes whose boxes touch every edge,
+    over 12 seeds each: the kept boxes are torchvision's (the same labels, in order) — the kept sets, not
+    only the boxes both keep — and their coordinates agree. Boxes are float32 on both sides, as
+    torchvision's references and the rgb arm carry them."""
+    ours_ops, tv_ops = _resizing_ops()[name]
+    comp = TD.DetectionCompose([*ours_ops, TD.SanitizeBoundingBoxes()])
+    tv = v2.Compose([*tv_ops, v2.SanitizeBoundingBoxes()])
+    kept = 0
+    for h, w in BORDER_SIZES:
+        boxes = _border_boxes(h, w)
+        labels = torch.arange(1, len(boxes) + 1)
+        for k in range(12):
+            _, t = comp.draw_one((h, w), {"boxes": boxes, "labels": labels}, torch.Generator().manual_seed(k))
+            torch.manual_seed(k)
+            want = tv({"image": tv_tensors.Image(torch.zeros(3, h, w)), "labels": labels,
+                       "boxes": tv_tensors.BoundingBoxes(torch.as_tensor(boxes, dtype=torch.float32), format="XYXY",
+                                                         canvas_size=(h, w))})
+            assert torch.equal(t["labels"], want["labels"]), (name, (h, w), k)
+            assert torch.allclose(t["boxes"], want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL, rtol=0)
+            kept += len(t["labels"])
+    assert kept > 0
+
+
+def test_a_box_on_the_border_stays_after_a_resize():
+    """The user's case: an 81×81 image, a box [40, 40, 81, 81], Resize(256) and sanitize: torchvision keeps
+    [126.4, 126.4, 256, 256]; so does the device arm."""
+    comp = TD.DetectionCompose([TD.Resize(256), TD.SanitizeBoundingBoxes()])
+    _, t = comp.draw_one((81, 81), {"boxes": np.array([[40.0, 40.0, 81.0, 81.0]]), "labels": torch.tensor([1])},
+                         torch.Generator().manual_seed(0))
+    assert t["boxes"].dtype == torch.float32 and t["labels"].tolist() == [1]
+    torch.testing.assert_close(t["boxes"], torch.tensor([[40 * 256 / 81, 40 * 256 / 81, 256.0, 256.0]]))
+
+
 @pytest.mark.parametrize("name", ["hflip", "multiscale", "ssdlite", "lsj", "ssd"])
 def test_presets_follow_torchvisions_references(samples, name):
     mean = (123.0, 117.0, 104.0)
@@ -309,7 +375,8 @@ def test_preset_draw_laws_equal_torchvisions_over_many_seeds(samples):
     for k in range(120):
         g, t = comp.draw_one((h, w), {"boxes": s["boxes"], "labels": s["labels"]}, torch.Generator().manual_seed(k))
         torch.manual_seed(k)
-        boxes = tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"]), format="XYXY", canvas_size=(h, w))
+        boxes = tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"], dtype=torch.float32), format="XYXY",
+                                         canvas_size=(h, w))
         want = tv({"image": tv_tensors.Image(torch.zeros(1, h, w)), "boxes": boxes, "labels": s["labels"]})
         assert g.canvas == tuple(want["image"].shape[-2:])
         assert torch.allclose(t["boxes"], want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL, rtol=0)
@@ -359,10 +426,10 @@ def test_detection_step_on_the_coco_trees_set_matches_torchvision(preset):
             pixels = torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).float() / 255
         torch.manual_seed(TD.sample_generator(7, 3, t["image_id"]).initial_seed())
         want = tv({"image": tv_tensors.Image(pixels), "labels": t["labels"],
-                   "boxes": tv_tensors.BoundingBoxes(t["boxes"], format="XYXY", canvas_size=t["size"])})
+                   "boxes": tv_tensors.BoundingBoxes(t["boxes"].float(), format="XYXY", canvas_size=t["size"])})
         assert images[b].shape == want["image"].shape, path
         assert (images[b] - want["image"].as_subclass(torch.Tensor)).abs().max() <= 5e-5, path
-        assert torch.allclose(out[b]["boxes"].double(), want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL), path
+        assert torch.allclose(out[b]["boxes"], want["boxes"].as_subclass(torch.Tensor), atol=BOX_TOL), path
         assert torch.equal(out[b]["labels"], want["labels"]) and out[b]["boxes"].dtype == torch.float32
         assert out[b]["image_id"] == t["image_id"] and len(out[b]["iscrowd"]) == len(out[b]["boxes"])
 
@@ -421,7 +488,7 @@ def test_detector_resize_is_the_models_own_and_leaves_its_transform_nothing_to_r
         normalised = (images[b] - torch.tensor(ref.image_mean)[:, None, None]) / torch.tensor(ref.image_std)[:, None, None]
         assert torch.equal(got.tensors[b, :, :h, :w], normalised), s["path"]  # nothing resampled again
         assert (normalised - want_images[b]).abs().max() <= 2e-4, s["path"]  # (its std divides by ~0.225)
-        assert torch.allclose(plan.targets[b]["boxes"], want_targets[b]["boxes"].double(), atol=BOX_TOL, rtol=0)
+        assert torch.allclose(plan.targets[b]["boxes"], want_targets[b]["boxes"], atol=BOX_TOL, rtol=0)
         assert torch.equal(masks[b], want_targets[b]["masks"]), s["path"]
 
 
@@ -445,7 +512,7 @@ def test_the_detectors_resize_reads_the_crop_a_sealed_stage_made(samples):
         std = torch.tensor(model.transform.image_std)[:, None, None]
         want = il.tensors[0, :, :h, :w] * std + torch.tensor(model.transform.image_mean)[:, None, None]
         assert images[b].shape == want.shape and (images[b] - want).abs().max() <= 5e-5, s["path"]
-        assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"].double(), atol=BOX_TOL, rtol=0), s["path"]
+        assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"], atol=BOX_TOL, rtol=0), s["path"]
 
 
 def test_samples_of_one_batch_may_pad_one_stage_with_different_fills(samples):
@@ -484,7 +551,7 @@ def test_a_preset_then_the_detectors_resize_in_stages_of_both_kinds(samples):
         std = torch.tensor(model.transform.image_std)[:, None, None]
         want = il.tensors[0, :, :h, :w] * std + torch.tensor(model.transform.image_mean)[:, None, None]
         assert (images[b] - want).abs().max() <= 5e-5, s["path"]
-        assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"].double(), atol=BOX_TOL, rtol=0), s["path"]
+        assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"], atol=BOX_TOL, rtol=0), s["path"]
         assert torch.equal(masks[b], tt[0]["masks"]), s["path"]
 
 

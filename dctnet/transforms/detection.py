@@ -857,7 +857,7 @@ class DetectionPlan:
         antialias: ``bool (S, B)``: antialiased resampling, or torch's plain bilinear.
         fills: per stage, ``(B, 3)`` RGB in [0, 1] of each sample's padding (samples may pad a
             stage with different fills: which ops join a stage depends on each sample's draws).
-        targets: per sample, the target moved (boxes float64 XYXY; ``_kept``: the indices of the
+        targets: per sample, the target moved (boxes float32 XYXY; ``_kept``: the indices of the
             source boxes that remain, in order).
         mask_maps: per sample, how its masks move (:meth:`Geometry.mask_maps`).
         warps: per stage, ``None`` or ``(inverse (B, 2, 3) float64, mode, fill, on (B,))``: the
@@ -901,7 +901,10 @@ class DetectionCompose:
         """One sample: its geometry and its moved target (a copy; the input is not changed)."""
         # masks and semantic maps: gathered on the device by apply_plan
         t = {k: v for k, v in target.items() if k not in ("masks", "semantic")}
-        t["boxes"] = torch.as_tensor(t.get("boxes", torch.zeros(0, 4)), dtype=torch.float64).reshape(-1, 4)
+        # float32, as torchvision's detection references and the rgb arm carry boxes: every op's arithmetic
+        # then rounds where theirs does — a box on the border stays on it after a resize (81 · float32(256/81)
+        # is 256 in float32 and 256.0000019 in float64, past the canvas: sanitize dropped it)
+        t["boxes"] = torch.as_tensor(t.get("boxes", torch.zeros(0, 4))).to(torch.float32).reshape(-1, 4)
         t["_kept"] = torch.arange(t["boxes"].shape[0])
         geom = Geometry.of(*size)
         for op in self.ops:
