@@ -259,3 +259,23 @@ def test_the_rgb_arms_sanitize_keeps_iscrowd_and_area_with_their_boxes():
     import pickle
 
     assert pickle.loads(pickle.dumps(TD.torchvision_sanitize())) is not None  # DataLoader workers pickle it
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_an_annotation_file_without_images_is_one_error_line(tmp_path, split, capsys):
+    """COCO files with ``"images": []`` (either split): ``dctnet train`` prints one ``error:`` line naming the
+    file and exits 1 — not a KeyError from the first epoch's record."""
+    from dctnet import cli
+    from dctnet.synthetic import make_instance_set
+
+    make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4)
+    path = tmp_path / "set" / f"{split}.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps({**meta, "images": [], "annotations": []}))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", str(RECIPE), "--set", f"data.root={tmp_path / 'set'}", "--set", "model.init=null",
+                  "--set", "data.train={images: train, annotations: train.json}",
+                  "--set", "data.val={images: val, annotations: val.json}", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: data.") and f"{split}.json lists no usable image" in err[0], err

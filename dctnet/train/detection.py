@@ -190,10 +190,13 @@ class DetectionTrainer:
         self.train_set = CocoDataset(*_split(r, "train"), semantic=_semantic_dir(r, "train"),
                                      masks="instance" if r.detect.copy_paste else masks, **common)
         self.val_set = CocoDataset(*_split(r, "val"), semantic=_semantic_dir(r, "val"), masks=masks, **common)
-        for ds, limit in ((self.train_set, r.data.limit_train), (self.val_set, r.data.limit_val)):
+        for split, ds, limit in (("train", self.train_set, r.data.limit_train), ("val", self.val_set, r.data.limit_val)):
             if limit:  # the first N images (smoke tests): only those are checked and read
                 ds.ids, ds.paths = ds.ids[:limit], ds.paths[:limit]
-            ds.check()
+            refused = ds.check()
+            if not len(ds):  # (an empty "images" list, or every file unusable): nothing to train or evaluate on
+                raise ValueError(f"data.{split}: {_split(r, split)[1]} lists no usable image "
+                                 f"({len(refused)} left out as unusable)")
         num_classes = r.model.num_classes or len(self.train_set.classes) + 1
         torch.manual_seed(r.train.seed)
         name = r.model.arch.split(":", 1)[1]
@@ -257,6 +260,9 @@ class DetectionTrainer:
         else:
             self.opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=r.optim.weight_decay, fused=fused)
         self.steps_per_epoch = len(self.train_loader)
+        if not self.steps_per_epoch:
+            raise ValueError(f"data.train: {len(self.train_set)} images make no full batch of data.batch_size "
+                             f"{r.data.batch_size}; lower data.batch_size")
         if r.train.max_steps:
             self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
         self.total_steps = max(1, r.optim.epochs * self.steps_per_epoch)
