@@ -279,3 +279,49 @@ def test_an_annotation_file_without_images_is_one_error_line(tmp_path, split, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 1 and len(err) == 1, err
     assert err[0].startswith("error: data.") and f"{split}.json lists no usable image" in err[0], err
+
+
+def test_skipped_images_are_named_and_counted(tmp_path):
+    """data.on_error: skip in a detection run, as in a classification run: images the full decode refuses
+    before training (a truncated JPEG, a PNG named .jpg, a missing file) are named with their reasons in
+    ``skipped.txt`` (epoch 0) and in the log; an image that goes bad during the run is skipped, named with
+    its epoch and counted in ``metrics.json`` (``train_skipped``, ``val_skipped``)."""
+    import io
+
+    from PIL import Image
+
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train.detection import DetectionTrainer
+
+    make_instance_set(str(tmp_path / "set"), train=8, val=3, size=(96, 128), seed=4)
+    meta = {s: json.loads((tmp_path / "set" / f"{s}.json").read_text()) for s in ("train", "val")}
+    train = [tmp_path / "set" / "train" / im["file_name"] for im in meta["train"]["images"]]
+    val = [tmp_path / "set" / "val" / im["file_name"] for im in meta["val"]["images"]]
+    train[0].write_bytes(train[0].read_bytes()[:300])                       # truncated
+    png = io.BytesIO()
+    Image.new("RGB", (128, 96)).save(png, "PNG")
+    train[1].write_bytes(png.getvalue())                                     # a PNG under a .jpg name
+    val[0].unlink()                                                          # missing
+    split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
+    recipe = load_recipe(None, {
+        "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0,
+                 "on_error": "skip"},
+        "model": {"arch": "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", "input": "device-rgb"},
+        "detect": {"min_size": 64, "max_size": 96},
+        "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
+        "train": {"max_steps": 3, "out": str(tmp_path / "run"), "checkpoint": False}})
+    logged: list[str] = []
+    trainer = DetectionTrainer(recipe, log=logged.append)
+    assert any("left out 3 unusable images" in m for m in logged), logged
+    rows = [line.split("\t") for line in (tmp_path / "run" / "skipped.txt").read_text().splitlines()]
+    assert sorted((r[0], r[1], r[2]) for r in rows) == sorted(
+        [("0", "train", str(train[0])), ("0", "train", str(train[1])), ("0", "val", str(val[0]))])
+    assert all(r[3] for r in rows)  # each with its reason
+    # a file that goes bad after the check: skipped where it is read, named with its epoch, counted
+    late = next(p for p in train[2:] if str(p) in trainer.train_set.paths)
+    late.write_bytes(late.read_bytes()[:200])
+    record = trainer.fit()
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())[-1]
+    assert record["train_skipped"] == metrics["train_skipped"] >= 1 and metrics["val_skipped"] == 0
+    assert any(line.startswith(f"1\ttrain\t{late}\t") for line in (tmp_path / "run" / "skipped.txt").read_text().splitlines())
+    assert any("skipped 1 train" in m or "skipped 2 train" in m for m in logged), logged

@@ -190,10 +190,15 @@ class DetectionTrainer:
         self.train_set = CocoDataset(*_split(r, "train"), semantic=_semantic_dir(r, "train"),
                                      masks="instance" if r.detect.copy_paste else masks, **common)
         self.val_set = CocoDataset(*_split(r, "val"), semantic=_semantic_dir(r, "val"), masks=masks, **common)
+        #: (split, path, reason) of the images data.on_error: skip left out before training (a full decode
+        #: found them unusable) and of the samples skipped since the last epoch's record
+        self.excluded: list[tuple[str, str, str]] = []
+        self.skipped: list[tuple[str, str, str]] = []
         for split, ds, limit in (("train", self.train_set, r.data.limit_train), ("val", self.val_set, r.data.limit_val)):
             if limit:  # the first N images (smoke tests): only those are checked and read
                 ds.ids, ds.paths = ds.ids[:limit], ds.paths[:limit]
             refused = ds.check()
+            self.excluded += [(split, str(path), str(reason)) for path, reason in refused]
             if not len(ds):  # (an empty "images" list, or every file unusable): nothing to train or evaluate on
                 raise ValueError(f"data.{split}: {_split(r, split)[1]} lists no usable image "
                                  f"({len(refused)} left out as unusable)")
@@ -272,6 +277,7 @@ class DetectionTrainer:
         if self.rank == 0:
             r.dump(self.out / "recipe.yaml")
             (self.out / "pipeline.txt").write_text(self.describe() + "\n")
+            self._note_excluded()
 
     def describe(self) -> str:
         arm = ("device-rgb (plan A): coefficients read in DataLoader workers; geometry drawn on the host, decode, "
@@ -305,7 +311,32 @@ class DetectionTrainer:
             collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,
             pin_memory=pin and not self.plan_a)  # (plan A's collate pins its own)
 
-    def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float]):
+    def _note_excluded(self) -> None:
+        """``skipped.txt`` (epoch 0: before training) and a log line for the images left out by the full
+        decode before training, as the classification trainer writes them; a fresh run starts it empty."""
+        path = self.out / "skipped.txt"
+        if not self.records:
+            path.unlink(missing_ok=True)
+            if self.excluded:
+                with open(path, "a") as f:
+                    f.writelines(f"0\t{split}\t{name}\t{reason}\n" for split, name, reason in self.excluded)
+        if self.excluded:
+            self.log(f"left out {len(self.excluded)} unusable images before training (names and reasons in {path})")
+
+    def _take_skipped(self, epoch: int) -> dict[str, int]:
+        """This epoch's skipped samples, summed over ranks, appended to ``skipped.txt`` (rank 0 writes
+        every rank's): ``{"train_skipped": N, "val_skipped": M}``."""
+        mine, self.skipped = self.skipped, []
+        if dist.is_initialized():
+            every: list = [None] * dist.get_world_size()
+            dist.all_gather_object(every, mine)
+            mine = [x for part in every for x in part]
+        if self.rank == 0 and mine:
+            with open(self.out / "skipped.txt", "a") as f:
+                f.writelines(f"{epoch + 1}\t{split}\t{name}\t{reason}\n" for split, name, reason in mine)
+        return {"train_skipped": sum(s == "train" for s, _, _ in mine), "val_skipped": sum(s == "val" for s, _, _ in mine)}
+
+    def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float], split: str = "train"):
         """``(images, targets)`` on the device; adds the host CPU (workers, and the host's geometry
         draw — not the device step, which a CPU-only run also runs on the host) to ``cost["cpu"]``
         and the images to ``cost["n"]``."""
@@ -323,6 +354,7 @@ class DetectionTrainer:
                 seen[wid] = cpu
             if self.plan_a:
                 batch, targets = payload
+                self.skipped += [(split, str(path), str(reason)) for _, path, reason in (batch.skipped or ())]
                 t0 = time.thread_time()
                 plan = step.plan(targets, epoch)  # host work: each sample's draws and boxes
                 main += time.thread_time() - t0
@@ -420,7 +452,7 @@ class DetectionTrainer:
         # bincount would read the device's values back for every image)
         counts = torch.zeros(k * k + 1, dtype=torch.int64, device=self.device)
         cost = {"cpu": 0.0, "n": 0.0}
-        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
+        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
             for image, target in zip(images, targets):  # one at a time: eval sizes differ
                 pred = self.model(self._normalised([image]))["out"].argmax(1)[0]
                 truth = target["semantic"].long()
@@ -442,7 +474,7 @@ class DetectionTrainer:
             return self._evaluate_segmentation()
         ds, results, cost = self.val_set, [], {"cpu": 0.0, "n": 0.0}
         iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
-        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost):
+        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
             outputs = self.model(self._model_input(images))
             with log_point(self.device):  # predictions leave the device per batch (COCO evaluation runs on the host)
                 results += self._coco_results(images, targets, outputs)
@@ -482,6 +514,7 @@ class DetectionTrainer:
             record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
             if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
                 record.update(self.evaluate())
+            record.update(self._take_skipped(epoch))
             record["epoch_seconds"] = time.perf_counter() - t0
             if self.rank == 0:
                 self.records.append(record)
@@ -490,8 +523,12 @@ class DetectionTrainer:
                     self._save(self.out / "last.pt", epoch)
                 ap = f", val bbox AP {record['bbox_AP']:.3f} AP50 {record['bbox_AP50']:.3f}" if "bbox_AP" in record else ""
                 ap += f", val mIoU {record['mIoU']:.3f}" if "mIoU" in record else ""
+                n_skip = record["train_skipped"] + record["val_skipped"]
+                skip = (f" | skipped {record['train_skipped']} train + {record['val_skipped']} val unreadable "
+                        f"(names in {self.out / 'skipped.txt'})") if n_skip else ""
                 self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f}{ap} | "
-                         f"{record['images_per_s']:.1f} img/s, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample")
+                         f"{record['images_per_s']:.1f} img/s, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample"
+                         f"{skip}")
         return record
 
     def _save(self, path: Path, epoch: int) -> None:
