@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,3 +163,12 @@ def test_the_timm_row_posterizes_0_bits_as_the_training_baseline():
     tf, _ = bench.timm_transform(bench.bench_recipe(None))  # the default list: DeiT's, rand-m9-mstd0.5-inc1
     aa = [t for t in tf.transforms if hasattr(t, "ops")]
     assert aa and all(o.aug_fn is pillow12_posterize for t in aa for o in t.ops if "Posterize" in o.name)
+
+
+def test_bench_refuses_a_detection_recipe(tmp_path):
+    """``dctnet bench --recipe DETECTION_RECIPE`` timed a classification crop instead of the detection step;
+    it now refuses, naming the benchmark that times a detection step."""
+    from dctnet.train.bench import bench_recipe
+
+    with pytest.raises(ValueError, match="detection recipe.*detection_trees.py"):
+        bench_recipe(str(Path(__file__).resolve().parents[1] / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml"))

@@ -112,6 +112,9 @@ def bench_recipe(recipe: str | None, size: int | None = None):
     if size is not None:
         over.setdefault("data", {})["image_size"] = size
     r = load_recipe(recipe, over or None)
+    if r.detection:  # its step is a whole-image geometric program, not the classification crop timed here
+        raise ValueError(f"dctnet bench times classification pipelines; {recipe} is a detection recipe "
+                         "(benchmarks/detection_trees.py reports its input pipeline's host CPU beside torchvision's)")
     if r.model.input == "rgb":
         r = dataclasses.replace(r, model=dataclasses.replace(r.model, input="device-rgb"))
     return r
