@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import re
 import io
 import json
 
@@ -313,6 +314,10 @@ def test_skipped_images_are_named_and_counted(tmp_path):
     logged: list[str] = []
     trainer = DetectionTrainer(recipe, log=logged.append)
     assert any("left out 3 unusable images" in m for m in logged), logged
+    # the start summary, before any epoch: the usable images of each split, annotations, categories
+    summary = next(m for m in logged if m.startswith("detection: "))
+    assert re.match(r"detection: train 6 images, \d+ annotations \(\d+ images without any\); val 2 images, \d+ "
+                    r"annotations \(\d+ images without any\); \d+ categories; model.input device-rgb, 3 steps", summary), summary
     rows = [line.split("\t") for line in (tmp_path / "run" / "skipped.txt").read_text().splitlines()]
     assert sorted((r[0], r[1], r[2]) for r in rows) == sorted(
         [("0", "train", str(train[0])), ("0", "train", str(train[1])), ("0", "val", str(val[0]))])
@@ -325,3 +330,26 @@ def test_skipped_images_are_named_and_counted(tmp_path):
     assert record["train_skipped"] == metrics["train_skipped"] >= 1 and metrics["val_skipped"] == 0
     assert any(line.startswith(f"1\ttrain\t{late}\t") for line in (tmp_path / "run" / "skipped.txt").read_text().splitlines())
     assert any("skipped 1 train" in m or "skipped 2 train" in m for m in logged), logged
+
+
+def test_a_detection_run_shows_a_progress_bar_on_a_terminal(tmp_path, monkeypatch):
+    """On a terminal a detection run shows each epoch's bar with its running loss (every train.log_every
+    steps); in logs and pipes it shows none (the epoch's line is printed anyway)."""
+    import io
+
+    from dctnet.train.detection import DetectionTrainer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    recipe = segmentation_recipe(tmp_path, "device-rgb", 2)
+    recipe.train.log_every = 1
+    screen = Terminal()
+    monkeypatch.setattr("sys.stderr", screen)
+    DetectionTrainer(recipe, log=lambda m: None).fit()
+    assert "epoch 1/1" in screen.getvalue() and "loss " in screen.getvalue()
+    pipe = io.StringIO()
+    monkeypatch.setattr("sys.stderr", pipe)
+    assert DetectionTrainer(segmentation_recipe(tmp_path / "again", "device-rgb", 1), log=lambda m: None)._progress(
+        1, "epoch") is None

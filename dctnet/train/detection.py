@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -278,6 +279,7 @@ class DetectionTrainer:
             r.dump(self.out / "recipe.yaml")
             (self.out / "pipeline.txt").write_text(self.describe() + "\n")
             self._note_excluded()
+            self.log(self.summary())
 
     def describe(self) -> str:
         arm = ("device-rgb (plan A): coefficients read in DataLoader workers; geometry drawn on the host, decode, "
@@ -310,6 +312,32 @@ class DetectionTrainer:
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,
             collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,
             pin_memory=pin and not self.plan_a)  # (plan A's collate pins its own)
+
+    def summary(self) -> str:
+        """One line before training: each split's images, annotations and images without any, the
+        categories, the arm and the steps per epoch — what a user checks before a long run."""
+        parts = []
+        for split, ds in (("train", self.train_set), ("val", self.val_set)):
+            anns = sum(len(ds.coco.imgToAnns.get(i, ())) for i in ds.ids)
+            empty = sum(not ds.coco.imgToAnns.get(i) for i in ds.ids)
+            parts.append(f"{split} {len(ds)} images, {anns} annotations ({empty} images without any)")
+        kind = "segmentation" if self.segmentation else "detection"
+        return (f"{kind}: {'; '.join(parts)}; {len(self.train_set.classes)} categories; model.input "
+                f"{self.recipe.model.input}, {self.steps_per_epoch} steps an epoch of batch {self.recipe.data.batch_size}")
+
+    def _progress(self, total: int, desc: str):
+        """A progress bar on a terminal (``train.progress``, rank 0); ``None`` in logs and pipes, where the
+        epoch's line is printed anyway."""
+        if self.rank != 0 or not self.recipe.train.progress:
+            return None
+        from tqdm import tqdm  # only for progress bars (train.progress)
+
+        tqdm.monitor_interval = 0
+        bar = tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
+        if bar.disable:
+            bar.close()
+            return None
+        return bar
 
     def _note_excluded(self) -> None:
         """``skipped.txt`` (epoch 0: before training) and a log line for the images left out by the full
@@ -377,6 +405,7 @@ class DetectionTrainer:
         sums: dict[str, torch.Tensor] = {}  # per loss, on the device: read once, at the end of the epoch
         steps, t0 = 0, time.perf_counter()
         warm = r.optim.warmup_epochs * self.steps_per_epoch
+        bar = self._progress(self.steps_per_epoch, f"epoch {epoch + 1}/{r.optim.epochs}")
         for images, targets in self._batches(self.train_loader, self.step, epoch, cost):
             if steps >= self.steps_per_epoch:
                 break
@@ -404,6 +433,13 @@ class DetectionTrainer:
             for k, v in (*losses.items(), ("loss", loss)):
                 sums[k] = sums[k] + v.detach().double() if k in sums else v.detach().double()
             steps += 1
+            if bar is not None:
+                bar.update(1)
+                if steps % r.train.log_every == 0:
+                    with log_point(self.device):  # the bar's postfix: once every log_every steps, when shown
+                        bar.set_postfix_str(f"loss {float(sums['loss']) / steps:.3f}")
+        if bar is not None:
+            bar.close()
         with log_point(self.device):  # the epoch's record
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
