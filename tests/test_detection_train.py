@@ -110,6 +110,7 @@ def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
     ({"detect.masks": True}, "mask head"),
     ({"data.train": "train"}, "{images: DIR, annotations: FILE.json}"),
     ({"detect.preset": "ssdx"}, "not one of"),
+    ({"model.arch": "torchvision:maskrcnn_resnet50_fpn"}, "set detect.masks: true"),
 ])
 def test_detection_recipes_refuse_what_they_cannot_do(tmp_path, over, says):
     with pytest.raises(RecipeError, match=says.replace("{", "\\{").replace("}", "\\}").replace("(", "\\(")):
@@ -353,3 +354,30 @@ def test_a_detection_run_shows_a_progress_bar_on_a_terminal(tmp_path, monkeypatc
     monkeypatch.setattr("sys.stderr", pipe)
     assert DetectionTrainer(segmentation_recipe(tmp_path / "again", "device-rgb", 1), log=lambda m: None)._progress(
         1, "epoch") is None
+
+
+def test_a_detection_recipe_without_input_is_plan_a():
+    """A detection recipe that names no ``model.input`` runs the unchanged detector on the device's decode
+    (``device-rgb``), not the classification default ``dct`` (a swapped backbone stem the user did not ask
+    for); a classification recipe keeps ``dct``; an explicit input is kept."""
+    split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
+    coco = {"data": {"source": "coco", **split}, "model": {"arch": "torchvision:fasterrcnn_resnet50_fpn"}}
+    assert load_recipe(None, coco).model.input == "device-rgb"
+    assert load_recipe(None, {**coco, "model": {**coco["model"], "input": "dct"}}).model.input == "dct"
+    assert load_recipe(None, {"model": {"arch": "resnet18"}}).model.input == "dct"
+
+
+def test_a_missing_model_init_names_the_field(tmp_path, capsys):
+    """trees_fasterrcnn_r18 starts from a classifier's checkpoint (model.init): when it is absent, one error
+    line names model.init and the way out, not a bare [Errno 2]."""
+    from dctnet import cli
+    from dctnet.synthetic import make_instance_set
+
+    make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", str(ROOT / "recipes" / "detection" / "trees_fasterrcnn_r18.yaml"),
+                  "--set", f"data.root={tmp_path / 'set'}", "--set", f"model.init={tmp_path / 'absent.pt'}",
+                  "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 1 and len(err) == 1 and err[0].startswith("error: model.init:"), err
+    assert "model.init: null" in err[0]

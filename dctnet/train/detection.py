@@ -215,6 +215,10 @@ class DetectionTrainer:
                                         anchor_sizes=d.anchor_sizes, **kwargs, **d.model_args)
         self.num_classes = num_classes
         if r.model.init:  # a detector's own checkpoint, or a classifier's weights for its backbone
+            if not Path(r.model.init).is_file():
+                raise FileNotFoundError(f"model.init: {r.model.init} not found (a detector's checkpoint, or a "
+                                        "classifier's whose weights start the backbone; set model.init: null to "
+                                        "start from scratch)")
             state = torch.load(r.model.init, map_location="cpu", weights_only=True)
             state = state.get("model", state)
             if self.dct and any(k.startswith("backbone.body.conv1.1.") for k in state):

@@ -94,7 +94,7 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     arch: str = "resnet18"            # torchvision name (resnet18, resnet50, vit_b_16, …) or timm:NAME
-    input: Literal["rgb", "device-rgb", "dct"] = "dct"
+    input: Literal["rgb", "device-rgb", "dct"] = "dct"  # (detection recipes, data.source coco: device-rgb)
     # rgb: torchvision CPU pipeline (Pillow decode, v2 transforms in DataLoader workers) — the baseline
     # device-rgb: dctnet reads coefficients; decode/crop/resize on the device; unchanged model (plan A)
     # dct: dctnet reads coefficients; the model's first layer is replaced by a DCT stem
@@ -450,6 +450,12 @@ def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] |
             raise RecipeError(f"{path}: a recipe is a mapping of sections, got {type(values).__name__}")
     if overrides:
         values = _merge(values, parse_overrides(overrides) if isinstance(overrides, list) else overrides)
+    model = values.get("model") if isinstance(values.get("model"), dict) else {}
+    data = values.get("data") if isinstance(values.get("data"), dict) else {}
+    if data.get("source") == "coco" and "input" not in model:
+        # a detector's default input is plan A (the unchanged model, decode and geometry on the device):
+        # the classification default, dct, would swap a ResNet-FPN backbone's stem unasked
+        values = _merge(values, {"model": {"input": "device-rgb"}})
     try:
         recipe = _build(Recipe, values, "")
     except RecipeError as e:
@@ -630,6 +636,8 @@ def _check_detection(r: Recipe, bad) -> None:
         close = difflib.get_close_matches(arch.split(":", 1)[1], names, n=1, cutoff=SUGGEST_CUTOFF)
         bad(f"model.arch: {arch!r} is not a torchvision detector" + (f" (did you mean 'torchvision:{close[0]}'?)"
                                                                      if close else f" (known: {', '.join(names)})"))
+    if arch.split(":", 1)[-1].startswith("maskrcnn") and not r.detect.masks:
+        bad(f"model.arch: {arch} is a Mask R-CNN (it trains on instance masks): set detect.masks: true")
     if r.model.input == "dct":
         from dctnet.models.detection import DETECTOR_STEMS  # (as above)
 
