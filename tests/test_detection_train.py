@@ -381,3 +381,27 @@ def test_a_missing_model_init_names_the_field(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 1 and len(err) == 1 and err[0].startswith("error: model.init:"), err
     assert "model.init: null" in err[0]
+
+
+def test_annotations_that_train_silently_wrong_are_warned_about(tmp_path):
+    """Boxes written as corners ([x0, y0, x1, y1]) where COCO wants [x, y, w, h] mostly run past their
+    image: the dataset says how many, and that they fit as corners; an annotation list that is empty says
+    the detector would learn background only; a clean file says nothing. The trainer logs them at start."""
+    from dctnet.data import CocoDataset
+    from dctnet.synthetic import make_instance_set
+
+    make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4)
+    root = tmp_path / "set"
+    assert CocoDataset(root / "train", root / "train.json").box_warnings() == []
+    meta = json.loads((root / "train.json").read_text())
+    corners = [{**a, "bbox": [a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]}
+               for a in meta["annotations"]]
+    for a in corners:  # boxes away from the origin: as [x, y, w, h] their corners run past the image
+        x, y = max(a["bbox"][0], 40), max(a["bbox"][1], 30)
+        a["bbox"] = [x, y, min(x + 20, 127), min(y + 20, 95)]
+    (root / "xyxy.json").write_text(json.dumps({**meta, "annotations": corners}))
+    said = CocoDataset(root / "train", root / "xyxy.json").box_warnings()
+    assert len(said) == 2 and "run past their image" in said[0] and "[x, y, width, height]" in said[1], said
+    (root / "empty.json").write_text(json.dumps({**meta, "annotations": []}))
+    said = CocoDataset(root / "train", root / "empty.json").box_warnings()
+    assert len(said) == 1 and "learns background only" in said[0]

@@ -315,6 +315,27 @@ class CocoDataset(CropDataset):
     def __len__(self) -> int:
         return len(self.ids)
 
+    def box_warnings(self) -> list[str]:
+        """What in the annotations of :attr:`ids` trains without error but likely not as meant, one
+        line each: no annotations at all (the detector learns background only); boxes running past
+        their image (``SanitizeBoundingBoxes`` drops them at every step); and, when most of those
+        would fit as ``[x0, y0, x1, y1]``, that COCO's ``bbox`` is ``[x, y, width, height]``."""
+        anns = [(a["bbox"], self.coco.imgs[i]) for i in self.ids for a in self.coco.imgToAnns.get(i, ())]
+        if not anns:
+            return [f"{self.annotations}: no annotations for its {len(self.ids)} images: a detector trained on it "
+                    "learns background only"]
+        past = [(b, im) for b, im in anns if b[0] + b[2] > im["width"] + 0.5 or b[1] + b[3] > im["height"] + 0.5]
+        if not past:
+            return []
+        out = [f"{self.annotations}: {len(past)} of {len(anns)} boxes run past their image "
+               "(SanitizeBoundingBoxes drops them at every step)"]
+        as_xyxy = sum(b[2] <= im["width"] + 0.5 and b[3] <= im["height"] + 0.5 and b[2] > b[0] and b[3] > b[1]
+                      for b, im in past)
+        if len(past) > len(anns) / 2 and as_xyxy >= 0.9 * len(past):
+            out.append(f"{self.annotations}: {as_xyxy} of them fit their image when read as [x0, y0, x1, y1]: COCO's "
+                       "bbox is [x, y, width, height] — were they written as corners?")
+        return out
+
     def _size_mismatch(self, index: int, height: int, width: int) -> str | None:
         img = self.coco.imgs[self.ids[index]]
         if (img["height"], img["width"]) == (height, width):

@@ -284,6 +284,9 @@ class DetectionTrainer:
             (self.out / "pipeline.txt").write_text(self.describe() + "\n")
             self._note_excluded()
             self.log(self.summary())
+            for ds in (self.train_set, self.val_set):
+                for line in ds.box_warnings():
+                    self.log(f"warning: {line}")
 
     def describe(self) -> str:
         arm = ("device-rgb (plan A): coefficients read in DataLoader workers; geometry drawn on the host, decode, "
