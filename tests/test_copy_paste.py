@@ -171,7 +171,9 @@ def test_copy_paste_refuses_what_it_cannot_do(tmp_path):
         spec = {**base, "detect": detect, "model": {**base["model"], **model}}
         with pytest.raises(RecipeError, match="SimpleCopyPaste runs with the lsj preset"):
             load_recipe(None, spec)
-    load_recipe(None, {**base, "detect": {"preset": "lsj", "copy_paste": True}})
+    load_recipe(None, {**base, "detect": {"preset": "lsj", "copy_paste": True, "masks": True}})
+    with pytest.raises(RecipeError, match="Mask R-CNN.*detect.masks: true"):  # its targets need the masks
+        load_recipe(None, {**base, "detect": {"preset": "lsj", "copy_paste": True}})
 
 
 def test_a_step_with_copy_paste_reads_the_device_once():

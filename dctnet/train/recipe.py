@@ -636,8 +636,6 @@ def _check_detection(r: Recipe, bad) -> None:
         close = difflib.get_close_matches(arch.split(":", 1)[1], names, n=1, cutoff=SUGGEST_CUTOFF)
         bad(f"model.arch: {arch!r} is not a torchvision detector" + (f" (did you mean 'torchvision:{close[0]}'?)"
                                                                      if close else f" (known: {', '.join(names)})"))
-    if arch.split(":", 1)[-1].startswith("maskrcnn") and not r.detect.masks:
-        bad(f"model.arch: {arch} is a Mask R-CNN (it trains on instance masks): set detect.masks: true")
     if r.model.input == "dct":
         from dctnet.models.detection import DETECTOR_STEMS  # (as above)
 
@@ -686,9 +684,13 @@ def _check_detection(r: Recipe, bad) -> None:
             bad(f"model.num_classes: a segmentation model ({arch}) needs the number of classes of its PNGs")
     if r.detect.max_size and r.detect.min_size and r.detect.max_size < r.detect.min_size:
         bad(f"detect.max_size ({r.detect.max_size}) must be at least detect.min_size ({r.detect.min_size})")
+    if arch.split(":", 1)[-1].startswith("maskrcnn") and not r.detect.masks:  # (last: the other checks name more)
+        bad(f"model.arch: {arch} is a Mask R-CNN (it trains on instance masks): set detect.masks: true")
 
 
 # ---------------------------------------------------------------- the model a recipe names
+
+
 def input_stats(recipe: Recipe) -> bool:
     """Whether the pipeline standardises the model's coefficient input per (c,u,v) from data
     (``normalize: stats``): input ``dct`` with a ViT (``dctnet.train.pipeline``'s rule)."""
