@@ -25,10 +25,8 @@ the host's geometry draw) is recorded for both arms.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,8 +42,9 @@ from dctnet.models.detection import (backbone_state, boxes_to_image, build_detec
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.train.optim import lr_at
-from dctnet.train.precision import amp_dtype, use_channels_last
+from dctnet.train.precision import amp_dtype, autocast, use_channels_last
 from dctnet.train.process import start_process
+from dctnet.train.records import append_skipped, epoch_skipped, progress_bar, skip_note
 from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
 from dctnet.transforms import detection as TD
@@ -333,18 +332,7 @@ class DetectionTrainer:
                 f"{self.recipe.model.input}, {self.steps_per_epoch} steps an epoch of batch {self.recipe.data.batch_size}")
 
     def _progress(self, total: int, desc: str):
-        """A progress bar on a terminal (``train.progress``, rank 0); ``None`` in logs and pipes, where the
-        epoch's line is printed anyway."""
-        if self.rank != 0 or not self.recipe.train.progress:
-            return None
-        from tqdm import tqdm  # only for progress bars (train.progress)
-
-        tqdm.monitor_interval = 0
-        bar = tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
-        if bar.disable:
-            bar.close()
-            return None
-        return bar
+        return progress_bar(self.rank, self.recipe.train.progress, total, desc)
 
     def _note_excluded(self) -> None:
         """``skipped.txt`` (epoch 0: before training) and a log line for the images left out by the full
@@ -352,24 +340,9 @@ class DetectionTrainer:
         path = self.out / "skipped.txt"
         if not self.records:
             path.unlink(missing_ok=True)
-            if self.excluded:
-                with open(path, "a") as f:
-                    f.writelines(f"0\t{split}\t{name}\t{reason}\n" for split, name, reason in self.excluded)
+            append_skipped(path, 0, self.excluded)
         if self.excluded:
             self.log(f"left out {len(self.excluded)} unusable images before training (names and reasons in {path})")
-
-    def _take_skipped(self, epoch: int) -> dict[str, int]:
-        """This epoch's skipped samples, summed over ranks, appended to ``skipped.txt`` (rank 0 writes
-        every rank's): ``{"train_skipped": N, "val_skipped": M}``."""
-        mine, self.skipped = self.skipped, []
-        if dist.is_initialized():
-            every: list = [None] * dist.get_world_size()
-            dist.all_gather_object(every, mine)
-            mine = [x for part in every for x in part]
-        if self.rank == 0 and mine:
-            with open(self.out / "skipped.txt", "a") as f:
-                f.writelines(f"{epoch + 1}\t{split}\t{name}\t{reason}\n" for split, name, reason in mine)
-        return {"train_skipped": sum(s == "train" for s, _, _ in mine), "val_skipped": sum(s == "val" for s, _, _ in mine)}
 
     def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float], split: str = "train"):
         """``(images, targets)`` on the device; adds the host CPU (workers, and the host's geometry
@@ -421,7 +394,7 @@ class DetectionTrainer:
                        warmup_lr=r.optim.warmup_lr)
             for g in self.opt.param_groups:
                 g["lr"] = lr
-            with self._autocast():
+            with autocast(self.device, self.amp_dtype):
                 if self.segmentation:
                     losses = self._segmentation_losses(images, targets)
                 else:
@@ -456,12 +429,6 @@ class DetectionTrainer:
         record.update(lr=lr if steps else 0.0, train_seconds=seconds, images_per_s=cost["n"] / max(seconds, 1e-9),
                       data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6)
         return record
-
-    def _autocast(self):
-        """``train.amp``'s autocast around the detector's forward and its losses (a no-op when off)."""
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _model_input(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         """What the detector takes: the step's images, or (input dct) their coefficient mosaics."""
@@ -557,7 +524,8 @@ class DetectionTrainer:
             record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
             if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
                 record.update(self.evaluate())
-            record.update(self._take_skipped(epoch))
+            mine, self.skipped = self.skipped, []
+            record.update(epoch_skipped(mine, epoch, self.out / "skipped.txt", self.rank))
             record["epoch_seconds"] = time.perf_counter() - t0
             if self.rank == 0:
                 self.records.append(record)
@@ -566,9 +534,7 @@ class DetectionTrainer:
                     self._save(self.out / "last.pt", epoch)
                 ap = f", val bbox AP {record['bbox_AP']:.3f} AP50 {record['bbox_AP50']:.3f}" if "bbox_AP" in record else ""
                 ap += f", val mIoU {record['mIoU']:.3f}" if "mIoU" in record else ""
-                n_skip = record["train_skipped"] + record["val_skipped"]
-                skip = (f" | skipped {record['train_skipped']} train + {record['val_skipped']} val unreadable "
-                        f"(names in {self.out / 'skipped.txt'})") if n_skip else ""
+                skip = skip_note(record, self.out / "skipped.txt")
                 self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f}{ap} | "
                          f"{record['images_per_s']:.1f} img/s, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample"
                          f"{skip}")

@@ -4,12 +4,14 @@ trainers."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
 from dctnet.train.recipe import Recipe
 
-__all__ = ["amp_dtype", "use_channels_last"]
+__all__ = ["amp_dtype", "autocast", "use_channels_last"]
 
 
 def amp_dtype(recipe: Recipe, device: torch.device) -> torch.dtype | None:
@@ -17,6 +19,13 @@ def amp_dtype(recipe: Recipe, device: torch.device) -> torch.dtype | None:
     and off on a CPU (bf16 matmuls there are slower than float32 on most cores)."""
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
             "auto": torch.bfloat16 if device.type == "cuda" else None}[recipe.train.amp]
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast in ``dtype`` on ``device`` (:func:`amp_dtype`); a no-op for ``None``."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def use_channels_last(recipe: Recipe, model: nn.Module, device: torch.device) -> bool:

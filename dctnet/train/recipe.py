@@ -689,8 +689,6 @@ def _check_detection(r: Recipe, bad) -> None:
 
 
 # ---------------------------------------------------------------- the model a recipe names
-
-
 def input_stats(recipe: Recipe) -> bool:
     """Whether the pipeline standardises the model's coefficient input per (c,u,v) from data
     (``normalize: stats``): input ``dct`` with a ViT (``dctnet.train.pipeline``'s rule)."""

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import random
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -36,8 +35,9 @@ from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics
-from dctnet.train.precision import amp_dtype, use_channels_last
+from dctnet.train.precision import amp_dtype, autocast, use_channels_last
 from dctnet.train.process import start_process
+from dctnet.train.records import append_skipped, epoch_skipped, progress_bar, skip_note
 from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
 
@@ -152,10 +152,8 @@ class Trainer:
         """Files the pipeline's one full decode left out (``skipped.txt``, epoch 0: before
         training) or found with harmless libjpeg warnings (``warnings.txt``)."""
         pipe = self.pipe
-        if pipe.excluded and not self.history:
-            with open(self.out / "skipped.txt", "a") as f:
-                for split, name, reason in pipe.excluded:
-                    f.write(f"0\t{split}\t{name}\t{reason}\n")
+        if not self.history:
+            append_skipped(self.out / "skipped.txt", 0, pipe.excluded)
         if pipe.excluded:
             self.log(f"left out {len(pipe.excluded)} unusable files before training "
                      f"(names and reasons in {self.out / 'skipped.txt'})")
@@ -167,16 +165,7 @@ class Trainer:
     def _skipped(self, epoch: int) -> dict[str, int]:
         """This epoch's skipped samples, summed over ranks, and their names appended to
         ``skipped.txt`` (rank 0 writes every rank's)."""
-        mine = self.pipe.take_skipped()
-        if self.world_size > 1:
-            every: list = [None] * self.world_size
-            dist.all_gather_object(every, mine)
-            mine = [x for part in every for x in part]
-        if self.rank == 0 and mine:
-            with open(self.out / "skipped.txt", "a") as f:
-                for split, name, reason in mine:
-                    f.write(f"{epoch + 1}\t{split}\t{name}\t{reason}\n")
-        return {"train_skipped": sum(s == "train" for s, _, _ in mine), "val_skipped": sum(s == "val" for s, _, _ in mine)}
+        return epoch_skipped(self.pipe.take_skipped(), epoch, self.out / "skipped.txt", self.rank)
 
     @staticmethod
     def _seed(seed: int) -> None:
@@ -191,9 +180,7 @@ class Trainer:
         return x
 
     def _autocast(self):
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return autocast(self.device, self.amp_dtype)
 
     def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
@@ -201,19 +188,7 @@ class Trainer:
         return t
 
     def _progress(self, total: int, desc: str):
-        if self.rank != 0 or not self.recipe.train.progress:
-            return None
-        from tqdm import tqdm  # only for progress bars (train.progress)
-
-        tqdm.monitor_interval = 0  # no monitor thread: nothing of ours outlives the run
-
-        # disable=None: a bar on a terminal, none in logs and pipes (the per-epoch line is printed anyway);
-        # no bar, no postfix: its running loss would be a host read every log_every steps for no one
-        bar = tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr, disable=None)
-        if bar.disable:
-            bar.close()
-            return None
-        return bar
+        return progress_bar(self.rank, self.recipe.train.progress, total, desc)
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, epoch: int) -> dict[str, float]:
@@ -323,9 +298,7 @@ class Trainer:
                 with open(self.out / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(record) + "\n")
                 val = f" val top-1 {record['val_top1']:.3f}" if "val_top1" in record else ""
-                n_skip = record["train_skipped"] + record["val_skipped"]
-                skip = (f" | skipped {record['train_skipped']} train + {record['val_skipped']} val unreadable "
-                        f"(names in {self.out / 'skipped.txt'})") if n_skip else ""
+                skip = skip_note(record, self.out / "skipped.txt")
                 self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f} "
                          f"train acc {record['train_acc']:.3f}{val} | {record['images_per_s']:.0f} img/s, "
                          f"data wait {record['data_wait']:.0%}, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample"
