@@ -523,7 +523,9 @@ class Transform(nn.Module):
         ``non_blocking=True``, whose structure and shapes depend only on the batch's shape: the
         device half (:meth:`execute`) then runs the same kernels on the same shapes every batch,
         which is what ``torch.compile`` and CUDA graphs need (:func:`compile_step`). A transform that
-        plans differently per representation registers a ``"prepare"`` kernel for each (:func:`kernel`)."""
+        plans differently per representation registers a ``"prepare"`` kernel for each (:func:`kernel`).
+        dctnet's own callers make the plan on the host (``device="cpu"``) and move it to the batch's
+        device in one copy (:func:`dctnet.transforms.transfer.move_plan`), not tensor by tensor."""
         plan = self.kernels.get(("prepare", _shape_representation(shape)))
         if plan is not None:
             return getattr(self, plan)(params, shape, device)
@@ -807,5 +809,4 @@ def compile_step(transform: Transform, **compile_kwargs: Any) -> Callable[..., A
             out = _in_domain(out, given)
         return out if labels is None else (out, out_labels)
 
-    step.compiled_half = executed  # type: ignore[attr-defined]
     return step
