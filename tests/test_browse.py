@@ -143,3 +143,33 @@ def test_segmentation_samples_write_their_class_maps(tmp_path):
             if a["image_id"] == k + 1:
                 rebuilt[mask_utils.decode(a["segmentation"]).astype(bool)] = a["category_id"]
         assert np.array_equal(rebuilt, t["semantic"].numpy())  # every class's pixels, and 255 where ignored
+
+
+@pytest.mark.parametrize("background", ["own colour", "black", "white", "grey"])
+def test_contact_sheet_boxes_show_on_any_background(tmp_path, background):
+    """A box is visible on the object under it: boxes drawn on a region of their own palette
+    colour (a red box on a red object), or on black, white or grey, still cross pixels that differ
+    from the region by a clear margin on every side — measured on the written sheet."""
+    from dctnet.train.browse import _PALETTE, _contact_sheet
+
+    h, w = 128, 51  # 2 × 5 cells of 256 × 255: the thumbnail is the image itself (scale 1)
+    image = np.zeros((256, 256, 3), np.uint8)
+    anns, cells = [], []
+    for j, colour in enumerate(_PALETTE):  # box j is drawn in palette colour j
+        y0, x0 = (j // 5) * h, (j % 5) * w
+        fill = {"own colour": colour, "black": (0, 0, 0), "white": (255, 255, 255), "grey": (128, 128, 128)}[background]
+        image[y0:y0 + h, x0:x0 + w] = fill
+        anns.append({"bbox": [x0 + 12, y0 + 20, w - 24, h - 40]})
+        cells.append(np.array(fill, np.float64))
+    Image.fromarray(image).save(tmp_path / "00000.png")
+    _contact_sheet([tmp_path / "00000.png"], [anns], tmp_path / "sheet.png")
+    sheet = np.asarray(Image.open(tmp_path / "sheet.png").convert("RGB")).astype(np.float64)[2:258, 2:258]
+    for j, (a, fill) in enumerate(zip(anns, cells)):
+        x, y, bw, bh = (int(v) for v in a["bbox"])
+        cx, cy = x + bw // 2, y + bh // 2
+        # 5 pixels either side of each edge, across it: all inside the box's own cell
+        across = {"left": sheet[cy, x - 5:x + 6], "right": sheet[cy, x + bw - 5:x + bw + 6],
+                  "top": sheet[y - 5:y + 6, cx], "bottom": sheet[y + bh - 5:y + bh + 6, cx]}
+        for side, line in across.items():
+            contrast = np.linalg.norm(line - fill, axis=1).max()
+            assert contrast >= 100, (background, j, _PALETTE[j], side, contrast)

@@ -36,6 +36,19 @@ __all__ = ["browse"]
 _PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
             (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212)]
 
+#: the dark stroke each side of a box's coloured line: a box coloured like the object under it (a red
+#: box on a red object) still shows as two dark lines, and on a dark background the colour shows
+_BOX_EDGE = (0, 0, 0)
+
+
+def _draw_box(draw: Any, box: tuple[float, float, float, float], colour: tuple[int, int, int]) -> None:
+    """A two-tone box outline ``[x1, y1, x2, y2]``: a 2-pixel line of ``colour`` between two 1-pixel
+    dark lines, so that it shows on any background — on one of its own colour the dark lines do,
+    on a dark one the colour does (Pillow's ``width`` grows a rectangle's outline inwards)."""
+    x1, y1, x2, y2 = box
+    draw.rectangle([x1 - 1, y1 - 1, x2 + 1, y2 + 1], outline=_BOX_EDGE, width=4)
+    draw.rectangle([x1, y1, x2, y2], outline=colour, width=2)
+
 
 def _png(image: Tensor, path: Path) -> tuple[int, int]:
     """``(3, H, W)`` float in [0, 1] → an 8-bit RGB PNG; returns (H, W)."""
@@ -77,7 +90,7 @@ def _contact_sheet(paths: list[Path], annotations: list[list[dict[str, Any]]], o
         draw = ImageDraw.Draw(im)  # boxes drawn on the thumbnail: a line stays visible at any scale
         for j, a in enumerate(anns):
             x, y, w, h = (v * scale for v in a["bbox"])
-            draw.rectangle([x, y, x + w, y + h], outline=_PALETTE[j % len(_PALETTE)], width=2)
+            _draw_box(draw, (x, y, x + w, y + h), _PALETTE[j % len(_PALETTE)])
         sheet.paste(im, ((k % cols) * (thumb + 4) + 2, (k // cols) * (thumb + 4) + 2))
     sheet.save(out, format="PNG")
 
