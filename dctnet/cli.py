@@ -442,10 +442,18 @@ def _add_shards(sub) -> None:
                                    "their batches hold a handful of classes. These shards hold the samples in one "
                                    "global random order, so a stream reads batches as mixed as a folder's.")
     ssub = p.add_subparsers(dest="shards_command", required=True)
-    w = ssub.add_parser("write", help="SRC (an image folder, tar shards as a glob, or a saved Hugging Face dataset / "
-                                      "parquet files) -> DIR/PREFIX-NNNNNN.tar")
-    w.add_argument("src", metavar="SRC")
-    w.add_argument("out", metavar="DIR")
+    w = ssub.add_parser("write", help="SRC (an image folder, a folder of .tar shards, tar shards as a glob, or a saved "
+                                      "Hugging Face dataset / parquet files) -> DIR/PREFIX-NNNNNN.tar",
+                        description="Write the samples of SRC into DIR/PREFIX-NNNNNN.tar in one seeded global random "
+                                    "order (DIR/order.json maps each key to its source, DIR/classes.txt names the "
+                                    "labels). Tar shards are re-sharded: every sample copied as it is.")
+    w.add_argument("src", metavar="SRC",
+                   help="a folder of class folders (SRC/<class>/*.jpg); a folder of .tar shards (no subfolders; its "
+                        "classes.txt is copied along); tar shards as a quoted glob ('shards/train-*.tar') or one .tar "
+                        "file; or a Hugging Face dataset: a save_to_disk folder, or parquet files (a file, a glob or a "
+                        "folder of them; pip install dctnet[hf])")
+    w.add_argument("out", metavar="DIR", help="the folder to write into (created if missing): one without "
+                                              "PREFIX-*.tar shards, not the source shards' own")
     w.add_argument("--shard-size", type=_positive, default=1000, help="samples per shard (default 1000)")
     w.add_argument("--seed", type=int, default=0, help="seed of the global order (default 0)")
     w.add_argument("--prefix", default="shard", help="shard file prefix (default 'shard')")

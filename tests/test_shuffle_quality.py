@@ -106,10 +106,45 @@ def test_write_shards_from_a_folder_and_from_shards(tmp_path):
     other = write_shards(tmp_path / "src", tmp_path / "other", shard_size=4, seed=4)
     assert [d for _, _, d in _read_back(str(tmp_path / "other" / "shard-*.tar"))] != [d for _, _, d in got]
     assert other["samples"] == 15
-    # from those shards again: every sample once, members copied as they are
+    # from those shards again: every sample once, members copied as they are (and the class names
+    # of their folder's classes.txt, which the copied labels still index)
     again = write_shards(str(tmp_path / "out" / "shard-*.tar"), tmp_path / "re", shard_size=6, seed=1)
-    assert again["samples"] == 15 and again["classes"] == []
+    assert again["samples"] == 15 and again["classes"] == ["class0", "class1", "class2"]
     assert sorted((c, d) for _, c, d in _read_back(str(tmp_path / "re" / "shard-*.tar"))) == sorted((c, d) for _, c, d in got)
+
+
+def test_shards_write_takes_a_folder_of_shards_and_says_what_src_is(tmp_path, capsys):
+    """`dctnet shards write DIR OUT` on a folder of tar shards re-shards them (every sample's members
+    once, read back with tarfile against the source tars; its classes.txt copied along); `--help`
+    says what SRC may be; a folder of neither class folders nor shards, and OUT = the source folder,
+    are refused with what SRC takes."""
+    from dctnet.cli import main
+
+    src = tmp_path / "shards"
+    pattern = _sorted_shards(src, classes=3, per=4)
+    (src / "classes.txt").write_text("cat\ndog\nfox\n")
+    want = sorted((c, d) for _, c, d in _read_back(pattern))
+    with pytest.raises(SystemExit) as done:
+        main(["shards", "write", str(src), str(tmp_path / "out"), "--shard-size", "5"])
+    assert done.value.code == 0, capsys.readouterr().err
+    assert sorted((c, d) for _, c, d in _read_back(str(tmp_path / "out" / "shard-*.tar"))) == want
+    assert len(list((tmp_path / "out").glob("shard-*.tar"))) == 3
+    assert (tmp_path / "out" / "classes.txt").read_text() == "cat\ndog\nfox\n"
+    assert "12 samples in 3 shards" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["shards", "write", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    for words in ("folder of class folders", "folder of .tar shards", "glob", "save_to_disk", "parquet"):
+        assert words in helped, words
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no images here")
+    for args, says in (([str(tmp_path / "empty"), str(tmp_path / "o2")], "folder of .tar shards"),
+                       ([str(src), str(src), "--prefix", "mixed"], "holds the source shards")):
+        with pytest.raises(SystemExit) as done:
+            main(["shards", "write", *args])
+        err = capsys.readouterr().err
+        assert done.value.code == 1 and says in err and "Traceback" not in err, err
+    assert not list(src.glob("mixed-*.tar"))
 
 
 def _sorted_shards(root, classes=6, per=40):

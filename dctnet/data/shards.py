@@ -329,6 +329,35 @@ def _hf_source(source: Any) -> Any:
     return hf.HFDataset(source)
 
 
+#: what :func:`write_shards` (``dctnet shards write SRC``) reads, in words for its errors and help
+SOURCES = ("SRC is a folder of class folders (SRC/<class>/*.jpg), a folder of .tar shards, tar shards as a "
+           "quoted glob ('shards/train-*.tar') or one .tar file, or a Hugging Face dataset (a save_to_disk folder, "
+           "or parquet files: a file, a glob or a folder of them)")
+
+
+def _is_shard_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder of tar shards: ``.tar`` files and no subfolders (an image
+    folder's classes are subfolders; a shard folder's ``classes.txt`` and ``order.json`` are files)."""
+    entries = list(os.scandir(path))
+    return not any(e.is_dir() for e in entries) and any(e.is_file() and e.name.endswith(".tar") for e in entries)
+
+
+def _shard_classes(paths: Sequence[str]) -> list[str]:
+    """The class names of shards that all lie in one folder holding a ``classes.txt`` (as
+    :func:`write_shards` leaves it), else ``[]``: labels are copied as they are, so their names
+    still hold for the rewritten shards."""
+    folders = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    names = Path(folders.pop(), "classes.txt") if len(folders) == 1 else None
+    if names is None or not names.is_file():
+        return []
+    return [line for line in names.read_text().splitlines() if line]
+
+
+def _folder_error(src: str) -> ValueError:
+    """A folder that is neither an image folder nor a shard folder, said with what SRC may be."""
+    return ValueError(f"{src}: no class folders (<class>/*.jpg) and no .tar shards in it; {SOURCES}")
+
+
 def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLike, *, shard_size: int = 1000,
                  seed: int = 0, prefix: str = "shard") -> dict[str, Any]:
     """Write WebDataset tar shards (``KEY.jpg`` + ``KEY.cls``) holding the samples of ``source`` in
@@ -336,10 +365,12 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
     sampler (the shards themselves need no shuffling across them).
 
     ``source``: an ImageFolder directory (``root/<class>/*.jpg``; labels are the sorted class
-    folders' indices, written to ``out/classes.txt``), tar shards (a glob or a list: every sample
-    and member copied as it is), or a Hugging Face dataset (a ``datasets.Dataset``, a
-    ``save_to_disk`` directory or parquet files: the image column's stored bytes and the labels,
-    ``ClassLabel`` names to ``classes.txt``; ``pip install dctnet[hf]``). Samples are written ``shard_size`` per shard as
+    folders' indices, written to ``out/classes.txt``), tar shards (a glob, a list, one ``.tar`` or a
+    folder of ``.tar`` files with no subfolders: every sample and member copied as it is, and the
+    folder's ``classes.txt`` — as this function writes it — copied along), or a Hugging Face
+    dataset (a ``datasets.Dataset``, a ``save_to_disk`` directory or parquet files: the image
+    column's stored bytes and the labels, ``ClassLabel`` names to ``classes.txt``; ``pip install
+    dctnet[hf]``). Samples are written ``shard_size`` per shard as
     ``out/{prefix}-{i:06d}.tar``; keys are ``{position:09d}`` (unique, in the written order) and
     ``out/order.json`` maps each key's position to its source. Returns ``{"shards", "samples",
     "classes"}``. The order is :func:`global_order` (``numpy.random.default_rng(seed).permutation``):
@@ -361,7 +392,9 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
                 data = Path(data).read_bytes() if isinstance(data, str) else bytes(data)
                 return {"jpg": data, "cls": str(int(hf.targets[i])).encode()}
             items.append((hf.sample_name(i), read_row))
-    elif src is not None and os.path.isdir(src):
+    elif src is not None and os.path.isdir(src) and not _is_shard_folder(src):
+        if not any(e.is_dir() for e in os.scandir(src)):
+            raise _folder_error(str(src))
         folder = ImageFolderDataset(src)
         classes = list(folder.classes)
         for path, label in folder.samples:
@@ -369,9 +402,16 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
             ext = "jpg" if ext not in IMAGE_EXTS else ext
             items.append((path, lambda p=path, y=label, e=ext: {e: Path(p).read_bytes(), "cls": str(y).encode()}))
     else:
-        paths = sorted(glob.glob(str(src))) if src is not None else [str(p) for p in source]  # type: ignore[union-attr]
+        if src is not None and os.path.isdir(src):  # a folder of .tar shards (what this function writes)
+            paths = sorted(str(t) for t in Path(src).glob("*.tar"))
+        else:
+            paths = sorted(glob.glob(str(src))) if src is not None else [str(p) for p in source]  # type: ignore[union-attr]
         if not paths:
-            raise FileNotFoundError(f"no image folder or tar shards at {source!r}")
+            raise FileNotFoundError(f"no image folder or tar shards at {source!r}: {SOURCES}")
+        if any(Path(p).resolve().parent == out.resolve() for p in paths):
+            # the new shards would lie beside their sources: a folder or *.tar glob then reads each sample twice
+            raise ValueError(f"{out} holds the source shards: write the new ones into another folder")
+        classes = _shard_classes(paths)
         for path, groups in _tar_index(paths):
             for members in groups:
                 def read(p=path, ms=members) -> dict[str, bytes]:
