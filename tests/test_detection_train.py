@@ -405,3 +405,74 @@ def test_annotations_that_train_silently_wrong_are_warned_about(tmp_path):
     (root / "empty.json").write_text(json.dumps({**meta, "annotations": []}))
     said = CocoDataset(root / "train", root / "empty.json").box_warnings()
     assert len(said) == 1 and "learns background only" in said[0]
+
+
+class _TruthDetector(torch.nn.Module):
+    """A Mask R-CNN that knows the answer on a set whose masks are their boxes: the val images'
+    ground truth (in loader order) through the real detector's ``transform`` (its resize, or none
+    once prepared) and ``postprocess``. Boxes are the truth scaled to the model's input, masks what a
+    perfect mask head gives for a box-shaped object: ``M × M`` ones (boxes a pixel short at the right
+    and bottom: torchvision's pasting adds one)."""
+
+    def __init__(self, transform, truth: list[dict], m: int = 28) -> None:
+        super().__init__()
+        self.transform, self.truth, self.m = transform, list(truth), m
+
+    def forward(self, images, targets=None):
+        original = [tuple(i.shape[-2:]) for i in images]
+        batch, _ = self.transform(images)
+        out = []
+        for h, w in batch.image_sizes:
+            t = self.truth.pop(0)
+            H, W = t["masks"].shape[-2:]
+            scale = torch.tensor([w / W, h / H, w / W, h / H], dtype=torch.float32)
+            n = len(t["boxes"])
+            boxes = t["boxes"].float() - torch.tensor([0.0, 0.0, 1.0, 1.0])
+            out.append({"boxes": boxes * scale, "labels": t["labels"], "scores": torch.ones(n),
+                        "masks": torch.ones(n, 1, self.m, self.m)})
+        return self.transform.postprocess(out, batch.image_sizes, original)
+
+
+def _box_mask_set(root) -> None:
+    """The generated instance set (objects 40–130 px on 301 × 389 images) with every mask its box (a
+    rectangle polygon): what a perfect mask head's ``M × M`` ones give once pasted. (torchvision's
+    ``paste_masks_in_image`` makes each mask a pixel wider and taller than its box — its ``+ 1``
+    convention — so objects are large enough for that to keep IoU above 0.95.)"""
+    from dctnet.synthetic import make_instance_set
+
+    make_instance_set(str(root), train=2, val=3, size=(301, 389), objects=(3, 5), seed=5)
+    for split in ("train", "val"):
+        path = root / f"{split}.json"
+        data = json.loads(path.read_text())
+        for a in data["annotations"]:
+            x, y, w, h = a["bbox"]
+            a["segmentation"], a["area"] = [[x, y, x + w, y, x + w, y + h, x, y + h]], w * h
+        path.write_text(json.dumps(data))
+
+
+def test_a_ground_truth_mask_rcnn_scores_segm_ap_one_in_both_arms(tmp_path):
+    """Masks are pasted once, at the file's size, in both arms (torchvision's postprocess): a model
+    whose predictions are the truth scores segm AP 1.0 in both, with the same masks — the device arm
+    used to paste in the resized canvas and resample to the file, losing edge pixels."""
+    from dctnet.train.detection import DetectionTrainer
+
+    _box_mask_set(tmp_path / "set")
+    predictions = {}
+    for arm in ("rgb", "device-rgb"):
+        recipe = load_recipe(None, {
+            "data": {"source": "coco", "root": str(tmp_path / "set"), "batch_size": 2, "workers": 0,
+                     "train": {"images": "train", "annotations": "train.json"},
+                     "val": {"images": "val", "annotations": "val.json"}},
+            "model": {"arch": "torchvision:maskrcnn_resnet50_fpn", "input": arm},
+            "detect": {"masks": True, "min_size": 480, "max_size": 800},  # the detector upscales 301 → 480
+            "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
+            "train": {"out": str(tmp_path / arm)}})
+        trainer = DetectionTrainer(recipe, log=lambda m: None)
+        ds = trainer.val_set
+        sizes = [(ds.coco.imgs[i]["height"], ds.coco.imgs[i]["width"]) for i in ds.ids]
+        truth = [ds._target(i, h, w, None) for i, (h, w) in enumerate(sizes)]
+        trainer.model = trainer.net = _TruthDetector(trainer.model.transform, truth)
+        metrics = trainer.evaluate()
+        assert metrics["segm_AP"] == 1.0 and metrics["bbox_AP"] == 1.0, arm
+        predictions[arm] = json.loads((tmp_path / arm / "predictions_val.json").read_text())
+    assert [r["segmentation"] for r in predictions["rgb"]] == [r["segmentation"] for r in predictions["device-rgb"]]

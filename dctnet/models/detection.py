@@ -4,8 +4,9 @@ A torchvision detector resizes and normalises its input itself (``model.transfor
 ``GeneralizedRCNNTransform``): the device step does the resize instead
 (:class:`dctnet.transforms.detection.DetectorResize`, the same rule and weights), so
 :func:`prepare_detector` turns the model's own resize off — its transform then only normalises and
-batches, and its input size is its output size. Predictions come back in the step's canvas; the
-caller maps them to the file's pixels (:func:`boxes_to_image`).
+batches, and its input size is its output size. Predictions come back in the step's canvas, masks
+unpasted; the caller maps them to the file's pixels (:func:`detections_to_image`), as the model's
+own ``postprocess`` would have.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from torch import Tensor, nn
 from dctnet.nn import IDCTStem, MosaicToCoefficients, ResNetDCTStem
 
 __all__ = ["DETECTORS", "DETECTOR_STEMS", "RESNET_FPN_BUILDERS", "backbone_state", "boxes_to_image", "build_detector",
-           "build_segmenter", "dct_detector", "detector_names", "prepare_detector", "segmenter_names"]
+           "build_segmenter", "dct_detector", "detections_to_image", "detector_names", "prepare_detector",
+           "segmenter_names"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -140,15 +142,40 @@ def _no_resize(self: nn.Module, image: Tensor, target: dict[str, Tensor] | None 
     return image, target
 
 
+def _unpasted(self: nn.Module, result: list[dict[str, Tensor]], image_shapes: Any, original_image_sizes: Any):
+    return result
+
+
 def prepare_detector(model: nn.Module) -> nn.Module:
     """Turn off ``model.transform``'s resize (train and eval) — the device step's
     :class:`~dctnet.transforms.detection.DetectorResize` has done it — so the transform only
-    normalises and pads the batch. Returns ``model`` (changed in place; idempotent)."""
+    normalises and pads the batch, and its ``postprocess``: predictions stay in the input's canvas,
+    a Mask R-CNN's ``masks`` the mask head's ``(N, 1, M, M)`` probabilities in each box, for
+    :func:`detections_to_image` to paste at the file's size. (Pasted in the canvas and then resampled
+    to the file, small masks lose pixels at their edges; torchvision's evaluation pastes once, at the
+    file's size.) Returns ``model`` (changed in place; idempotent)."""
     t = getattr(model, "transform", None)
-    if t is None or not hasattr(t, "resize") or not hasattr(t, "min_size"):
+    if t is None or not all(hasattr(t, a) for a in ("resize", "min_size", "postprocess")):
         raise ValueError(f"{type(model).__name__} has no GeneralizedRCNNTransform (model.transform) to prepare")
     t.resize = types.MethodType(_no_resize, t)
+    t.postprocess = types.MethodType(_unpasted, t)
     return model
+
+
+def detections_to_image(detection: dict[str, Tensor], canvas: tuple[int, int],
+                        image: tuple[int, int]) -> dict[str, Tensor]:
+    """A prepared detector's prediction for one image (:func:`prepare_detector`) in the image's
+    ``(H, W)`` pixels, as the model's own ``postprocess`` gives it: ``boxes (N, 4)`` XYXY scaled from
+    the ``canvas (h, w)`` (:func:`boxes_to_image`) and, with ``masks (N, 1, M, M)``, the masks pasted
+    into those boxes at ``(H, W)``: ``masks (N, 1, H, W)`` float probabilities (torchvision's
+    ``paste_masks_in_image``). Other keys are kept."""
+    from torchvision.models.detection.roi_heads import paste_masks_in_image  # optional dependency (as the detectors)
+
+    out = dict(detection)
+    out["boxes"] = boxes_to_image(detection["boxes"], canvas, image)
+    if "masks" in detection:
+        out["masks"] = paste_masks_in_image(detection["masks"], out["boxes"], (int(image[0]), int(image[1])))
+    return out
 
 
 #: the DCT stems a detector's ResNet body takes: ``idct`` is converted (exactly the RGB detector),

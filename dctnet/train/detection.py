@@ -37,7 +37,7 @@ from torch import nn
 
 from dctnet import functional as F
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
-from dctnet.models.detection import (backbone_state, boxes_to_image, build_detector, build_segmenter, dct_detector,
+from dctnet.models.detection import (backbone_state, build_detector, build_segmenter, dct_detector, detections_to_image,
                                      prepare_detector)
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
@@ -242,6 +242,8 @@ class DetectionTrainer:
                 dct_detector(self.model, r.model.stem or "idct", r.model.keep)  # carry into the converted stem
             elif self.plan_a or not r.detect.resize:  # (resize false: the rgb arm's model must not resize either)
                 prepare_detector(self.model)
+        #: the model's transform neither resizes nor pastes masks: predictions come in the input's canvas
+        self.prepared = not self.segmentation and (self.plan_a or not r.detect.resize)
         self.model.to(self.device)
         if use_channels_last(r, self.model, self.device):  # weights only: cudnn.benchmark would re-tune every image size
             self.model.to(memory_format=torch.channels_last)
@@ -500,20 +502,17 @@ class DetectionTrainer:
         """A batch's predictions as COCO results in the files' pixels (host values)."""
         ds, results = self.val_set, []
         for image, target, out in zip(images, targets, outputs):
-            boxes, masks = out["boxes"], out.get("masks")
             size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
-            if self.plan_a:  # predictions are in the step's canvas: back to the file's pixels
+            if self.prepared:  # predictions are in the step's canvas, masks unpasted: to the file's pixels
                 canvas = tuple(image.shape[-2:])
-                if self.dct:  # the mosaic is the canvas rounded up to 8: keep its canvas part
-                    boxes = boxes.clone()
-                    boxes[:, 0::2] = boxes[:, 0::2].clamp(0, canvas[1])
-                    boxes[:, 1::2] = boxes[:, 1::2].clamp(0, canvas[0])
-                    if masks is not None:
-                        masks = masks[..., :canvas[0], :canvas[1]]
-                boxes = boxes_to_image(boxes, canvas, size)
-                if masks is not None and len(masks):
-                    masks = torch.nn.functional.interpolate(masks, size=size, mode="bilinear", align_corners=False)
-            results += coco_results(target["image_id"], boxes, out["scores"], out["labels"], ds.category_ids, masks)
+                out = detections_to_image(out, canvas, size)  # (masks pasted at the file's size, as torchvision's)
+                if self.dct:  # the mosaic is the canvas rounded up to 8: boxes kept to the canvas part
+                    boxes = out["boxes"].clone()
+                    boxes[:, 0::2] = boxes[:, 0::2].clamp(0, size[1])
+                    boxes[:, 1::2] = boxes[:, 1::2].clamp(0, size[0])
+                    out["boxes"] = boxes
+            results += coco_results(target["image_id"], out["boxes"], out["scores"], out["labels"], ds.category_ids,
+                                    out.get("masks"))
         return results
 
     def fit(self) -> dict[str, Any]:
