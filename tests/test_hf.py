@@ -308,6 +308,41 @@ def test_recipes_refuse_what_hf_cannot_do(small, tmp_path):
         D.HFDataset(small / "saved" / "train", image_column="img")
 
 
+def test_a_saved_dataset_dict_validates_on_the_split_it_holds(small, tmp_path):
+    """A DatasetDict saved with train/test splits (datasets' own save_to_disk, its dataset_dict.json)
+    trains from a recipe that names no splits: validation reads the test split — the rows of the
+    split saved alone — and of validation/valid/val/test the first the dict holds; a dict with none
+    of them, or a split named that is not there, is refused naming the splits it has."""
+    from dctnet.data.hf import split_path
+    from dctnet.train.inputs import data_root
+    from dctnet.train.pipeline import build_pipeline
+
+    train = datasets.load_from_disk(str(small / "saved" / "train"))
+    test = datasets.load_from_disk(str(small / "saved" / "val"))
+    dd = tmp_path / "dd"
+    datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(dd))
+    recipe = load_recipe(write_recipe(tmp_path, str(dd), data__source="hf"))
+    pipe = build_pipeline(recipe, torch.device("cpu"))
+    val, fit = pipe.val_loader.dataset, pipe.train_loader.dataset
+    assert [r["bytes"] for r in val.data["image"]] == [r["bytes"] for r in test.cast_column(
+        "image", datasets.Image(decode=False))["image"]]
+    assert len(val) == len(test) == 12 and len(fit) == len(train) == 48
+    both = tmp_path / "both"
+    datasets.DatasetDict({"train": train, "test": test, "validation": test.select(range(3))}).save_to_disk(str(both))
+    assert split_path(both, "val", "val") == both / "validation"
+    assert split_path(tmp_path, "both", "val") == both / "validation"  # data.val naming the dict itself
+    assert split_path(both, "test", "val") == both / "test"  # a split named is read as named
+    only = tmp_path / "only"
+    datasets.DatasetDict({"train": train, "extra": test}).save_to_disk(str(only))
+    for name, match in (("val", r"splits train, extra: none is validation / valid / val / test"),
+                        ("valid", r"no split 'valid' .*one of train, extra")):
+        with pytest.raises(FileNotFoundError, match=match):
+            split_path(only, name, "val")
+    recipe.data.root = str(only)
+    with pytest.raises(FileNotFoundError, match=r"splits train, extra.*data\.val"):
+        data_root(recipe)
+
+
 def test_missing_datasets_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets now raises ImportError
     with pytest.raises(ImportError, match=r"pip install dctnet\[hf\]"):

@@ -37,6 +37,7 @@ is built.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -54,7 +55,8 @@ from dctnet.data.shards import DEFAULT_INTERLEAVE, ReaderSplit, reader_stream
 from dctnet.data.usable import data_kind
 from dctnet.distributed import placement
 
-__all__ = ["HFDataset", "HFStreamDataset", "hf_files", "open_hf", "require_datasets"]
+__all__ = ["HFDataset", "HFStreamDataset", "VAL_SPLITS", "dataset_dict_splits", "hf_files", "open_hf", "require_datasets",
+           "split_path"]
 
 #: rows read from a source at a time (one arrow batch)
 _READ_BATCH = 64
@@ -74,6 +76,69 @@ def require_datasets() -> Any:
     return datasets
 
 
+#: the split a saved ``DatasetDict`` validates on when a recipe names none: the first of these it
+#: holds (the Hub's datasets call it ``validation``, some ``valid`` or ``val``; many have only ``test``)
+VAL_SPLITS = ("validation", "valid", "val", "test")
+
+#: what a recipe's ``data.train`` / ``data.val`` say when they are left out (``DataConfig``'s defaults)
+_UNNAMED = {"train": "train", "val": "val"}
+
+
+def dataset_dict_splits(path: str | os.PathLike) -> list[str] | None:
+    """The splits of a ``save_to_disk`` ``DatasetDict`` at ``path``, as its ``dataset_dict.json``
+    lists them; ``None`` when ``path`` is not one."""
+    f = Path(path) / "dataset_dict.json"
+    if not f.is_file():
+        return None
+    try:
+        splits = json.loads(f.read_text())["splits"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{f}: not a DatasetDict's dataset_dict.json (no 'splits' list)") from None
+    return [str(name) for name in splits]
+
+
+def _dict_split(path: Path, splits: list[str], role: str) -> Path:
+    """The split of the DatasetDict at ``path`` a recipe's ``role`` reads: ``train`` for training,
+    the first of :data:`VAL_SPLITS` for validation; ``FileNotFoundError`` naming the splits there are."""
+    wanted = ("train",) if role == "train" else VAL_SPLITS
+    found = next((name for name in wanted if name in splits), None)
+    if found is None:
+        raise FileNotFoundError(f"{path} is a saved DatasetDict with splits {', '.join(splits) or 'none'}: none is "
+                                f"{' / '.join(wanted)}; name the {role} split (a recipe's data.{role}: one of "
+                                f"{', '.join(splits) or 'none'})")
+    return path / found
+
+
+def split_path(root: str | os.PathLike, name: str, role: str) -> Path:
+    """The Hugging Face data a recipe's ``data.train`` / ``data.val`` (``name`` under ``root``) reads
+    as ``role`` (``"train"`` or ``"val"``), resolving a saved ``DatasetDict``'s split names from its
+    ``dataset_dict.json``:
+
+    - ``root/name`` a ``DatasetDict``: its split for ``role`` — ``train``; for ``val`` the first of
+      :data:`VAL_SPLITS` (``validation``, ``valid``, ``val``, ``test``) it holds;
+    - ``root/name`` missing, ``name`` left at the recipe's default (``train`` / ``val``) and ``root`` a
+      ``DatasetDict``: ``root``'s split for ``role`` (a dict saved with ``train``/``test`` validates
+      on ``test`` without ``data.val: test`` spelled out);
+    - ``root/name`` missing under a ``DatasetDict`` otherwise: ``FileNotFoundError`` naming its splits;
+    - else ``root/name`` as it is (a split, parquet files, a glob: :func:`hf_files` reads it)."""
+    if role not in _UNNAMED:
+        raise ValueError(f"role must be 'train' or 'val', not {role!r}")
+    root = Path(root)
+    path = root / name
+    splits = dataset_dict_splits(path) if path.is_dir() else None
+    if splits is not None:
+        return _dict_split(path, splits, role)
+    if path.exists() or any(ch in str(name) for ch in "*?["):
+        return path
+    splits = dataset_dict_splits(root) if root.is_dir() else None
+    if splits is None:
+        return path
+    if name == _UNNAMED[role]:  # the recipe names no split: the dict's own names decide
+        return _dict_split(root, splits, role)
+    raise FileNotFoundError(f"{root} is a saved DatasetDict with splits {', '.join(splits) or 'none'}: no split "
+                            f"{name!r} (a recipe's data.{role}: one of {', '.join(splits) or 'none'})")
+
+
 def hf_files(path: str | os.PathLike | Sequence[str]) -> tuple[str, list[str]]:
     """What ``path`` names: ``("saved", [arrow files])`` for a ``save_to_disk`` directory, or
     ``("parquet", [files])`` for a parquet file, a glob of them, a folder holding them (sorted) or
@@ -85,7 +150,7 @@ def hf_files(path: str | os.PathLike | Sequence[str]) -> tuple[str, list[str]]:
     text = str(path)
     p = Path(text)
     if p.is_dir() and (p / "dataset_dict.json").is_file():
-        splits = sorted(d.name for d in p.iterdir() if (d / "state.json").is_file())
+        splits = dataset_dict_splits(p) or []
         raise FileNotFoundError(f"{p} is a saved DatasetDict: name one of its splits, e.g. {p / (splits or ['train'])[0]}"
                                 f" (splits: {', '.join(splits) or 'none found'})")
     if p.is_dir() and (p / "state.json").is_file():

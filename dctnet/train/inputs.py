@@ -8,7 +8,7 @@ import glob
 import math
 from pathlib import Path
 
-from dctnet.data.hf import hf_files
+from dctnet.data.hf import hf_files, split_path
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train.recipe import Recipe
 from dctnet.transforms.normalization import data_config
@@ -26,7 +26,7 @@ def data_root(recipe: Recipe) -> Path:
     if recipe.data.source == "hf":
         for split in ("train", "val"):
             try:
-                hf_files(root / getattr(recipe.data, split))
+                hf_files(split_path(root, getattr(recipe.data, split), split))
             except FileNotFoundError as exc:
                 raise FileNotFoundError(f"{exc} (data.root / data.{split})") from None
     elif recipe.data.source == "shards":

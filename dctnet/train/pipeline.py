@@ -31,6 +31,7 @@ from torch import Tensor
 
 from dctnet import data as D
 from dctnet.codec import available_cpus
+from dctnet.data.hf import split_path
 from dctnet import transforms as T
 from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
@@ -224,16 +225,18 @@ def _hf_datasets(r: Recipe, root, crop, center, rank: int, world_size: int, poli
     shards are)."""
     d = r.data
     cols = dict(image_column=d.image_column, label_column=d.label_column, warnings=d.warnings)
+    # a saved DatasetDict's split names come from its dataset_dict.json where the recipe names none
+    paths = {split: str(split_path(root, getattr(d, split), split)) for split in ("train", "val")}
     if d.streaming:
-        train = D.HFStreamDataset(str(root / d.train), crop=crop, rank=rank, world_size=world_size,
+        train = D.HFStreamDataset(paths["train"], crop=crop, rank=rank, world_size=world_size,
                                   interleave=d.interleave, **cols, **policy)
-        val = D.HFStreamDataset(str(root / d.val), crop=center, shuffle=False, rank=rank, world_size=world_size,
+        val = D.HFStreamDataset(paths["val"], crop=center, shuffle=False, rank=rank, world_size=world_size,
                                 **cols, **policy)
         return train, val
     threads = max(1, available_cpus() // world_size)
     out = []
     for split, box in (("train", crop), ("val", center)):
-        ds = D.HFDataset(str(root / getattr(d, split)), crop=box, **cols, **policy)
+        ds = D.HFDataset(paths[split], crop=box, **cols, **policy)
         excluded += [(split, name, reason) for name, reason in ds.check(threads=threads)]
         warned += [(split, name, "; ".join(w)) for name, w in ds.warned.items()]
         out.append(ds)
