@@ -126,6 +126,17 @@ def test_relative_links_resolve(doc):
     assert not bad, f"{doc}: links to nothing: {bad}"
 
 
+def test_the_docs_name_no_tracker_issues():
+    """A reader has no issue tracker to look numbers up in: the README, docs/*.md and the recipes'
+    README say what a thing is, not which issue brought it ("issue 40", "the issue asks")."""
+    docs = ["README.md", "recipes/README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+    found = []
+    for doc in docs:
+        for n, line in enumerate((ROOT / doc).read_text().splitlines(), 1):
+            found += [f"{doc}:{n}: {m.group(0)!r}" for m in re.finditer(r"\bissues?[\s#-]*\d+|\bthe issue\b", line, re.I)]
+    assert not found, found
+
+
 def _train_imagenette():
     spec = importlib.util.spec_from_file_location("train_imagenette", ROOT / "benchmarks" / "train_imagenette.py")
     mod = importlib.util.module_from_spec(spec)
