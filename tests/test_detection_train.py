@@ -476,3 +476,68 @@ def test_a_ground_truth_mask_rcnn_scores_segm_ap_one_in_both_arms(tmp_path):
         assert metrics["segm_AP"] == 1.0 and metrics["bbox_AP"] == 1.0, arm
         predictions[arm] = json.loads((tmp_path / arm / "predictions_val.json").read_text())
     assert [r["segmentation"] for r in predictions["rgb"]] == [r["segmentation"] for r in predictions["device-rgb"]]
+
+
+@pytest.mark.parametrize("drop", [True, False])
+def test_training_images_without_a_usable_box_are_left_out_as_the_references_do(tmp_path, drop):
+    """detect.drop_unannotated (default true): the training split keeps the images torchvision's
+    references keep (``_coco_remove_images_without_annotations``: an annotation, and not every box at
+    most 1 px wide or tall), the summary counts the others; the val split stays whole. false keeps all."""
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train.detection import DetectionTrainer
+
+    make_instance_set(str(tmp_path / "set"), train=6, val=2, size=(64, 80), seed=4)
+    for split in ("train", "val"):
+        path = tmp_path / "set" / f"{split}.json"
+        data = json.loads(path.read_text())
+        ids = [im["id"] for im in data["images"]]
+        data["annotations"] = [a for a in data["annotations"] if a["image_id"] != ids[0]]  # no annotation
+        for a in data["annotations"]:
+            if a["image_id"] == ids[1]:  # only degenerate boxes
+                a["bbox"][2] = 1.0
+        path.write_text(json.dumps(data))
+    gt = json.loads((tmp_path / "set" / "train.json").read_text())
+    kept = sorted(im["id"] for im in gt["images"]
+                  if any(a["bbox"][2] > 1 and a["bbox"][3] > 1 for a in gt["annotations"] if a["image_id"] == im["id"]))
+    split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
+    recipe = load_recipe(None, {
+        "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0},
+        "model": {"arch": "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", "input": "device-rgb"},
+        "detect": {"drop_unannotated": drop},
+        "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16}, "train": {"out": str(tmp_path / "run")}})
+    logged: list[str] = []
+    trainer = DetectionTrainer(recipe, log=logged.append)
+    assert len(kept) == 4 and len(trainer.val_set) == 2
+    assert trainer.train_set.ids == (kept if drop else sorted(im["id"] for im in gt["images"]))
+    summary = next(m for m in logged if m.startswith("detection: "))
+    assert ("2 more left out without a usable box" in summary) == drop, summary
+
+
+def test_boxes_dropped_for_running_past_their_image_are_counted_each_epoch(tmp_path):
+    """Boxes past their image in the file are dropped by SanitizeBoundingBoxes at every step: each epoch's
+    record counts the boxes seen, those dropped and, of those, the ones past their image, the same in
+    both arms (torchvision's own sanitize in the rgb arm), and the epoch's line says so."""
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train.detection import DetectionTrainer
+
+    make_instance_set(str(tmp_path / "set"), train=4, val=1, size=(64, 80), seed=4)
+    path = tmp_path / "set" / "train.json"
+    data = json.loads(path.read_text())
+    for a in data["annotations"][:3:2]:  # two boxes made to run past the right edge
+        a["bbox"][2] = 80 - a["bbox"][0] + 5
+    path.write_text(json.dumps(data))
+    split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
+    records = {}
+    for arm in ("rgb", "device-rgb"):
+        logged: list[str] = []
+        recipe = load_recipe(None, {
+            "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0},
+            "model": {"arch": "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", "input": arm},
+            "detect": {"min_size": 64, "max_size": 80},
+            "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
+            "train": {"out": str(tmp_path / arm), "checkpoint": False, "eval_every": 5}})
+        records[arm] = DetectionTrainer(recipe, log=logged.append).fit()
+        assert any("2 boxes dropped for running past their image" in m for m in logged), logged
+    for arm, r in records.items():
+        assert (r["train_boxes"], r["train_boxes_dropped_past_image"]) == (len(data["annotations"]), 2), arm
+        assert r["train_boxes_dropped"] == 2, arm  # (the flip preset drops nothing else)

@@ -265,8 +265,9 @@ class CocoDataset(CropDataset):
 
     Indexing (``ds[i]`` or ``ds[epoch, i]``) goes over the image ids sorted ascending (as
     torchvision's ``CocoDetection``), **images without annotations included** (their targets are
-    empty; detection references leave them out only on request — :attr:`ids` and a
-    :class:`dctnet.data.SubsetSampler` do that). ``ds[i]`` is ``(sample, target)``:
+    empty). torchvision's references leave them out of their training split:
+    :meth:`annotated_indices` names the images they keep, :meth:`select` keeps only those. ``ds[i]``
+    is ``(sample, target)``:
 
     - ``sample``: :class:`dctnet.data.CoefficientSample` of the whole image, label 0, index ``i``.
     - ``target["boxes"]``: ``float64 (N, 4)`` XYXY in pixels of the image (COCO's
@@ -314,6 +315,20 @@ class CocoDataset(CropDataset):
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def annotated_indices(self) -> list[int]:
+        """The indices whose images torchvision's references train on
+        (``_coco_remove_images_without_annotations``): at least one annotation, and not every box at
+        most 1 px wide or tall."""
+        def usable(anns: list[dict[str, Any]]) -> bool:
+            return bool(anns) and not all(a["bbox"][2] <= 1 or a["bbox"][3] <= 1 for a in anns)
+
+        return [k for k, i in enumerate(self.ids) if usable(self.coco.imgToAnns.get(i, []))]
+
+    def select(self, indices: Sequence[int]) -> None:
+        """Keep only the images at ``indices`` (in that order): :attr:`ids` and their paths."""
+        self.ids = [self.ids[k] for k in indices]
+        self.paths = [self.paths[k] for k in indices]
 
     def box_warnings(self) -> list[str]:
         """What in the annotations of :attr:`ids` trains without error but likely not as meant, one

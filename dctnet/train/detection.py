@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -78,6 +79,20 @@ class _StampedCollate:
         return self.collate(items), (info.id if info else -1, time.process_time() if info else 0.0)
 
 
+def box_drops(boxes: Any, size: tuple[int, int], kept: Any) -> tuple[int, int, int]:
+    """One training sample's box accounting: ``(boxes, dropped, dropped past the image)`` — its file's
+    boxes ``(N, 4)`` XYXY in an image of ``size (H, W)``, of which the geometry and
+    ``SanitizeBoundingBoxes`` kept those at indices ``kept``; the last counts the dropped boxes that
+    ran past their image in the file (sanitizing drops those wherever no crop cuts them back in).
+    Host arrays or tensors (never the device's: no sync)."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    h, w = size
+    lost = np.ones(len(b), bool)
+    lost[np.asarray(kept, dtype=np.int64)] = False
+    past = (b[:, 0] < 0) | (b[:, 1] < 0) | (b[:, 2] > w) | (b[:, 3] > h)
+    return len(b), int(lost.sum()), int((lost & past).sum())
+
+
 class _PillowCoco(torch.utils.data.Dataset):
     """The torchvision arm's dataset: Pillow's decode of each image of a :class:`CocoDataset` (its
     targets as ``tv_tensors``), then torchvision v2's ops of the preset, in the DataLoader worker."""
@@ -101,7 +116,8 @@ class _PillowCoco(torch.utils.data.Dataset):
         semantic = self.coco._semantic(index, h, w) if self.coco.semantic is not None else None
         t = self.coco._target(index, h, w, semantic)
         sample = {"image": tv_tensors.Image(image), "labels": t["labels"], "iscrowd": t["iscrowd"], "area": t["area"],
-                  "boxes": tv_tensors.BoundingBoxes(t["boxes"].float(), format="XYXY", canvas_size=(h, w))}
+                  "boxes": tv_tensors.BoundingBoxes(t["boxes"].float(), format="XYXY", canvas_size=(h, w)),
+                  "box_index": torch.arange(len(t["boxes"]))}  # (which boxes the ops keep: per_box_fields)
         if "masks" in t:
             sample["masks"] = tv_tensors.Mask(t["masks"])
         if "semantic" in t:
@@ -110,7 +126,8 @@ class _PillowCoco(torch.utils.data.Dataset):
             sample = self.transforms(sample)
         image = TVF.to_dtype(sample.pop("image"), torch.float32, scale=True).as_subclass(torch.Tensor)
         target = {k: (v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v) for k, v in sample.items()}
-        target.update(image_id=t["image_id"], size=t["size"])
+        target.update(image_id=t["image_id"], size=t["size"],
+                      box_drops=box_drops(t["boxes"], (h, w), target.pop("box_index")))
         return image, target
 
 
@@ -194,14 +211,22 @@ class DetectionTrainer:
         #: found them unusable) and of the samples skipped since the last epoch's record
         self.excluded: list[tuple[str, str, str]] = []
         self.skipped: list[tuple[str, str, str]] = []
+        #: training images left out for having no usable box (detect.drop_unannotated)
+        self.unannotated = 0
+        if r.detect.drop_unannotated:
+            keep = self.train_set.annotated_indices()
+            self.unannotated = len(self.train_set) - len(keep)
+            self.train_set.select(keep)
         for split, ds, limit in (("train", self.train_set, r.data.limit_train), ("val", self.val_set, r.data.limit_val)):
             if limit:  # the first N images (smoke tests): only those are checked and read
-                ds.ids, ds.paths = ds.ids[:limit], ds.paths[:limit]
+                ds.select(range(min(limit, len(ds))))
             refused = ds.check()
             self.excluded += [(split, str(path), str(reason)) for path, reason in refused]
             if not len(ds):  # (an empty "images" list, or every file unusable): nothing to train or evaluate on
+                unannotated = (f", {self.unannotated} without a usable box (detect.drop_unannotated: false keeps "
+                               "them)") if split == "train" and self.unannotated else ""
                 raise ValueError(f"data.{split}: {_split(r, split)[1]} lists no usable image "
-                                 f"({len(refused)} left out as unusable)")
+                                 f"({len(refused)} left out as unusable{unannotated})")
         num_classes = r.model.num_classes or len(self.train_set.classes) + 1
         torch.manual_seed(r.train.seed)
         name = r.model.arch.split(":", 1)[1]
@@ -329,6 +354,8 @@ class DetectionTrainer:
             anns = sum(len(ds.coco.imgToAnns.get(i, ())) for i in ds.ids)
             empty = sum(not ds.coco.imgToAnns.get(i) for i in ds.ids)
             parts.append(f"{split} {len(ds)} images, {anns} annotations ({empty} images without any)")
+        if self.unannotated:  # (left out before: the train part counts the images it trains on)
+            parts[0] += f", {self.unannotated} more left out without a usable box (detect.drop_unannotated)"
         kind = "segmentation" if self.segmentation else "detection"
         return (f"{kind}: {'; '.join(parts)}; {len(self.train_set.classes)} categories; model.input "
                 f"{self.recipe.model.input}, {self.steps_per_epoch} steps an epoch of batch {self.recipe.data.batch_size}")
@@ -367,15 +394,19 @@ class DetectionTrainer:
                 self.skipped += [(split, str(path), str(reason)) for _, path, reason in (batch.skipped or ())]
                 t0 = time.thread_time()
                 plan = step.plan(targets, epoch)  # host work: each sample's draws and boxes
+                drops = [box_drops(t["boxes"], t["size"], m["_kept"]) for t, m in zip(targets, plan.targets if plan else ())]
                 main += time.thread_time() - t0
                 images, targets = step.apply(batch.to(self.device, non_blocking=True), targets, plan)
             else:
                 images, targets = payload
+                drops = [t.pop("box_drops") for t in targets if "box_drops" in t]
                 images = [i.to(self.device, non_blocking=True) for i in images]
                 targets = [{k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
                             for k, v in t.items()} for t in targets]
             cost["cpu"] += main
             cost["n"] += len(images)
+            for key, value in zip(("boxes", "dropped", "past"), np.sum(drops, axis=0) if drops else (0, 0, 0)):
+                cost[key] = cost.get(key, 0) + int(value)
             yield images, targets
 
     # ------------------------------------------------------------------ train / eval
@@ -429,7 +460,11 @@ class DetectionTrainer:
             values = torch.stack(list(sums.values())).tolist() if sums else []
         record = {f"train_{k}": v / max(steps, 1) for k, v in zip(sums, values)}
         record.update(lr=lr if steps else 0.0, train_seconds=seconds, images_per_s=cost["n"] / max(seconds, 1e-9),
-                      data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6)
+                      data_cpu_us_per_sample=cost["cpu"] / max(cost["n"], 1) * 1e6,
+                      # this rank's boxes: in the epoch's files, dropped by the geometry and sanitizing, and of
+                      # those the ones that ran past their image in the file (bad annotations, dropped each step)
+                      train_boxes=cost.get("boxes", 0), train_boxes_dropped=cost.get("dropped", 0),
+                      train_boxes_dropped_past_image=cost.get("past", 0))
         return record
 
     def _model_input(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -534,6 +569,9 @@ class DetectionTrainer:
                 ap = f", val bbox AP {record['bbox_AP']:.3f} AP50 {record['bbox_AP50']:.3f}" if "bbox_AP" in record else ""
                 ap += f", val mIoU {record['mIoU']:.3f}" if "mIoU" in record else ""
                 skip = skip_note(record, self.out / "skipped.txt")
+                if record["train_boxes_dropped_past_image"]:
+                    skip += (f"; {record['train_boxes_dropped_past_image']} boxes dropped for running past their "
+                             "image in the annotations")
                 self.log(f"epoch {epoch + 1}/{r.optim.epochs}: loss {record['train_loss']:.3f}{ap} | "
                          f"{record['images_per_s']:.1f} img/s, data CPU {record['data_cpu_us_per_sample']:.0f} µs/sample"
                          f"{skip}")

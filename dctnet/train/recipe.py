@@ -183,6 +183,10 @@ class DetectConfig:
     # instead of a preset: the training ops by torchvision's names with their arguments, in order
     # (dctnet.transforms.detection; SanitizeBoundingBoxes is appended as the presets end)
     ops: list[dict[str, Any]] = field(default_factory=list)
+    # leave out training images without a usable box (no annotation, or every box at most 1 px wide or
+    # tall), as torchvision's detection and segmentation references always do; false trains on them as
+    # background-only images. The val split is evaluated whole either way
+    drop_unannotated: bool = True
     # the detector: another ResNet for the ResNet-50 of fasterrcnn/maskrcnn_resnet50_fpn, the stages its
     # FPN reads, the smallest anchor per feature map, and any other argument of torchvision's builder
     backbone: str | None = None

@@ -1493,8 +1493,9 @@ def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
 def per_box_fields(sample: dict[str, Any]) -> tuple[Tensor, ...]:
     """What v2's ``SanitizeBoundingBoxes`` drops with the boxes: ``labels`` and the other per-box
     fields a COCO target carries (``iscrowd``, ``area``) — its default getter finds ``labels`` only,
-    which leaves the others misaligned. A module-level function: DataLoader workers pickle it."""
-    return tuple(sample[k] for k in ("labels", "iscrowd", "area") if k in sample)
+    which leaves the others misaligned; ``box_index`` too when a sample carries it (each box's
+    index in the file, to count what was dropped). A module-level function: DataLoader workers pickle it."""
+    return tuple(sample[k] for k in ("labels", "iscrowd", "area", "box_index") if k in sample)
 
 
 def torchvision_sanitize() -> Any:
