@@ -5,9 +5,9 @@ plan A (``device-rgb``) under the same recipe and preset, several seeds, in one 
 Runs ``python -m dctnet train RECIPE --set model.input=ARM --set train.seed=S`` for each arm and
 seed, then prints a markdown table: final val bbox AP and AP50 (pycocotools' COCOeval on the saved
 predictions), the best AP50 and its epoch, host CPU µs per sample of the input pipeline (DataLoader
-workers plus, for plan A, the host's geometry draw; median over epochs after the first), epochs and
-wall minutes — and the plan-A − rgb difference of the mean AP. On a CPU-only machine the device step
-runs on the same cores as the model and is part of the step, not of the host CPU column.
+workers, plus plan A's geometry draw and device step — all of it on a CPU-only machine — or the rgb
+arm's model resize; median over epochs after the first), epochs and wall minutes — and the plan-A −
+rgb difference of the mean AP.
 
     python benchmarks/detection_trees.py [--recipe recipes/detection/trees_fasterrcnn_mnv3_320.yaml]
         [--seeds 0 1] [--out runs/trees] [--set KEY=VALUE ...] [--reuse] [--jobs N]

@@ -541,3 +541,43 @@ def test_boxes_dropped_for_running_past_their_image_are_counted_each_epoch(tmp_p
     for arm, r in records.items():
         assert (r["train_boxes"], r["train_boxes_dropped_past_image"]) == (len(data["annotations"]), 2), arm
         assert r["train_boxes_dropped"] == 2, arm  # (the flip preset drops nothing else)
+
+
+@pytest.mark.parametrize("arm", ["rgb", "device-rgb"])
+def test_the_reported_input_cpu_counts_the_device_step_and_the_models_resize(tmp_path, arm, monkeypatch):
+    """data_cpu_us_per_sample counts the same ops in both arms: plan A's device step (on a CPU-only run
+    it runs on the host) and the rgb arm's model resize (in its forward). Each is made to burn a known
+    CPU time; the record holds at least that much."""
+    import time
+
+    from torchvision.models.detection.transform import GeneralizedRCNNTransform
+
+    from dctnet.synthetic import make_instance_set
+    from dctnet.train.detection import DetectionTrainer
+    from dctnet.transforms.detection import DetectionStep
+
+    def burn(seconds: float) -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+
+    def slow(own):
+        def wrapped(*args, **kwargs):
+            burn(0.05)
+            return own(*args, **kwargs)
+        return wrapped
+
+    if arm == "rgb":
+        monkeypatch.setattr(GeneralizedRCNNTransform, "resize", slow(GeneralizedRCNNTransform.resize))
+    else:
+        monkeypatch.setattr(DetectionStep, "apply", slow(DetectionStep.apply))
+    make_instance_set(str(tmp_path / "set"), train=2, val=1, size=(64, 80), seed=4)
+    split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
+    recipe = load_recipe(None, {
+        "data": {"source": "coco", "root": str(tmp_path / "set"), **split, "batch_size": 2, "workers": 0},
+        "model": {"arch": "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", "input": arm},
+        "detect": {"min_size": 64, "max_size": 80},
+        "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16}, "train": {"out": str(tmp_path / "run")}})
+    record = DetectionTrainer(recipe, log=lambda m: None).train_epoch(0)
+    per_sample = 0.05e6 if arm == "rgb" else 0.025e6  # (rgb: a resize per image; plan A: a step per batch of 2)
+    assert record["data_cpu_us_per_sample"] >= per_sample

@@ -19,8 +19,9 @@ Two arms, as for classifiers:
 Each epoch: the summed detection losses, then COCO evaluation of the val split (pycocotools'
 ``COCOeval`` on the predictions of every rank, gathered), ``metrics.json`` (one record per epoch:
 ``bbox_AP``, ``bbox_AP50``, …, ``segm_AP`` with masks), ``predictions_val.json`` (COCO's results
-format, in the files' pixels) and ``last.pt`` for ``--resume``. Host CPU per sample (workers and
-the host's geometry draw) is recorded for both arms.
+format, in the files' pixels) and ``last.pt`` for ``--resume``. Host CPU per sample of the input
+pipeline is recorded for both arms, the same ops in each: the workers', and plan A's geometry draw
+and device step (all of it on a CPU-only run), or the rgb arm's model resize.
 """
 
 from __future__ import annotations
@@ -65,6 +66,22 @@ def _split(recipe: Recipe, split: str) -> tuple[Path, Path]:
     spec = getattr(recipe.data, split)
     root = Path(recipe.data.root)
     return tuple(Path(p) if os.path.isabs(p) else root / p for p in (spec["images"], spec["annotations"]))
+
+
+def _time_resize(transform: nn.Module, clock: list[float]) -> None:
+    """Add the host CPU of each call of ``transform.resize`` (a ``GeneralizedRCNNTransform``'s, per
+    image in the model's forward) to ``clock[0]``: the rgb arm's last input op, which the device arm's
+    step does itself (:class:`~dctnet.transforms.detection.DetectorResize`)."""
+    own = transform.resize
+
+    def resize(image, target=None):
+        t0 = time.thread_time()
+        try:
+            return own(image, target)
+        finally:
+            clock[0] += time.thread_time() - t0
+
+    transform.resize = resize
 
 
 class _StampedCollate:
@@ -269,6 +286,10 @@ class DetectionTrainer:
                 prepare_detector(self.model)
         #: the model's transform neither resizes nor pastes masks: predictions come in the input's canvas
         self.prepared = not self.segmentation and (self.plan_a or not r.detect.resize)
+        #: host CPU seconds of the rgb arm's model resize (its transform's), counted with the input pipeline
+        self.model_resize_cpu = [0.0]
+        if not self.prepared and not self.segmentation:
+            _time_resize(self.model.transform, self.model_resize_cpu)
         self.model.to(self.device)
         if use_channels_last(r, self.model, self.device):  # weights only: cudnn.benchmark would re-tune every image size
             self.model.to(memory_format=torch.channels_last)
@@ -374,9 +395,10 @@ class DetectionTrainer:
             self.log(f"left out {len(self.excluded)} unusable images before training (names and reasons in {path})")
 
     def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float], split: str = "train"):
-        """``(images, targets)`` on the device; adds the host CPU (workers, and the host's geometry
-        draw — not the device step, which a CPU-only run also runs on the host) to ``cost["cpu"]``
-        and the images to ``cost["n"]``."""
+        """``(images, targets)`` on the device; adds the input pipeline's host CPU to ``cost["cpu"]``
+        and the images to ``cost["n"]``: the workers', the host's geometry draw and the device step's
+        (on a GPU its kernel launches; on a CPU-only run the whole step, which runs on the host) — and
+        in the rgb arm the model's own resize, timed in its forward, so both arms count the same ops."""
         seen = self._worker_cpu.setdefault(id(loader), {})  # persistent workers: CPU so far, per worker
         it = iter(loader)
         while True:
@@ -395,8 +417,8 @@ class DetectionTrainer:
                 t0 = time.thread_time()
                 plan = step.plan(targets, epoch)  # host work: each sample's draws and boxes
                 drops = [box_drops(t["boxes"], t["size"], m["_kept"]) for t, m in zip(targets, plan.targets if plan else ())]
-                main += time.thread_time() - t0
                 images, targets = step.apply(batch.to(self.device, non_blocking=True), targets, plan)
+                main += time.thread_time() - t0
             else:
                 images, targets = payload
                 drops = [t.pop("box_drops") for t in targets if "box_drops" in t]
@@ -407,7 +429,9 @@ class DetectionTrainer:
             cost["n"] += len(images)
             for key, value in zip(("boxes", "dropped", "past"), np.sum(drops, axis=0) if drops else (0, 0, 0)):
                 cost[key] = cost.get(key, 0) + int(value)
+            clock = self.model_resize_cpu[0]
             yield images, targets
+            cost["cpu"] += self.model_resize_cpu[0] - clock  # (rgb arm) the model resized this batch in its forward
 
     # ------------------------------------------------------------------ train / eval
     def train_epoch(self, epoch: int) -> dict[str, float]:
