@@ -18,8 +18,8 @@ resizes, crops, padding — so it is a short per-sample program, not a per-pixel
    starts a new one, because torchvision resamples the already cropped pixels again.
 2. **Device, batched**: stage 1 decodes every window and resamples it in one pass
    (:func:`dctnet.transforms.crops_to_rgb` with the stage's per-sample resize), later stages
-   resample the previous output (:func:`dctnet.resize.resized_crop`); flips are a per-sample
-   column gather. Masks follow torchvision's nearest-neighbour resize (``interpolate(mode=
+   resample the previous output (:func:`dctnet.resize.resized_crop`); a flip permutes the rows of
+   its stage's x resampling matrix (no pass of its own). Masks follow torchvision's nearest-neighbour resize (``interpolate(mode=
    "nearest")``: source ``min(floor(k·in/out), in − 1)`` in float32), their pads are 0, and every
    stage's index map is composed on the host into one gather per axis: the masks are gathered once.
 
@@ -984,35 +984,14 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
 
 
 # ---------------------------------------------------------------------------------------------- device
-def _flip_columns(x: Tensor, widths: Tensor, flips: Tensor) -> Tensor:
-    """Mirror columns ``[0, w_b)`` of the samples with ``flips[b]`` (the rest as they are)."""
-    j = torch.arange(x.shape[-1], device=x.device)[None, :]
-    w = widths[:, None]
-    idx = torch.where(flips[:, None] & (j < w), w - 1 - j, j)                          # (B, W)
-    return torch.gather(x, -1, idx[:, None, None, :].expand(x.shape))
-
-
-def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int],
-              fill: tuple[float, float, float]) -> Tensor:
+def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int], flips: Tensor) -> Tensor:
     """One later stage on the device: each sample's box of its canvas in ``x`` resized to the
-    stage's ``resized``, its window kept (``fill`` outside), as antialiased (torchvision's ``resize``)
-    or plain bilinear matrices (a detector's own resize) per sample — ``antialias`` is a host mask."""
-    mats = []
-    for axis in (0, 1):
-        n_in, n_out = x.shape[-2 + axis], size[axis]
-        start, length = stage[:, 6 + axis], stage[:, 8 + axis]  # the box (a plain resize's: the whole canvas)
-        resized, offset = stage[:, axis], stage[:, 2 + axis]
-        if bool(antialias.all()):
-            m = RS.resize_matrices(start, length, n_in, n_out, resized=resized, offsets=offset, dtype=x.dtype)
-        elif not bool(antialias.any()):
-            m = RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype, starts=start)
-        else:  # both kinds in one stage: each sample keeps its own (a host mask, moved without a sync)
-            keep = antialias.to(x.device, non_blocking=True)[:, None, None]
-            m = torch.where(keep, RS.resize_matrices(start, length, n_in, n_out, resized=resized, offsets=offset,
-                                                     dtype=x.dtype),
-                            RS.plain_bilinear_matrices(length, resized, offset, n_in, n_out, dtype=x.dtype, starts=start))
-        mats.append(m)
-    return RS.apply_matrices(x, mats[0], mats[1], fill).clamp(0.0, 1.0)
+    stage's ``resized``, its window kept (0 outside: :func:`_fill_padding`), then mirrored where
+    ``flips``, as antialiased (torchvision's ``resize``) or plain bilinear weights (a detector's own
+    resize) per sample — ``antialias`` is a host mask — by :func:`dctnet.resize.resized_crop`
+    (dense matrices on a GPU, their bands on a CPU; the flip permutes the x matrix's rows)."""
+    return RS.resized_crop(x, stage[:, 6:10], size, resize=stage[:, :4], antialias=antialias,
+                           flip=(flips, stage[:, 5])).clamp_(0.0, 1.0)  # a new tensor: clamped in place
 
 
 def _contrast(x: Tensor, factor: Tensor, sizes: Tensor) -> Tensor:
@@ -1055,14 +1034,17 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
     return x
 
 
-def _fill_padding(x: Tensor, stage: Tensor, fill: Tensor) -> Tensor:
-    """Each sample's own fill where its window lies outside its resized canvas (before the flip):
-    output row ``i`` is padding when ``top + i`` is outside ``[0, resized_h)``, likewise columns."""
+def _fill_padding(x: Tensor, stage: Tensor, fill: Tensor, flips: Tensor) -> Tensor:
+    """Each sample's own fill where its window lies outside its resized canvas: output row ``i`` is
+    padding when ``top + i`` is outside ``[0, resized_h)``, likewise columns — of the window before
+    its flip: a flipped sample's column ``j < out_w`` is the window's ``out_w − 1 − j``."""
     if not bool(fill.any()):  # (a host tensor) no sample pads with anything but 0 here
         return x
     dev = x.device
     i = torch.arange(x.shape[-2], device=dev)[None, :]
     j = torch.arange(x.shape[-1], device=dev)[None, :]
+    w = stage[:, 5, None]
+    j = torch.where(flips[:, None] & (j < w), w - 1 - j, j)                            # (B, W) unflipped
     r, c = stage[:, 2, None] + i, stage[:, 3, None] + j
     pad = (((r < 0) | (r >= stage[:, 0, None]))[:, :, None] | ((c < 0) | (c >= stage[:, 1, None]))[:, None, :])
     value = fill.to(dev, non_blocking=True).to(x.dtype)[:, :, None, None]
@@ -1168,18 +1150,15 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     stages, flips = move_plan([plan.stages, plan.flips], device)  # one copy, from pinned memory
     # stage 0 decodes and resamples in one pass: each window is the whole image, so its box is the image
     first = dataclasses.replace(batch, boxes=stages[0, :, 6:10], resize=stages[0, :, :4])
-    x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact,
-                     fill=0.0)
-    x = _fill_padding(x, stages[0], plan.fills[0])
-    x = _flip_columns(x, stages[0, :, 5], flips[0])
+    # flips are part of each resampling (a permutation of its x matrix's rows), not a pass of their own
+    x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact, fill=0.0, flip=(flips[0], stages[0, :, 5]))
+    x = _fill_padding(x, stages[0], plan.fills[0], flips[0])
     x = _warp_stage(x, plan, 0)
     if plan.photometric[0] is not None:
         x = _photometric(x, plan.photometric[0], plan.canvas[0])
     for s in range(1, stages.shape[0]):
-        x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]),
-                      (0.0, 0.0, 0.0))
-        x = _fill_padding(x, stages[s], plan.fills[s])
-        x = _flip_columns(x, stages[s, :, 5], flips[s])
+        x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]), flips[s])
+        x = _fill_padding(x, stages[s], plan.fills[s], flips[s])
         x = _warp_stage(x, plan, s)
         if plan.photometric[s] is not None:
             x = _photometric(x, plan.photometric[s], plan.canvas[s])

@@ -38,7 +38,7 @@ def _merge(batch: JpegBatch, per_group: Callable[..., Tensor], shape: tuple[int,
     """Run ``per_group(group, extent, valid, boxes, resize, into)`` on each layout group (``extent``:
     :func:`_extent`) and merge the outputs ``(n, *shape)`` into one ``(B, *shape)`` tensor in
     batch order (no copy for one group). On a CPU the largest group is asked for the whole batch
-    (``into = (rows, B)``: its crops at its rows; :func:`dctnet.resize.banded_resized_crop`) and the
+    (``into = (rows, B)``: its crops at its rows; :func:`dctnet.resize.banded_resample`) and the
     others are copied into it, rather than every group into a new batch."""
     if len(batch.groups) == 1:  # the common case: rows are 0..B-1 in order (collate's contract)
         g = batch.groups[0]
@@ -69,7 +69,7 @@ def _merge(batch: JpegBatch, per_group: Callable[..., Tensor], shape: tuple[int,
 
 def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
                  exact: bool = False, interpolation: str = "bilinear",
-                 fill: float | tuple[float, float, float] = 0.0) -> Tensor:
+                 fill: float | tuple[float, float, float] = 0.0, flip: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Decode the windows on the device, one batched decode per layout group (block IDCT,
     libjpeg's chroma upsampling, colour; CMYK/YCCK as Pillow does) and resize every crop box to
     ``size`` = (h, w): float RGB ``(B, 3, h, w)`` in [0, 1], in batch order.
@@ -85,7 +85,9 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     The result is clamped to [0, 1]. Bicubic overshoots the input's range near edges;
     torchvision's float tensors keep the overshoot, but PIL's and a decoder's 8-bit output
     clamps it, and so does this. ``exact``: decode in libjpeg's integer arithmetic
-    (:func:`dctnet.image.to_rgb`), so the crops are those of Pillow's very pixels. A
+    (:func:`dctnet.image.to_rgb`), so the crops are those of Pillow's very pixels. ``flip = (flips
+    bool (B,), widths int64 (B,))``: columns ``[0, widths[b])`` of the samples with ``flips[b]``
+    mirrored, in the resampling (:func:`dctnet.resize.resized_crop`). A
     :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is expanded first
     (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
@@ -97,12 +99,15 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
         # taps are clipped to the box, which lies in the valid window (training crops), and the eval
         # window (``resize``) holds every tap of the kept crop (dctnet.resize.resize_matrices)
         # a CPU's training crops: decoded column by column, which its sparse resize reads without a transposed copy
-        columns = resize is None and not exact and valid.device.type == "cpu"
+        columns = resize is None and not exact and RS.use_band(valid)
         rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact, out_size=extent, column_major=columns)
-        if columns and into is not None:  # the batch's tensor, this group at its rows (see _merge)
-            return RS.banded_resized_crop(rgb, boxes, size, interpolation=interpolation, into=into)
-        return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill)
+        mirror = None
+        if flip is not None:  # this group's samples (one group: rows 0..B-1 in order)
+            mirror = flip if len(batch.groups) == 1 else (flip[0][g.rows], flip[1][g.rows])
+        # on the band path, the batch's tensor with this group at its rows (see _merge)
+        return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill, flip=mirror,
+                               into=into)
 
     return _merge(batch, decode, (3, *size)).clamp_(0.0, 1.0)  # a new tensor: _merge's, or the resize's
 
