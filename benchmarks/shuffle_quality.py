@@ -29,8 +29,10 @@ def stream(labels: np.ndarray, interleave: int):
     ds = TarShardDataset.__new__(TarShardDataset)  # the real order logic over in-memory shards
     ds.shards, ds.seed, ds.shuffle, ds.buffer, ds.epoch, ds.interleave = sorted(shards), 0, True, 1000, 0, interleave
 
-    def read(name):
-        return ({"__key__": f"{name}/{j}", "cls": str(int(y)).encode()} for j, y in enumerate(shards[name]))
+    ds.sizes, ds._offsets = [len(shards[name]) for name in ds.shards], [None] * len(shards)
+
+    def read(name, start, stop):  # samples start..stop of a shard, as a reader entering it there sees them
+        return ({"__key__": f"{name}/{j}", "cls": str(int(shards[name][j])).encode()} for j in range(start, stop))
     return lambda me, total: labels_of(ds.raw_split(me, total, read))
 
 

@@ -108,3 +108,132 @@ def test_wds_decode_follows_the_epoch_into_persistent_workers(shards, context):
     step.set_epoch(2)
     here = {s.index: tuple(s.box) for s in pipeline}
     assert here == epochs[2]
+
+
+# ---------------------------------------------------------------------- the split over ranks × readers
+def write_sized_shards(root, sizes, *, side=8, name="part") -> list[str]:
+    """Tar shards of tiny synthetic JPEGs, ``sizes[i]`` samples in shard ``i``, keys unique over
+    all of them (``{name}{i}_{j}``); labels ``j % 4``."""
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, size in enumerate(sizes):
+        path = root / f"{name}-{i:03d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for j in range(size):
+                for ext, data in (("jpg", synthetic_jpeg(i * 100 + j, side, side)), ("cls", str(j % 4).encode())):
+                    info = tarfile.TarInfo(f"{name}{i}_{j}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        paths.append(str(path))
+    return paths
+
+
+def key_index(key: str) -> int:
+    import zlib
+
+    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+
+
+#: unequal shard sizes for 1–9 shards: 2–9 samples each, one shard of 1 (fewer than the 9 readers of
+#: 3 ranks × 3 threads) from 3 shards on
+SIZES = {k: [1 if i == 1 and k >= 3 else 2 + (5 * i + k) % 8 for i in range(k)] for k in range(1, 10)}
+
+
+def trained(paths, world, threads, epoch, batch, drop_last):
+    """What the trainer trains from these shards in one epoch: each rank's ThreadLoader over its
+    TarShardDataset, every rank taking the smallest step count over ranks under ``drop_last``
+    (trainer.py's all-reduce MIN; without it every batch, as evaluation reads them). Returns per
+    rank the sample indices of the batches trained, and the step count."""
+    loaders = []
+    for rank in range(world):
+        ds = D.TarShardDataset(paths, seed=5, rank=rank, world_size=world, buffer=3, interleave=2)
+        loader = D.ThreadLoader(ds, batch, threads=threads, drop_last=drop_last, pin_memory=False)
+        loader.set_epoch(epoch)
+        loaders.append(loader)
+    steps = min(len(loader) for loader in loaders) if drop_last else None
+    out = []
+    for loader in loaders:
+        batches = [b.index.tolist() for b in loader]
+        assert len(batches) == len(loader)  # the trainer's step count is the loader's real one
+        out.append([i for b in batches[:steps] for i in b])
+    return out, steps
+
+
+@pytest.mark.parametrize("n_shards", range(1, 10))
+def test_every_sample_trained_once_per_epoch_for_any_shards_ranks_and_threads(tmp_path, n_shards):
+    """Shards of unequal sizes (1–9 of them) over 1–3 ranks × 1–3 loader threads: without drop_last
+    the ranks train every sample exactly once per epoch; with it (the trainer's) nothing is trained
+    twice and each rank leaves out less than one batch more than its own remainder (at most one batch)."""
+    paths = write_sized_shards(tmp_path, SIZES[n_shards])
+    n = sum(SIZES[n_shards])
+    want = sorted(key_index(f"part{i}_{j}") for i, size in enumerate(SIZES[n_shards]) for j in range(size))
+    batch = 4
+    for world in (1, 2, 3):
+        for threads in (1, 2, 3):
+            for epoch in (0, 1):
+                every, _ = trained(paths, world, threads, epoch, batch, drop_last=False)
+                got = sorted(i for rank in every for i in rank)
+                assert got == want, (world, threads, epoch)
+                counts = [len(rank) for rank in every]
+                assert counts == [n * (r + 1) // world - n * r // world for r in range(world)]
+                kept, steps = trained(paths, world, threads, epoch, batch, drop_last=True)
+                flat = [i for rank in kept for i in rank]
+                assert len(flat) == len(set(flat)) == steps * batch * world
+                for rank, mine in zip(every, kept):
+                    assert mine == rank[:len(mine)]  # the same stream, its last part left out
+                    assert len(rank) - len(mine) <= batch, (world, threads, epoch)
+
+
+def test_the_split_is_a_seeded_permutation_each_epoch(tmp_path):
+    """Under shuffling each epoch's runs differ (another shard order), the same (seed, epoch) gives
+    the same batches on every rank and reader, and a rank's share does not depend on its threads."""
+    paths = write_sized_shards(tmp_path, SIZES[5])
+
+    def epoch_of(epoch, threads=2):
+        return trained(paths, 2, threads, epoch, 4, drop_last=False)[0]
+
+    assert epoch_of(0) == epoch_of(0) and epoch_of(3) == epoch_of(3)
+    assert epoch_of(0) != epoch_of(1)
+    assert [sorted(r) for r in epoch_of(1, threads=1)] == [sorted(r) for r in epoch_of(1, threads=3)]
+    assert {tuple(sorted(epoch_of(e)[0])) for e in range(6)}.__len__() > 1  # rank 0 gets other samples
+
+
+def test_a_reader_enters_a_shard_at_its_sample(tmp_path):
+    """A run that begins inside a shard starts at its sample's header offset (or, compressed,
+    skips the samples before it by their headers), reading what a whole read would give there;
+    long member names (GNU/pax headers) included."""
+    import gzip
+
+    from dctnet.data.shards import _iter_tar, shard_index
+
+    (tmp_path / "plain").mkdir()
+    path = tmp_path / "plain" / "long.tar"
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for j in range(7):
+            key = f"{'deep/' * 30}k{j}" if j % 2 else f"k{j}"  # a long name on every other sample
+            for ext, data in (("jpg", synthetic_jpeg(j, 8, 8)), ("cls", str(j).encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    zipped = tmp_path / "long.tar.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    whole = list(_iter_tar(str(path)))
+    n, offsets = shard_index(str(path))
+    assert n == 7 and offsets is not None and shard_index(str(zipped)) == (7, None)
+    for a, b in ((0, 7), (1, 4), (3, 7), (6, 7), (2, 3)):
+        part = list(_iter_tar(str(path), start=a, stop=b, offset=int(offsets[a])))
+        assert [s["__key__"] for s in part] == [s["__key__"] for s in whole[a:b]]
+        assert [s["jpg"] for s in part] == [s["jpg"] for s in whole[a:b]]
+        zpart = list(_iter_tar(str(zipped), start=a, stop=b))
+        assert [(s["__key__"], s["cls"]) for s in zpart] == [(s["__key__"], s["cls"]) for s in whole[a:b]]
+    # a dataset over both reads all 14 samples once over 4 readers (runs cross into each shard's middle)
+    ds = D.TarShardDataset([str(path), str(zipped)], seed=1, buffer=2)
+    seen = [s["__key__"] + s["__shard__"] for me in range(4) for s in ds.raw_split(me, 4)]
+    assert len(seen) == len(set(seen)) == 14
+
+
+def test_unreadable_shards_are_named_when_the_dataset_is_built(tmp_path):
+    bad = tmp_path / "bad-000.tar"
+    bad.write_bytes(b"not a tar at all" * 64)
+    with pytest.raises(ValueError, match="bad-000.tar: not a readable tar shard"):
+        D.TarShardDataset([str(bad)])

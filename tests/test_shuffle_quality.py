@@ -27,8 +27,10 @@ def _simulated(labels: np.ndarray, interleave: int, seed: int = 0) -> tuple[TarS
     ds = TarShardDataset.__new__(TarShardDataset)
     ds.shards, ds.seed, ds.shuffle, ds.buffer, ds.epoch, ds.interleave = sorted(shards), seed, True, 1000, 0, interleave
 
-    def read(name):
-        return ({"__key__": f"{name}/{j}", "cls": str(int(y)).encode()} for j, y in enumerate(shards[name]))
+    ds.sizes, ds._offsets = [len(shards[name]) for name in ds.shards], [None] * len(shards)
+
+    def read(name, start, stop):  # samples start..stop of a shard, as a reader entering it there sees them
+        return ({"__key__": f"{name}/{j}", "cls": str(int(shards[name][j])).encode()} for j in range(start, stop))
     return ds, read
 
 

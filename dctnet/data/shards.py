@@ -5,16 +5,20 @@ the first dot of its basename) — here ``KEY.jpg`` (or ``.jpeg``) and ``KEY.cls
 decimal text).
 
 :class:`TarShardDataset` is an ``IterableDataset``: per epoch it shuffles the shard order
-(seeded), splits shards across ``rank × DataLoader worker`` (falling back to a sample-level split
-when there are fewer shards than readers, so every sample is still read exactly once per epoch
-across all of them), streams each tar, shuffles samples through a buffer, and decodes each JPEG to
-a cropped :class:`CoefficientSample`. Use it with ``DataLoader(batch_size=..., collate_fn=collate)``.
+(seeded), lays the shards end to end in that order and cuts them into one contiguous run of
+samples per reader (``rank × DataLoader worker`` or ``rank × ThreadLoader thread``), so that every
+sample is read exactly once per epoch across all readers and the readers' counts differ by at most
+one, whatever the number and sizes of the shards (a run may begin or end inside a shard: that
+reader seeks to its first sample by the shard's header index). Each reader streams its shards,
+shuffles samples through a buffer, and decodes each JPEG to a cropped :class:`CoefficientSample`.
+Use it with ``DataLoader(batch_size=..., collate_fn=collate)`` or :class:`dctnet.data.ThreadLoader`.
 
 :func:`wds_decode` returns a picklable step for ``webdataset.WebDataset(...).map(step)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import json
@@ -45,40 +49,88 @@ def _key_of(name: str) -> tuple[str, str]:
     return os.path.join(os.path.dirname(name), stem), ext.lower()
 
 
-def _iter_tar(path: str, only: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Samples of one shard as dicts ``{"__key__": key, "__shard__": path, ext: bytes, ...}``
-    (consecutive members with one key). ``only``: read just the members with these extensions and
-    skip the others by their tar headers (random access; default: a stream, every member read)."""
-    current: dict[str, Any] | None = None
-    with tarfile.open(path, "r|*" if only is None else "r:*") as tar:
+def _iter_tar(path: str, only: Sequence[str] | None = None, start: int = 0, stop: int | None = None,
+              offset: int | None = None) -> Iterator[dict[str, Any]]:
+    """Samples ``start`` to ``stop`` of one shard (default: all of them) as dicts
+    ``{"__key__": key, "__shard__": path, ext: bytes, ...}`` (a sample: consecutive members with
+    one key). ``only``: read just the members with these extensions and skip the others by their
+    tar headers (random access; default: a stream, every member read). ``offset``: the byte offset
+    of sample ``start``'s first header (:func:`shard_index`), where the read begins; without it the
+    samples before ``start`` are skipped by their headers (their data is not read)."""
+    with contextlib.ExitStack() as stack:
+        if offset is not None:  # seek straight to the first wanted sample: the rest reads as a stream
+            f = stack.enter_context(open(path, "rb"))
+            f.seek(offset)
+            tar = stack.enter_context(tarfile.open(fileobj=f, mode="r|" if only is None else "r:"))
+            index = start - 1
+        else:
+            stream = only is None and start == 0  # skipping samples by their headers needs random access
+            tar = stack.enter_context(tarfile.open(path, "r|*" if stream else "r:*"))
+            index = -1
+        current: dict[str, Any] | None = None
+        key_now = None
         for member in tar:
             if not member.isfile():
                 continue
             key, ext = _key_of(member.name)
-            if current is not None and current["__key__"] != key:
-                yield current
-                current = None
-            if current is None:
-                current = {"__key__": key, "__shard__": path}
-            if only is None or ext in only:
+            if key != key_now:
+                if current is not None:
+                    yield current
+                    current = None
+                key_now, index = key, index + 1
+                if stop is not None and index >= stop:
+                    return
+                if index >= start:
+                    current = {"__key__": key, "__shard__": path}
+            if current is not None and (only is None or ext in only):
                 current[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]
-    if current is not None:
-        yield current
+        if current is not None:
+            yield current
 
 
-def iter_labels(path: str, label_key: str = "cls") -> Iterator[dict[str, Any]]:
-    """A shard's samples with only their label member read (``{"__key__", "__shard__", label_key}``);
-    image data is skipped by its tar header (the shuffle-quality figure's reader)."""
-    return _iter_tar(path, only=(label_key,))
+def iter_labels(path: str, label_key: str = "cls", start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
+    """A shard's samples ``start`` to ``stop`` with only their label member read
+    (``{"__key__", "__shard__", label_key}``); image data is skipped by its tar header (the
+    shuffle-quality figure's reader)."""
+    return _iter_tar(path, only=(label_key,), start=start, stop=stop)
 
 
-def _image_members(path: str) -> Iterator[str]:
-    """Names of a shard's JPEG members, from its tar headers only (uncompressed shards: the data
-    is skipped, not read)."""
-    with tarfile.open(path, "r:*") as tar:
-        for member in tar:
-            if member.isfile() and _key_of(member.name)[1] in IMAGE_EXTS:
-                yield member.name
+#: :func:`shard_index` results by (path, size, mtime): datasets built again over the same shards
+#: (the trainer's statistics pass, a second loader) scan each shard's headers once
+_INDEX_CACHE: dict[tuple[str, int, int], tuple[int, np.ndarray | None]] = {}
+
+
+def shard_index(path: str) -> tuple[int, np.ndarray | None]:
+    """``(samples, offsets)`` of one shard from its tar headers alone: the number of samples (runs
+    of consecutive members with one key, as :func:`_iter_tar` yields them) and, for an uncompressed
+    tar, ``int64 (samples,)`` byte offsets of each sample's first header (``None`` for a compressed
+    one, which cannot be entered in the middle)."""
+    st = os.stat(path)
+    cache_key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    hit = _INDEX_CACHE.get(cache_key)
+    if hit is not None:
+        return hit
+    offsets: list[int] = []
+    try:
+        try:
+            tar, plain = tarfile.open(path, "r:"), True
+        except tarfile.ReadError:
+            tar, plain = tarfile.open(path, "r:*"), False
+        with tar:
+            current = None
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key = _key_of(member.name)[0]
+                if key != current:
+                    # a long name's or pax header's offset: where a reader must start to get the member
+                    offsets.append(member.offset)
+                    current = key
+    except tarfile.TarError as exc:  # said as a bad input, as a missing file is (callers catch OSError/ValueError)
+        raise ValueError(f"{path}: not a readable tar shard ({type(exc).__name__}: {exc})") from None
+    out = (len(offsets), np.asarray(offsets, dtype=np.int64) if plain else None)
+    _INDEX_CACHE[cache_key] = out
+    return out
 
 
 class WdsDecode:
@@ -165,28 +217,65 @@ def _interleaved(sources: Sequence[Any], read: Callable[[Any], Iterator[Any]], k
         yield item
 
 
-def reader_stream(sources: Sequence[Any], read: Callable[[Any], Iterator[Any]], me: int, total: int, *, seed: int,
-                  epoch: int, shuffle: bool, interleave: int, buffer: int) -> Iterator[Any]:
+def reader_ranges(sizes: Sequence[int], order: Sequence[int], me: int, total: int) -> list[tuple[int, int, int]]:
+    """Reader ``me`` of ``total``'s part of an epoch: the sources (``sizes[i]`` items each) laid end
+    to end in ``order`` and cut into ``total`` contiguous runs, run ``me`` holding items
+    ``N·me // total`` to ``N·(me + 1) // total`` of the ``N``. Returned as ``(source, start, stop)``
+    pieces in order: whole sources, and at each end of the run at most one part of a source.
+
+    Every item falls in exactly one run, and the runs differ by at most one item, whatever the
+    number and sizes of the sources; ``total = ranks × threads`` readers with reader
+    ``rank × threads + t`` give rank ``r`` the items ``N·r // ranks`` to ``N·(r + 1) // ranks``,
+    whatever the number of threads (or DataLoader workers) each rank runs."""
+    n = sum(int(x) for x in sizes)
+    lo, hi = n * me // total, n * (me + 1) // total
+    out, pos = [], 0
+    for i in order:
+        first, pos = pos, pos + int(sizes[i])
+        a, b = max(first, lo), min(pos, hi)
+        if a < b:
+            out.append((i, a - first, b - first))
+        if pos >= hi:
+            break
+    return out
+
+
+def reader_stream(sources: Sequence[Any], read: Callable[..., Iterator[Any]], me: int, total: int, *, seed: int,
+                  epoch: int, shuffle: bool, interleave: int, buffer: int,
+                  sizes: Sequence[int] | None = None) -> Iterator[Any]:
     """The items reader ``me`` of ``total`` streams from ``sources`` (tar shards, a streamed
-    dataset's sources), each opened by ``read``: the epoch's seeded source order; this reader's
-    sources ``order[me::total]`` (fewer sources than readers: every reader streams all and keeps
-    every ``total``-th item, one shared interleaving order); ``interleave`` of them open at once;
-    a shuffle buffer of ``buffer`` items. Without ``shuffle``: the sources in order, one at a time."""
+    dataset's sources): the epoch's seeded source order, ``interleave`` of this reader's sources
+    open at once, a shuffle buffer of ``buffer`` items. Without ``shuffle``: the sources in order,
+    one at a time.
+
+    With ``sizes`` (items per source) the split is by items (:func:`reader_ranges`): every item
+    exactly once over the readers, their counts within one of each other, whatever the number and
+    sizes of the sources; ``read(source, start, stop)`` opens items ``start`` to ``stop`` of a
+    source. Without them, ``read(source)`` opens a whole source and the split is by source, this
+    reader's being ``order[me::total]`` (every item once, but readers' counts follow the sources'
+    sizes); with fewer sources than readers every reader streams all and keeps every
+    ``total``-th item of one shared interleaving order."""
     if not 0 <= me < total:
         raise ValueError(f"reader {me} of {total}")
     base = seed * 1_000_003 + epoch
-    order = list(sources)
+    order = list(range(len(sources)))
     if shuffle:
-        order = [order[i] for i in torch.randperm(len(order), generator=torch.Generator().manual_seed(base)).tolist()]
-    if len(order) >= total:
-        mine, keep = order[me::total], None
+        order = torch.randperm(len(order), generator=torch.Generator().manual_seed(base)).tolist()
+    keep = None
+    if sizes is not None:
+        if len(sizes) != len(sources):
+            raise ValueError(f"{len(sizes)} sizes for {len(sources)} sources")
+        mine = [(sources[i], a, b) for i, a, b in reader_ranges(sizes, order, me, total)]
+        opener: Callable[[Any], Iterator[Any]] = lambda piece: read(*piece)  # noqa: E731
+    elif len(order) >= total:
+        mine, opener = [sources[i] for i in order[me::total]], read
     else:
-        mine, keep = order, (me, total)
+        mine, opener, keep = [sources[i] for i in order], read, (me, total)
     g = torch.Generator().manual_seed(base * 65_537 + me)
     # readers that split one stream by position must all see one interleaving order
     mix = g if keep is None else torch.Generator().manual_seed(base * 65_537 + total)
     buf: list[Any] = []
-    for count, item in enumerate(_interleaved(mine, read, interleave if shuffle else 1, mix)):
+    for count, item in enumerate(_interleaved(mine, opener, interleave if shuffle else 1, mix)):
         if keep is not None and count % keep[1] != keep[0]:
             continue
         if not shuffle:
@@ -235,6 +324,12 @@ class TarShardDataset(ReaderSplit, torch.utils.data.IterableDataset):
             need none. 1: one shard after another.
         rank, world_size: distributed split (defaults from ``torch.distributed``).
         on_error, exif, max_pixels, label_key, warnings: as :class:`WdsDecode`.
+
+    Each epoch every sample is read exactly once over all ranks and their readers: rank ``r`` gets
+    ``N·r // world_size`` to ``N·(r + 1) // world_size`` of the epoch's shard order laid end to end
+    (``len``: that many, the same for any readers per rank), a different run of shards each epoch
+    under ``shuffle``, the same for the same ``(seed, epoch)``. Building one reads every shard's tar
+    headers once (:func:`shard_index`; data is skipped, not read).
     """
 
     def __init__(self, shards: str | Sequence[str], *, crop: Callable | None = None, seed: int = 0,
@@ -252,22 +347,28 @@ class TarShardDataset(ReaderSplit, torch.utils.data.IterableDataset):
             raise ValueError(f"interleave must be at least 1, got {interleave!r}")
         self.seed, self.shuffle, self.buffer, self.interleave = seed, shuffle, max(1, buffer), int(interleave)
         self.epoch = 0
-        self._counts: list[int] | None = None
+        # one header scan per shard: the split by samples needs every shard's size in every reader
+        # (workers get them pickled or forked with the dataset), and a reader entering a shard in
+        # the middle seeks to its sample's offset
+        index = [shard_index(s) for s in self.shards]
+        #: samples per shard, in ``shards`` order
+        self.sizes: list[int] = [n for n, _ in index]
+        self._offsets: list[np.ndarray | None] = [o for _, o in index]
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in all shards: what an epoch reads over all ranks."""
+        return sum(self.sizes)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        """Samples this rank reads per epoch (shards are scanned once, by their tar headers)."""
-        if self._counts is None:
-            self._counts = [sum(1 for _ in _image_members(s)) for s in self.shards]
-        total = sum(self._counts)
-        if len(self.shards) < self.world_size:  # the sample-level split: every world_size-th sample
-            return len(range(self.rank, total, self.world_size))
-        # shard-level split: the epoch's shard order decides which shards this rank gets; report
-        # the smallest share any rank could get, so that ranks agree on a step count
-        per = sorted(self._counts)
-        return sum(per[: len(self.shards) // self.world_size])
+        """Samples this rank reads per epoch: ``N·(rank + 1) // world_size − N·rank // world_size``
+        of the ``N`` (:func:`reader_ranges`), whatever the shards' number and sizes and the
+        readers per rank."""
+        n = self.num_samples
+        return n * (self.rank + 1) // self.world_size - n * self.rank // self.world_size
 
     def iter_split(self, me: int, total: int) -> Iterator[CoefficientSample | tuple[int, str, str]]:
         """The samples of reader ``me`` of ``total`` readers over all ranks (``__iter__`` uses
@@ -277,12 +378,20 @@ class TarShardDataset(ReaderSplit, torch.utils.data.IterableDataset):
             yield self.decode(sample)
 
     def raw_split(self, me: int, total: int,
-                  read: Callable[[str], Iterator[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
+                  read: Callable[[str, int, int], Iterator[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
         """The undecoded samples of reader ``me`` of ``total``, in the order :meth:`iter_split`
-        yields them (:func:`reader_stream`). ``read`` opens a shard (default: every member's bytes;
-        the shuffle-quality figure passes a labels-only reader)."""
-        return reader_stream(self.shards, read or _iter_tar, me, total, seed=self.seed, epoch=self.epoch,
-                             shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer)
+        yields them (:func:`reader_stream` over the shards' sizes: a contiguous run of the epoch's
+        shard order, which may begin or end inside a shard). ``read(path, start, stop)`` opens
+        samples ``start`` to ``stop`` of a shard (default: every member's bytes, entered at the
+        start sample's offset; the shuffle-quality figure passes a labels-only reader)."""
+        offsets = dict(zip(self.shards, self._offsets))
+
+        def whole(path: str, start: int, stop: int) -> Iterator[dict[str, Any]]:
+            at = offsets.get(path)
+            return _iter_tar(path, start=start, stop=stop, offset=None if at is None or start == 0 else int(at[start]))
+
+        return reader_stream(self.shards, read or whole, me, total, seed=self.seed, epoch=self.epoch,
+                             shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer, sizes=self.sizes)
 
 
 # ---------------------------------------------------------------------------------------------- writing

@@ -161,7 +161,11 @@ def shards_quality(dataset: Any, batch_size: int, readers: int, *, mode: str = "
     (its epoch, seed, interleave and buffer; ``readers`` readers over all ranks), from the shards'
     label members only (:func:`dctnet.data.shards.iter_labels`)."""
     key = dataset.decode.label_key
-    return stream_quality(lambda me, total: labels_of(dataset.raw_split(me, total, lambda p: iter_labels(p, key)), key),
+
+    def labels(path: str, start: int, stop: int):  # samples start..stop of a shard: a reader's run may cut it
+        return iter_labels(path, key, start, stop)
+
+    return stream_quality(lambda me, total: labels_of(dataset.raw_split(me, total, labels), key),
                           readers, batch_size, class_counts=class_counts, num_classes=num_classes, mode=mode,
                           batches=batches,
                           seed=dataset.seed)
