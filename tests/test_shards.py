@@ -237,3 +237,63 @@ def test_unreadable_shards_are_named_when_the_dataset_is_built(tmp_path):
     bad.write_bytes(b"not a tar at all" * 64)
     with pytest.raises(ValueError, match="bad-000.tar: not a readable tar shard"):
         D.TarShardDataset([str(bad)])
+
+
+def _shard_recipe(tmp_path, root, batch_size, epochs=2):
+    import yaml
+
+    spec = {"data": {"source": "shards", "root": str(root), "train": "part-*.tar", "val": "part-004.tar",
+                     "batch_size": batch_size, "threads": 2, "image_size": 16, "buffer": 16},
+            "model": {"arch": "mobilenet_v3_small", "input": "device-rgb", "num_classes": 4}, "augment": [],
+            "optim": {"epochs": epochs, "lr_batch": batch_size},
+            "train": {"out": str(tmp_path / "run"), "progress": False, "torch_threads": 1, "checkpoint": False}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+#: the tracker's case: 240 samples in 5 shards of unequal sizes, which two ranks used to train 160 of
+UNEQUAL = [50, 50, 50, 50, 40]
+
+
+def test_torchrun_two_ranks_train_every_sample_of_unequal_shards_once_per_epoch(tmp_path):
+    """torchrun, 2 ranks × 2 loader threads, the classification trainer over 5 shards of 50, 50,
+    50, 50 and 40 samples: every epoch trains all 240 samples, each once (batches of 8: 15 steps of
+    8 on each rank, nothing for drop_last to leave out)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    write_sized_shards(tmp_path / "shards", UNEQUAL)
+    path = _shard_recipe(tmp_path, tmp_path / "shards", batch_size=8)
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           "--rdzv-endpoint=localhost:0", str(root / "tests" / "shard_worker.py"), str(path), str(tmp_path / "seen")]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"seen.rank{k}.json").read_text()) for k in range(2)]
+    assert [rank["steps_per_epoch"] for rank in ranks] == [15, 15]
+    want = sorted(key_index(f"part{i}_{j}") for i, size in enumerate(UNEQUAL) for j in range(size))
+    for epoch in ("0", "1"):
+        per_rank = [rank["epochs"][epoch] for rank in ranks]
+        assert [len(x) for x in per_rank] == [120, 120]
+        assert sorted(per_rank[0] + per_rank[1]) == want, epoch  # 240 of 240, each once
+    assert ranks[0]["epochs"]["0"] != ranks[0]["epochs"]["1"]  # another order (and share) each epoch
+    assert "left out" not in r.stdout + r.stderr
+
+
+def test_the_trainer_says_what_drop_last_leaves_out(tmp_path):
+    """Batches that do not divide a rank's share: the trainer says how many samples an epoch leaves
+    out (240 samples, batches of 32: 7 steps, 224 trained, 16 left out)."""
+    from dctnet.train import load_recipe
+    from dctnet.train.trainer import Trainer
+
+    write_sized_shards(tmp_path / "shards", UNEQUAL)
+    said = []
+    t = Trainer(load_recipe(_shard_recipe(tmp_path, tmp_path / "shards", batch_size=32, epochs=1)), log=said.append)
+    assert t.steps_per_epoch == 7
+    note = [m for m in said if "left out" in m or "leaves out" in m]
+    assert len(note) == 1 and "trains 224 of its 240" in note[0] and "leaves out 16" in note[0], said

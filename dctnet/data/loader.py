@@ -11,6 +11,9 @@ Two ways to run the CPU side, giving identical batches for the same seed:
 across all ranks (ranks may differ by one sample; nothing is padded or repeated); with
 ``drop_last=True`` each rank gets ``len(dataset) // world_size`` samples (the remainder, a
 different one each epoch, is left out). Loaders' own ``drop_last`` drops a final partial batch.
+Tar shards (:class:`dctnet.data.TarShardDataset`, an iterable dataset) split by samples: rank ``r``
+of ``w`` reads ``N·r // w`` to ``N·(r + 1) // w`` of the epoch's stream, every sample exactly once
+across ranks and their threads, whatever the shards' number and sizes.
 """
 
 from __future__ import annotations
@@ -202,8 +205,14 @@ class ThreadLoader:
     def set_epoch(self, epoch: int) -> None:
         (self.dataset if self.iterable else self.sampler).set_epoch(epoch)
 
+    @property
+    def samples(self) -> int:
+        """Samples this rank's epoch holds before the loader's ``drop_last``: its sampler's, or an
+        iterable dataset's ``len`` (tar shards: the rank's exact share of every sample)."""
+        return len(self.dataset if self.iterable else self.sampler)
+
     def __len__(self) -> int:
-        n = len(self.dataset if self.iterable else self.sampler)
+        n = self.samples
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _batches(self) -> list[list[tuple[int, int]]]:

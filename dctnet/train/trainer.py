@@ -77,10 +77,18 @@ class Trainer:
         self.steps_per_epoch = len(self.pipe.train_loader)
         if r.train.max_steps:
             self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
-        if self.world_size > 1:  # every rank takes as many steps (streamed shards can differ by rank)
+        if self.world_size > 1:  # every rank takes as many steps (ranks' shares can differ by a sample)
             steps = torch.tensor([self.steps_per_epoch], device=self.device)
             dist.all_reduce(steps, op=dist.ReduceOp.MIN)
             self.steps_per_epoch = int(steps.item())
+        # drop_last keeps whole batches and every rank takes the smallest step count: each rank leaves
+        # out at most one batch of its share per epoch; say how many samples that is
+        held = int(self._all_reduce(torch.tensor([getattr(self.pipe.train_loader, "samples", 0)], device=self.device)).item())
+        used = self.steps_per_epoch * r.data.batch_size * self.world_size
+        if self.rank == 0 and not r.train.max_steps and held > used:
+            self.log(f"each epoch trains {used} of its {held} training samples: drop_last keeps whole batches of "
+                     f"{r.data.batch_size}, {self.steps_per_epoch} on each of {self.world_size} ranks, and leaves out "
+                     f"{held - used} (at most one batch per rank, others each epoch)")
         total = max(1, r.optim.epochs * self.steps_per_epoch)
         warm = r.optim.warmup_epochs * self.steps_per_epoch
 
