@@ -171,8 +171,8 @@ def _axis(starts: Tensor, lengths: Tensor, in_size: int, out_size: int, interpol
           band: bool) -> Tensor | tuple[Tensor, Tensor]:
     """One axis's resampling, dense ``(B, out, in)`` or its band: antialiased
     (:func:`resize_matrices`), torch's plain bilinear (:func:`plain_bilinear_matrices`), or, with
-    ``antialias`` a host ``bool (B,)`` mask, each sample its own."""
-    if isinstance(antialias, Tensor):  # a host mask (the plan's): read without a device sync
+    ``antialias`` a ``bool (B,)`` mask, each sample its own (a host mask is read; a device one is not)."""
+    if isinstance(antialias, Tensor) and antialias.device.type == "cpu":  # a host mask: read without a sync
         antialias = True if bool(antialias.all()) else False if not bool(antialias.any()) else antialias
     if antialias is True:
         return resize_matrices(starts, lengths, in_size, out_size, interpolation=interpolation, resized=resized,
@@ -187,8 +187,7 @@ def _axis(starts: Tensor, lengths: Tensor, in_size: int, out_size: int, interpol
     keep = antialias.to(starts.device, non_blocking=True)[:, None, None]
     if not band:
         return torch.where(keep, smooth, plain)
-    # bands of both widths: each padded to the wider with weight 0 on its first column (which keeps a
-    # row's columns less than K apart, as _sparse_axis wants them)
+    # bands of both widths: each padded to the wider with weight 0 (on its first column)
     k = max(smooth[0].shape[-1], plain[0].shape[-1])
     (sw, sc), (pw, pc) = (_widen(*smooth, k), _widen(*plain, k))
     return torch.where(keep, sw, pw), torch.where(keep, sc, pc)
@@ -203,9 +202,39 @@ def _widen(weights: Tensor, columns: Tensor, k: int) -> tuple[Tensor, Tensor]:
             torch.cat([columns, columns[..., :1].expand(*columns.shape[:-1], extra)], -1))
 
 
+def _mirror(m: Tensor | tuple[Tensor, ...], flips: Tensor, widths: Tensor) -> Tensor | tuple[Tensor, ...]:
+    """An axis's matrix ``(B, out, in)`` or band (each ``(B, out, K)``) with rows ``[0, widths[b])``
+    reversed where ``flips[b]``: the output mirrored. (Host flips with none set: ``m`` as it is.)"""
+    if flips.device.type == "cpu" and not bool(flips.any()):
+        return m
+    parts = m if isinstance(m, tuple) else (m,)
+    j = torch.arange(parts[0].shape[1], device=parts[0].device)[None, :]
+    w = widths.to(parts[0].device)[:, None]
+    order = torch.where(flips.to(parts[0].device)[:, None] & (j < w), w - 1 - j, j)        # (B, out)
+    out = tuple(p.gather(1, order[..., None].expand(p.shape)) for p in parts)
+    return out if isinstance(m, tuple) else out[0]
+
+
+def _through(m: Tensor | tuple[Tensor, Tensor], index: Tensor, n: int) -> Tensor | tuple[Tensor, Tensor]:
+    """An axis's matrix ``(B, out, in)`` or band over a canvas read through ``index (B, in)``
+    (canvas pixel ``i`` is input pixel ``index[b, i]``; −1: a zero pixel) as one over the ``n``
+    input pixels: each weight moved to its input column, a −1's dropped."""
+    valid = index >= 0
+    source = index.clamp(min=0)
+    if isinstance(m, tuple):
+        weights, columns = m
+        flat = columns.reshape(columns.shape[0], -1)
+        ok = valid.gather(1, flat).view_as(columns)
+        return weights * ok, source.gather(1, flat).view_as(columns)
+    b, out, _ = m.shape
+    moved = m * valid[:, None, :]
+    return m.new_zeros(b, out, n).scatter_add_(2, source[:, None, :].expand(b, out, -1), moved)
+
+
 def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interpolation: str = "bilinear",
                  resize: Tensor | None = None, fill: float | Sequence[float] = 0.0, antialias: bool | Tensor = True,
-                 flip: tuple[Tensor, Tensor] | None = None, into: tuple[Tensor, int] | None = None) -> Tensor:
+                 flip: tuple[Tensor, Tensor] | None = None, through: tuple[Tensor, Tensor] | None = None,
+                 into: tuple[Tensor, int] | None = None) -> Tensor:
     """Crop ``boxes (B, 4)`` = (top, left, height, width) — each inside the image tensor, as a training
     crop's box lies in its window — out of ``images (B, C, H, W)`` and
     resize each to ``size`` = (h, w) with antialiased ``interpolation`` (``"bilinear"`` or
@@ -223,16 +252,22 @@ def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interp
     per channel), as a padding centre crop gives.
 
     ``antialias=False`` (bilinear, with ``resize``): torch's plain bilinear weights instead
-    (:func:`plain_bilinear_matrices`), as torchvision's detectors resize; a host ``bool (B,)``
-    tensor: each sample's own kind.
+    (:func:`plain_bilinear_matrices`), as torchvision's detectors resize; a ``bool (B,)`` tensor:
+    each sample's own kind.
 
-    ``flip = (flips bool (B,), widths int64 (B,))``: output columns ``[0, widths[b])`` of the samples
-    with ``flips[b]`` mirrored (a horizontal flip of each sample's own canvas in a padded batch), as
-    a permutation of the x matrix's rows: no pass over the pixels of its own.
+    ``flip = (flips bool (B, 2), sizes int64 (B, 2))``: output rows ``[0, sizes[b, 0])`` of the
+    samples with ``flips[b, 0]`` mirrored, columns ``[0, sizes[b, 1])`` with ``flips[b, 1]`` —
+    vertical and horizontal flips of each sample's own canvas in a padded batch — as permutations of
+    the matrices' rows: no pass over the pixels of their own.
 
-    ``into = (rows, batch)`` (``rows`` ascending, host): on the band path the result is ``(batch, C,
-    h, w)`` with these samples at ``rows`` (:func:`banded_resample`); the dense path ignores it and
-    returns ``(B, C, h, w)`` (a caller tells them apart by the batch size)."""
+    ``through = (rows int64 (B, h_in), cols int64 (B, w_in))``: the boxes and ``resize`` are in a
+    canvas that is a selection of ``images`` — canvas pixel ``(i, j)`` is ``images[b, :, rows[b, i],
+    cols[b, j]]``, 0 where either is −1 (a crop, pad or flip done before, never materialised): each
+    weight is moved to its image column, so the selection and this resampling are one pass.
+
+    ``into = (rows, batch)`` (``rows`` ascending, host): the result may come as ``(batch, C, h, w)``
+    with these samples at ``rows`` and zeros elsewhere, where that is free (:func:`banded_resample`);
+    otherwise ``(B, C, h, w)`` (a caller tells them apart by the batch size)."""
     th, tw = size
     _check_interpolation(interpolation)
     band = use_band(images)
@@ -241,25 +276,17 @@ def resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *, interp
     ry = rx = (None, None)
     if resize is not None:
         ry, rx = (resize[:, 0], resize[:, 2]), (resize[:, 1], resize[:, 3])
-    my = _axis(boxes[:, 0], boxes[:, 2], images.shape[-2], th, interpolation, *ry, antialias, dtype, band)
-    mx = _axis(boxes[:, 1], boxes[:, 3], images.shape[-1], tw, interpolation, *rx, antialias, dtype, band)
+    h_in, w_in = images.shape[-2:] if through is None else (through[0].shape[1], through[1].shape[1])
+    my = _axis(boxes[:, 0], boxes[:, 2], h_in, th, interpolation, *ry, antialias, dtype, band)
+    mx = _axis(boxes[:, 1], boxes[:, 3], w_in, tw, interpolation, *rx, antialias, dtype, band)
     if flip is not None:
-        mx = _mirror(mx, *flip)
+        my, mx = _mirror(my, flip[0][:, 0], flip[1][:, 0]), _mirror(mx, flip[0][:, 1], flip[1][:, 1])
+    if through is not None:
+        my, mx = _through(my, through[0], images.shape[-2]), _through(mx, through[1], images.shape[-1])
     fill = fill if resize is not None else 0.0  # a crop inside its image has no padding
     if band:
         return banded_resample(images, my, mx, fill, into=into)
     return apply_matrices(images, my, mx, fill)
-
-
-def _mirror(m: Tensor | tuple[Tensor, ...], flips: Tensor, widths: Tensor) -> Tensor | tuple[Tensor, ...]:
-    """An axis's matrix ``(B, out, in)`` or band (each ``(B, out, K)``) with rows ``[0, widths[b])``
-    reversed where ``flips[b]``: the output mirrored."""
-    parts = m if isinstance(m, tuple) else (m,)
-    j = torch.arange(parts[0].shape[1], device=parts[0].device)[None, :]
-    w = widths.to(parts[0].device)[:, None]
-    order = torch.where(flips.to(parts[0].device)[:, None] & (j < w), w - 1 - j, j)        # (B, out)
-    out = tuple(p.gather(1, order[..., None].expand(p.shape)) for p in parts)
-    return out if isinstance(m, tuple) else out[0]
 
 
 def _fills(fill: float | Sequence[float]) -> list[float]:
@@ -279,10 +306,10 @@ def apply_matrices(images: Tensor, my: Tensor, mx: Tensor, fill: float | Sequenc
 
 def banded_resized_crop(images: Tensor, boxes: Tensor, size: tuple[int, int], *,
                         interpolation: str = "bilinear", into: tuple[Tensor, int] | None = None) -> Tensor:
-    """:func:`resized_crop` without ``resize`` (training crops) on the band path, whatever the
-    device: the resampling matrices' non-zero band (:func:`resize_matrices`' ``band``: ~6 bicubic
-    taps per output of a 224-pixel crop, instead of every input pixel) applied by
-    :func:`banded_resample`; ``into`` as there."""
+    """:func:`resized_crop` without ``resize`` (training crops) on the band path (a CPU's): the
+    resampling matrices' non-zero band (:func:`resize_matrices`' ``band``: ~6 bicubic taps per output
+    of a 224-pixel crop, instead of every input pixel) applied by :func:`banded_resample`; ``into``
+    as there."""
     _check_interpolation(interpolation)
     dtype = images.dtype if images.dtype in (torch.float32, torch.float64) else torch.float32
     th, tw = size
@@ -297,24 +324,25 @@ def banded_resample(images: Tensor, my: tuple[Tensor, Tensor], mx: tuple[Tensor,
                     fill: float | Sequence[float] = 0.0, *, into: tuple[Tensor, int] | None = None) -> Tensor:
     """:func:`apply_matrices` from the matrices' bands ``(weights (B, h, K) float, columns (B, h, K)
     int64)`` and ``(B, w, K')`` (:func:`resize_matrices` and :func:`plain_bilinear_matrices` with
-    ``band=True``; a row's columns in ``[0, H)`` resp. ``[0, W)``, fewer than ``K`` apart, in any
-    order; a dropped tap: weight 0), each axis one sparse matmul: the band as one block-diagonal CSR
-    matrix over all the batch's planes, times the images' rows. ``images (B, C, H, W)`` → a new
-    ``(B, C, h, w)`` in their dtype, row-major; outputs where either axis has no taps are ``fill``.
-    The same weights, the same sums up to float rounding (the dense matmul adds zeros too); a CPU
-    pays for the taps alone, ~10× fewer multiply-adds than the dense matrices for a 224² crop of a
-    224² image and more for larger photos. An axis whose every output is one input with weight 1 or
-    none (a crop, a pad, a flip: no resampling) is copied instead — rows selected, or nothing at all
-    for an identity — with no multiply.
+    ``band=True``; columns in ``[0, H)`` resp. ``[0, W)``, in any order; a dropped tap: weight 0, any
+    column), each axis one sparse matmul: the band as one block-diagonal CSR matrix over all the
+    batch's planes, times the images' rows. ``images (B, C, H, W)`` → a new ``(B, C, h, w)`` in
+    their dtype, row-major; outputs where either axis has no taps are ``fill``. The same weights, the
+    same sums up to float rounding (the dense matmul adds zeros too); a CPU pays for the taps alone,
+    ~10× fewer multiply-adds than the dense matrices for a 224² crop of a 224² image and more for
+    larger photos. An axis whose every output is one input with weight 1 or none (a crop, a pad, a
+    flip: no resampling) is copied instead — rows selected, or nothing at all for an identity — with
+    no multiply.
 
     Images stored column by column (``images.transpose(-1, -2)`` contiguous, as
     :func:`dctnet.image.to_rgb` decodes them with ``column_major``) are resized along x first: one
     transposed copy between the axes instead of two.
 
-    ``into = (rows, batch)`` (``rows`` ascending, host): the result is ``(batch, C, h, w)``, these
-    samples at ``rows`` and zeros elsewhere (``fill`` only at ``rows``) — one layout group of a
-    batch in place, which the other groups then fill, instead of every group copied into a new
-    batch. Straight from the last product's empty rows when the images are column-major."""
+    ``into = (rows, batch)`` (``rows`` ascending, host): where it is free — column-major images, no
+    fill, a product along y — the result is ``(batch, C, h, w)``, these samples at ``rows`` and zeros
+    elsewhere, straight from the last product's empty rows: one layout group of a batch in place,
+    which the other groups then fill, instead of every group copied into a new batch. Otherwise
+    ``(B, C, h, w)``."""
     if images.dtype not in (torch.float32, torch.float64):  # torch's CPU CSR product: float32 and float64 only
         my = (my[0].float(), my[1])
         mx = (mx[0].float(), mx[1])
@@ -323,60 +351,58 @@ def banded_resample(images: Tensor, my: tuple[Tensor, Tensor], mx: tuple[Tensor,
     by, bx = _Band(*my, images.shape[-2]), _Band(*mx, images.shape[-1])
     if not images.is_contiguous() and images.transpose(-1, -2).is_contiguous():  # stored by columns: x first
         x = bx.rows(images.transpose(-1, -2))                                                  # (B, C, w, H)
-        last = into if not any(fills) else None  # the padding's fill goes in after: not into a whole batch
-        out = by.rows(x.transpose(-1, -2).contiguous(), last)
-        return _pad(out, by, bx, fills, into if last is None else None)
-    x = by.rows(images)                                                                       # (B, C, h, W)
-    out = bx.columns(x)                                                                       # (B, C, h, w)
+        # (the padding's fill is written after the product: not into a whole batch)
+        out = by.rows(x.transpose(-1, -2).contiguous(), into if not any(fills) else None)
+    else:
+        out = bx.columns(by.rows(images))                                                     # (B, C, h, w)
     if out is images:  # both axes identities: still a new tensor, as every other path gives
         out = images.clone()
-    return _pad(out, by, bx, fills, into)
-
-
-def _pad(out: Tensor, by: "_Band", bx: "_Band", fills: list[float], into: tuple[Tensor, int] | None) -> Tensor:
-    """``out (B, C, h, w)``: ``fills`` where either band has an output without taps; at ``into``'s
-    rows of a new ``(batch, C, h, w)`` of zeros when given."""
     if any(fills):
         inside = by.present[:, :, None] & bx.present[:, None, :]                                # (B, h, w)
         value = torch.tensor(fills, dtype=out.dtype, device=out.device).reshape(1, -1, 1, 1)
         out = torch.where(inside[:, None], out, value.expand(1, out.shape[1], 1, 1))
-    if into is not None:
-        out = out.new_zeros(into[1], *out.shape[1:]).index_copy_(0, into[0], out)
     return out
 
 
 class _Band:
     """One axis's band ``weights (B, out, K)``, ``columns (B, out, K)`` over an input of ``n``
-    pixels, laid out as CSR wants it: a row's ``K`` columns distinct and in order — the window
-    ``[first, first + K)`` (``K`` before the axis's end at most), each weight at its column's place
-    in it (dropped taps, clamped onto a kept column, add their 0 there). A band whose every row is
-    one weight exactly 1 or none only selects: :attr:`source` ``(B, out)`` the input of each
-    output (``None`` otherwise), :attr:`identity` when it is output ``i`` = input ``i`` throughout."""
+    pixels, laid out as CSR wants it: a row's columns distinct and in order — the window
+    ``[first, first + k)`` holding its non-zero taps (``k`` ≥ ``K`` where a band's taps spread
+    wider, as one read through a selection can; at most ``n``), each weight at its column's place
+    in it (dropped taps add their 0 somewhere in it). A band whose every row is one weight exactly
+    1 or none only selects: :attr:`source` ``(B, out)`` the input of each output (``None``
+    otherwise), :attr:`identity` when it is output ``i`` = input ``i`` throughout."""
 
     def __init__(self, weights: Tensor, columns: Tensor, n: int) -> None:
         b, out, k = weights.shape
-        self.n, self.k = n, min(k, n)
-        first = columns[..., 0]
-        for i in range(1, k):  # (a min over a few columns: torch's amin over a short last axis is slow)
-            first = torch.minimum(first, columns[..., i])
+        nonzero = weights != 0
+        # each row's first and last non-zero tap (a min over a few columns: torch's amin over a short
+        # last axis is slow); rows without any: n and -1
+        lo, hi = torch.where(nonzero, columns, n), torch.where(nonzero, columns, -1)
+        first, last = lo[..., 0], hi[..., 0]
+        for i in range(1, k):
+            first, last = torch.minimum(first, lo[..., i]), torch.maximum(last, hi[..., i])
+        self.present = last >= 0                                                                # (B, out): has taps
+        spread = int((last - first).max()) + 1 if b and bool(self.present.any()) else 1
+        self.n, self.k = n, min(max(k, spread), n)
         self.first = torch.clamp(first, max=n - self.k)[..., None]                           # (B, out, 1)
-        self.weights = weights.new_zeros(b, out, self.k).scatter_add_(2, columns - self.first, weights)
-        nonzero = self.weights != 0
-        self.present = nonzero.any(-1)                                                          # (B, out): has taps
+        offset = (columns - self.first).clamp_(0, self.k - 1)  # a dropped tap's 0: anywhere in the window
+        self.weights = weights.new_zeros(b, out, self.k).scatter_add_(2, offset, weights)
         self.source: Tensor | None = None
         self.identity = False
-        if b and bool(((self.weights == 1) | ~nonzero).all()) and bool((nonzero.sum(-1) <= 1).all()):
-            self.source = self.first[..., 0] + nonzero.to(torch.uint8).argmax(-1)
+        kept = self.weights != 0
+        if b and bool(((self.weights == 1) | ~kept).all()) and bool((kept.sum(-1) <= 1).all()):
+            self.source = self.first[..., 0] + kept.to(torch.uint8).argmax(-1)
             self.identity = (out == n and bool(self.present.all())
                              and bool((self.source == torch.arange(n, device=weights.device)).all()))
 
     def rows(self, x: Tensor, into: tuple[Tensor, int] | None = None) -> Tensor:
-        """``x (B, C, n, W)`` resampled along ``n``: ``(B, C, out, W)`` (``(batch, …)`` with ``into``,
-        the other samples zeros). An identity returns ``x`` itself (without ``into``)."""
-        if self.identity and into is None:
+        """``x (B, C, n, W)`` resampled along ``n``: ``(B, C, out, W)``; with ``into``, a product's
+        result is ``(batch, C, out, W)``, the other samples zeros. An identity returns ``x`` itself."""
+        if self.identity:
             return x
         if self.source is not None:
-            return self._select(x.contiguous(), into)
+            return self._select(x.contiguous())
         return self._product(x.contiguous(), into)
 
     def columns(self, x: Tensor) -> Tensor:
@@ -394,19 +420,17 @@ class _Band:
             picked.masked_fill_(~self.present[:, None, None, :], 0.0)
         return picked
 
-    def _select(self, x: Tensor, into: tuple[Tensor, int] | None) -> Tensor:
+    def _select(self, x: Tensor) -> Tensor:
         b, c, n, w = x.shape
         out = self.source.shape[1]
         rows = (torch.arange(b * c, device=x.device).view(b, c, 1) * n + self.source[:, None, :]).reshape(-1)
         picked = x.reshape(b * c * n, w).index_select(0, rows).view(b, c, out, w)
         if not bool(self.present.all()):
             picked.masked_fill_(~self.present[:, None, :, None], 0.0)
-        if into is None:
-            return picked
-        return x.new_zeros(into[1], c, out, w).index_copy_(0, into[0], picked)
+        return picked
 
     def _product(self, x: Tensor, into: tuple[Tensor, int] | None = None) -> Tensor:
-        """One CSR matrix ``(B·C·out, B·C·n)`` with ``K`` entries a row times contiguous ``x`` as
+        """One CSR matrix ``(B·C·out, B·C·n)`` with ``k`` entries a row times contiguous ``x`` as
         ``(B·C·n, W)``; ``into = (rows, batch)``: the other samples' rows of the matrix empty (so zeros)."""
         b, c, n, w = x.shape
         out_size, k = self.weights.shape[1], self.k
@@ -421,7 +445,7 @@ class _Band:
         val = self.weights.to(x.dtype).view(b, 1, out_size, k).expand(b, c, out_size, k).reshape(-1)
         if into is None:
             crow = torch.arange(0, b * c * out_size * k + 1, k, device=x.device, dtype=index)
-        else:  # K entries in each output row of a sample at one of the rows, none elsewhere
+        else:  # k entries in each output row of a sample at one of the rows, none elsewhere
             present = torch.zeros(total, dtype=index, device=x.device).index_fill_(0, into[0], k)
             crow = torch.cat([present.new_zeros(1), present.repeat_interleave(c * out_size).cumsum(0, dtype=index)])
         m = torch.sparse_csr_tensor(crow, col, val, size=(total * c * out_size, b * c * n), check_invariants=False)

@@ -984,14 +984,15 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
 
 
 # ---------------------------------------------------------------------------------------------- device
-def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int], flips: Tensor) -> Tensor:
+def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int],
+              flip: tuple[Tensor, Tensor]) -> Tensor:
     """One later stage on the device: each sample's box of its canvas in ``x`` resized to the
-    stage's ``resized``, its window kept (0 outside: :func:`_fill_padding`), then mirrored where
-    ``flips``, as antialiased (torchvision's ``resize``) or plain bilinear weights (a detector's own
-    resize) per sample — ``antialias`` is a host mask — by :func:`dctnet.resize.resized_crop`
-    (dense matrices on a GPU, their bands on a CPU; the flip permutes the x matrix's rows)."""
+    stage's ``resized``, its window kept (0 outside: :func:`_fill_padding`), then mirrored by
+    ``flip`` (:func:`dctnet.resize.resized_crop`'s: permutations of the matrices' rows), as
+    antialiased (torchvision's ``resize``) or plain bilinear weights (a detector's own resize) per
+    sample — ``antialias`` is a host mask — dense matrices on a GPU, their bands on a CPU."""
     return RS.resized_crop(x, stage[:, 6:10], size, resize=stage[:, :4], antialias=antialias,
-                           flip=(flips, stage[:, 5])).clamp_(0.0, 1.0)  # a new tensor: clamped in place
+                           flip=flip).clamp_(0.0, 1.0)  # a new tensor: clamped in place
 
 
 def _contrast(x: Tensor, factor: Tensor, sizes: Tensor) -> Tensor:
@@ -1008,43 +1009,48 @@ def _contrast(x: Tensor, factor: Tensor, sizes: Tensor) -> Tensor:
 
 def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
     """:class:`RandomPhotometricDistort`'s ops in torchvision's order, each sample keeping its own
-    draws (an op it did not draw leaves it unchanged): no host sync (the masks are host tensors)."""
+    draws (an op it did not draw leaves it unchanged): no host sync (the masks are host tensors).
+    Each op runs on the samples that drew it alone (at ``p = 0.5``, half the batch), written back
+    into ``x`` in place (the stage's own output)."""
     dev = x.device
-    sizes = sizes.to(dev, non_blocking=True)
-    f = p["factors"].to(dev, non_blocking=True)
-    on = p["on"].to(dev, non_blocking=True)
-    before = p["before"].to(dev, non_blocking=True)
+    f, on, before = p["factors"], p["on"], p["before"]
 
-    def keep(mask: Tensor, out: Tensor, old: Tensor) -> Tensor:
-        return torch.where(mask.reshape(-1, 1, 1, 1), out, old)
+    def each(mask: Tensor, op) -> None:
+        """``op(images, rows)`` on the samples of the host ``mask`` (``rows``: their host indices)."""
+        nonlocal x
+        if bool(mask.all()):
+            x = op(x, torch.arange(len(mask)))
+        elif bool(mask.any()):
+            rows = mask.nonzero()[:, 0]
+            at = rows.to(dev, non_blocking=True)
+            x.index_copy_(0, at, op(x.index_select(0, at), rows))
 
-    if bool(p["on"][:, 0].any()):
-        x = keep(on[:, 0], P.adjust_brightness(x, f[:, 0].to(x.dtype)), x)
-    if bool((p["on"][:, 1] & p["before"]).any()):
-        x = keep(on[:, 1] & before, _contrast(x, f[:, 1], sizes), x)
-    if bool(p["on"][:, 2].any()):
-        x = keep(on[:, 2], P.adjust_saturation(x, f[:, 2].to(x.dtype)), x)
-    if bool(p["on"][:, 3].any()):
-        x = keep(on[:, 3], P.adjust_hue(x, f[:, 3].to(x.dtype)), x)
-    if bool((p["on"][:, 1] & ~p["before"]).any()):
-        x = keep(on[:, 1] & ~before, _contrast(x, f[:, 1], sizes), x)
-    if bool(p["permute"].any()):
-        perm = p["permutation"].to(dev, non_blocking=True)[:, :, None, None].expand_as(x)
-        x = keep(p["permute"].to(dev, non_blocking=True), torch.gather(x, 1, perm), x)
+    def factor(k: int, rows: Tensor) -> Tensor:
+        return f[rows, k].to(dev, non_blocking=True).to(x.dtype)
+
+    each(on[:, 0], lambda v, r: P.adjust_brightness(v, factor(0, r)))
+    each(on[:, 1] & before, lambda v, r: _contrast(v, factor(1, r), sizes[r].to(dev, non_blocking=True)))
+    each(on[:, 2], lambda v, r: P.adjust_saturation(v, factor(2, r)))
+    each(on[:, 3], lambda v, r: P.adjust_hue(v, factor(3, r)))
+    each(on[:, 1] & ~before, lambda v, r: _contrast(v, factor(1, r), sizes[r].to(dev, non_blocking=True)))
+    each(p["permute"], lambda v, r: torch.gather(v, 1, p["permutation"][r].to(dev, non_blocking=True)
+                                                 [:, :, None, None].expand_as(v)))
     return x
 
 
 def _fill_padding(x: Tensor, stage: Tensor, fill: Tensor, flips: Tensor) -> Tensor:
     """Each sample's own fill where its window lies outside its resized canvas: output row ``i`` is
     padding when ``top + i`` is outside ``[0, resized_h)``, likewise columns — of the window before
-    its flip: a flipped sample's column ``j < out_w`` is the window's ``out_w − 1 − j``."""
+    its flips (``flips (B, 2)``: vertical, horizontal): a flipped sample's column ``j < out_w`` is the
+    window's ``out_w − 1 − j``, likewise rows."""
     if not bool(fill.any()):  # (a host tensor) no sample pads with anything but 0 here
         return x
     dev = x.device
     i = torch.arange(x.shape[-2], device=dev)[None, :]
     j = torch.arange(x.shape[-1], device=dev)[None, :]
-    w = stage[:, 5, None]
-    j = torch.where(flips[:, None] & (j < w), w - 1 - j, j)                            # (B, W) unflipped
+    h, w = stage[:, 4, None], stage[:, 5, None]
+    i = torch.where(flips[:, :1] & (i < h), h - 1 - i, i)                              # (B, H) unflipped
+    j = torch.where(flips[:, 1:] & (j < w), w - 1 - j, j)                              # (B, W)
     r, c = stage[:, 2, None] + i, stage[:, 3, None] + j
     pad = (((r < 0) | (r >= stage[:, 0, None]))[:, :, None] | ((c < 0) | (c >= stage[:, 1, None]))[:, None, :])
     value = fill.to(dev, non_blocking=True).to(x.dtype)[:, :, None, None]
@@ -1058,6 +1064,49 @@ def _warp_stage(x: Tensor, plan: DetectionPlan, s: int) -> Tensor:
     inverse, mode, fill, on, ins, outs = plan.warps[s]
     shape = (int(plan.canvas[s][:, 0].max()), int(plan.canvas[s][:, 1].max()))
     return _warp(x, inverse, mode, fill, on, ins, outs, shape)
+
+
+#: torchvision's vertical flip as an affine warp's inverse (:class:`RandomVerticalFlip`): ``y ↦ −y``
+_VFLIP = ((1.0, 0.0, 0.0), (0.0, -1.0, 0.0))
+
+
+def _vertical_flips(plan: DetectionPlan, s: int) -> Tensor | None:
+    """Stage ``s``'s warp when, for every sample it warps, it is a vertical flip of the window
+    (:class:`RandomVerticalFlip`; nearest, onto the same canvas: a row permutation) — host ``bool
+    (B,)``, the samples flipped — else ``None`` (no warp, or another one)."""
+    if not plan.warps or plan.warps[s] is None:
+        return None
+    inverse, mode, _, on, ins, outs = plan.warps[s]
+    flip = (inverse == torch.tensor(_VFLIP, dtype=inverse.dtype)).all(-1).all(-1)
+    if mode != "nearest" or not bool((flip | ~on).all()) or not torch.equal(ins, outs):
+        return None
+    return on
+
+
+def _selects(plan: DetectionPlan, s: int) -> bool:
+    """Whether stage ``s`` only selects pixels for every sample — no resampling (each box resized to
+    its own size), no warp, no colour ops, padding 0 — and a later stage resamples its output, which
+    can then read through it (host data only)."""
+    st = plan.stages[s]
+    return (s + 1 < plan.stages.shape[0] and bool((st[:, 0:2] == st[:, 8:10]).all())
+            and not (plan.warps and plan.warps[s] is not None) and plan.photometric[s] is None
+            and not bool(plan.fills[s].any()))
+
+
+def _selection_maps(stage: Tensor, flips: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """A selecting stage (:func:`_selects`) as index maps of its output canvas into its input:
+    ``rows (B, h)``, ``cols (B, w)`` int64 (``size = (h, w)``), −1 for padding and for the batch's
+    padding past a sample's own canvas — what :func:`dctnet.resize.resized_crop`'s ``through`` takes."""
+    maps = []
+    for axis, n in enumerate(size):
+        k = torch.arange(n, device=stage.device)[None, :]
+        length = stage[:, 4 + axis, None]
+        if axis == 1:  # the window is unmirrored: a flipped sample's column k < w is the window's w − 1 − k
+            k = torch.where(flips[:, None] & (k < length), length - 1 - k, k)
+        j = stage[:, 2 + axis, None] + k                                      # in the resized (= box-sized) canvas
+        inside = (j >= 0) & (j < stage[:, axis, None]) & (k < length)
+        maps.append(torch.where(inside, stage[:, 6 + axis, None] + j, -1))
+    return maps[0], maps[1]
 
 
 def _stage_size(stage: Tensor) -> tuple[int, int]:
@@ -1085,6 +1134,8 @@ def _warp_nearest(m: Tensor, inverse: Sequence[float], size: tuple[int, int], pa
     """torchvision's nearest ``affine`` of masks ``m (..., h, w)`` (their canvas) by ``inverse``, to
     ``size``; outside the canvas: ``pad``."""
     lead = m.shape[:-2]
+    if tuple(size) == tuple(m.shape[-2:]) and [tuple(r) for r in np.reshape(inverse, (2, 3)).tolist()] == list(_VFLIP):
+        return m.flip(-2)  # a vertical flip (RandomVerticalFlip): nearest sampling of it is a row permutation
     x = m.reshape(-1, 1, *m.shape[-2:]).to(torch.float32)
     n = x.shape[0]
     if n == 0:  # no instance left (an image without boxes, or all sanitised away)
@@ -1148,18 +1199,27 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     arithmetic (Pillow's pixels)."""
     device = batch.valid.device
     stages, flips = move_plan([plan.stages, plan.flips], device)  # one copy, from pinned memory
-    # stage 0 decodes and resamples in one pass: each window is the whole image, so its box is the image
-    first = dataclasses.replace(batch, boxes=stages[0, :, 6:10], resize=stages[0, :, :4])
-    # flips are part of each resampling (a permutation of its x matrix's rows), not a pass of their own
-    x = crops_to_rgb(first, _stage_size(plan.stages[0]), exact=exact, fill=0.0, flip=(flips[0], stages[0, :, 5]))
-    x = _fill_padding(x, stages[0], plan.fills[0], flips[0])
-    x = _warp_stage(x, plan, 0)
-    if plan.photometric[0] is not None:
-        x = _photometric(x, plan.photometric[0], plan.canvas[0])
-    for s in range(1, stages.shape[0]):
-        x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]), flips[s])
-        x = _fill_padding(x, stages[s], plan.fills[s], flips[s])
-        x = _warp_stage(x, plan, s)
+    # the first stage decodes and resamples in one pass: each window is the whole image, so stage 0's box
+    # is the image; a stage 0 that only selects pixels (crops, pads with 0, flips: the hflip preset before
+    # a detector's resize) is read through by stage 1 instead of being written out
+    head = 1 if _selects(plan, 0) else 0
+    first = dataclasses.replace(batch, boxes=stages[head, :, 6:10], resize=stages[head, :, :4])
+    through = _selection_maps(stages[0], flips[0], _stage_size(plan.stages[0])) if head else None
+    for s in range(head, stages.shape[0]):
+        # flips — the stage's own, and a warp that is a vertical flip — are part of its resampling (a
+        # permutation of its matrices' rows), not passes of their own
+        vflips = _vertical_flips(plan, s)
+        rows = torch.zeros_like(flips[s]) if vflips is None else vflips.to(device, non_blocking=True)
+        mirror = torch.stack([rows, flips[s]], 1)                                    # (B, 2): vertical, horizontal
+        flip = (mirror, stages[s, :, 4:6])
+        if s == head:
+            x = crops_to_rgb(first, _stage_size(plan.stages[s]), exact=exact, fill=0.0, antialias=plan.antialias[s],
+                             flip=flip, through=through)
+        else:
+            x = _resample(x, stages[s], plan.antialias[s], _stage_size(plan.stages[s]), flip)
+        x = _fill_padding(x, stages[s], plan.fills[s], mirror)
+        if vflips is None:
+            x = _warp_stage(x, plan, s)
         if plan.photometric[s] is not None:
             x = _photometric(x, plan.photometric[s], plan.canvas[s])
     sizes = plan.sizes.tolist()

@@ -69,7 +69,8 @@ def _merge(batch: JpegBatch, per_group: Callable[..., Tensor], shape: tuple[int,
 
 def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tuple[int, int], *, upsampling: str = "fancy",
                  exact: bool = False, interpolation: str = "bilinear",
-                 fill: float | tuple[float, float, float] = 0.0, flip: tuple[Tensor, Tensor] | None = None) -> Tensor:
+                 fill: float | tuple[float, float, float] = 0.0, antialias: bool | Tensor = True,
+                 flip: tuple[Tensor, Tensor] | None = None, through: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Decode the windows on the device, one batched decode per layout group (block IDCT,
     libjpeg's chroma upsampling, colour; CMYK/YCCK as Pillow does) and resize every crop box to
     ``size`` = (h, w): float RGB ``(B, 3, h, w)`` in [0, 1], in batch order.
@@ -85,12 +86,20 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     The result is clamped to [0, 1]. Bicubic overshoots the input's range near edges;
     torchvision's float tensors keep the overshoot, but PIL's and a decoder's 8-bit output
     clamps it, and so does this. ``exact``: decode in libjpeg's integer arithmetic
-    (:func:`dctnet.image.to_rgb`), so the crops are those of Pillow's very pixels. ``flip = (flips
-    bool (B,), widths int64 (B,))``: columns ``[0, widths[b])`` of the samples with ``flips[b]``
-    mirrored, in the resampling (:func:`dctnet.resize.resized_crop`). A
+    (:func:`dctnet.image.to_rgb`), so the crops are those of Pillow's very pixels.
+
+    The detection step's geometry (each as :func:`dctnet.resize.resized_crop` takes it, per sample
+    in batch order): ``antialias`` (``False`` or a ``bool (B,)`` mask: torch's plain bilinear, with
+    the batch's ``resize``), ``flip = (flips bool (B, 2), sizes int64 (B, 2))`` (rows ``[0,
+    sizes[b, 0])`` of the samples with ``flips[b, 0]`` mirrored, columns likewise), ``through =
+    (rows (B, h), cols (B, w))`` (the
+    boxes are in a canvas selected from the decoded image by these index maps, −1 a zero pixel). A
     :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is expanded first
     (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
+    if isinstance(antialias, Tensor) and antialias.device.type == "cpu":  # a host mask: read here, moved if mixed
+        antialias = (True if bool(antialias.all()) else False if not bool(antialias.any())
+                     else antialias.to(batch.valid.device, non_blocking=True))
 
     def decode(g: PlaneGroup, extent: tuple[int, int], valid: Tensor, boxes: Tensor, resize: Tensor | None,
                into: tuple[Tensor, int] | None) -> Tensor:
@@ -102,12 +111,14 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
         columns = resize is None and not exact and RS.use_band(valid)
         rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact, out_size=extent, column_major=columns)
-        mirror = None
-        if flip is not None:  # this group's samples (one group: rows 0..B-1 in order)
-            mirror = flip if len(batch.groups) == 1 else (flip[0][g.rows], flip[1][g.rows])
-        # on the band path, the batch's tensor with this group at its rows (see _merge)
-        return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill, flip=mirror,
-                               into=into)
+        def mine(t: Tensor) -> Tensor:  # this group's samples (one group: rows 0..B-1 in order)
+            return t if len(batch.groups) == 1 else t[g.rows]
+
+        # on the band path, the batch's tensor with this group at its rows where that is free (see _merge)
+        return RS.resized_crop(rgb, boxes, size, interpolation=interpolation, resize=resize, fill=fill,
+                               antialias=mine(antialias) if isinstance(antialias, Tensor) else antialias,
+                               flip=None if flip is None else (mine(flip[0]), mine(flip[1])),
+                               through=None if through is None else (mine(through[0]), mine(through[1])), into=into)
 
     return _merge(batch, decode, (3, *size)).clamp_(0.0, 1.0)  # a new tensor: _merge's, or the resize's
 
