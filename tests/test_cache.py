@@ -352,3 +352,32 @@ def test_cache_cli_with_shards(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dctnet", "cache", "verify", str(tmp_path / "cache")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "9 identical, 0 different" in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ working directory and checksums
+
+def test_a_cache_built_from_a_relative_path_trains_from_another_directory(tmp_path, monkeypatch):
+    """meta.json records the absolute source root: a cache built from ``data/train`` (relative to
+    the build's working directory) passes its source check, verifies and trains from any other
+    directory — it used to be 'stale … N missing' there."""
+    from dctnet.cli import main as cli_main
+    from dctnet.synthetic import make_labelled_dataset
+    from dctnet.train import Trainer, load_recipe
+
+    from conftest import write_recipe
+
+    monkeypatch.chdir(tmp_path)
+    make_labelled_dataset("data", classes=2, train_per_class=8, val_per_class=4, size=(32, 48), seed=0)
+    for split in ("train", "val"):
+        D.build_cache(f"data/{split}", f"caches/{split}", format="sparse", progress=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cache = tmp_path / "caches" / "train"
+    assert D.open_cache(cache, verify="hash").meta["root"] == str(tmp_path / "data" / "train")
+    with pytest.raises(SystemExit) as exit_:  # re-decodes from the recorded root
+        cli_main(["cache", "verify", str(cache), "--samples", "4"])
+    assert exit_.value.code == 0
+    path = write_recipe(elsewhere, str(tmp_path / "caches"), data__source="cache", train__max_steps=2, augment=[])
+    record = Trainer(load_recipe(path)).fit()
+    assert record["val_images"] == 8 and np.isfinite(record["train_loss"])

@@ -151,7 +151,8 @@ def _hf_meta(ds: HFDataset) -> tuple[str, dict[str, Any], str | None]:
     if not files:
         raise CacheError("a cache of a Hugging Face dataset needs its files on disk: save_to_disk it, or build from "
                          "its parquet files")
-    root = ds.name if kind == "saved" else os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
+    root = os.path.abspath(ds.name) if kind == "saved" else \
+        os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
     rel = [os.path.relpath(f, root) for f in files]
     pattern = None
     if kind == "saved":
@@ -222,12 +223,14 @@ def _scan_shards(shards: list[str]) -> list[tuple[str, int, int, int, str]]:
 def _sources(src: Any) -> tuple[list[tuple], list[str], str, list[str] | None]:
     """(samples, classes, root, shards): samples are (path, label) for folders and
     (shard, label, offset, size, key) for tar shards."""
+    # roots are absolute: a root relative to the working directory of the build would name other
+    # files (or none) from any other directory
     if isinstance(src, ImageFolderDataset):
-        return src.samples, src.classes, str(src.root), None
+        return src.samples, src.classes, os.path.abspath(src.root), None
     shards = _shard_list(src)
     if shards is None:
         ds = ImageFolderDataset(src)
-        return ds.samples, ds.classes, str(ds.root), None
+        return ds.samples, ds.classes, os.path.abspath(ds.root), None
     if not shards:
         raise CacheError(f"no tar shards match {src!r}")
     items = _scan_shards(shards)
