@@ -24,6 +24,7 @@ from dctnet.data.loader import RepeatedAugSampler
 from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
 from dctnet.train.inputs import eval_config, limited_indices
 from dctnet.train.recipe import Recipe
+from dctnet.train.rng import EpochKeys, SeededDraws
 from dctnet.transforms.normalization import input_mean_std
 from dctnet.transforms.timm_augment import pillow12_posterize, with_pillow12_posterize
 
@@ -160,19 +161,25 @@ def torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int,
         train_ds = torch.utils.data.Subset(train_ds, limited_indices(len(train_ds), r.data.limit_train))
     if r.data.limit_val:
         val_ds = torch.utils.data.Subset(val_ds, limited_indices(len(val_ds), r.data.limit_val))
-    if r.data.repeated_aug > 1:  # torchvision's / DeiT's RASampler (its transforms draw per call: repeats differ)
+    if r.data.repeated_aug > 1:  # torchvision's / DeiT's RASampler (its key tells the repeats' draws apart)
         train_sampler = RepeatedAugSampler(len(train_ds), r.data.repeated_aug, seed=r.train.seed, rank=rank,
-                                           world_size=world_size, keys=False)
+                                           world_size=world_size, keys=True)
     else:
-        train_sampler = torch.utils.data.DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True,
-                                                            seed=r.train.seed, drop_last=True)
+        train_sampler = EpochKeys(torch.utils.data.DistributedSampler(
+            train_ds, num_replicas=world_size, rank=rank, shuffle=True, seed=r.train.seed, drop_last=True))
     val_sampler = RankSlice(len(val_ds), rank, world_size)
     common = {"batch_size": r.data.batch_size, "num_workers": r.data.workers, "collate_fn": WorkerCpu(),
-              "pin_memory": torch.cuda.is_available(), "persistent_workers": r.data.workers > 0}
+              "pin_memory": torch.cuda.is_available(), "persistent_workers": r.data.workers > 0,
+              # the workers' base seed from the loader's own generator, not the main process's torch
+              # stream (which batch mixing and dropout draw from, and the checkpoint restores)
+              "generator": torch.Generator().manual_seed(r.train.seed)}
     if r.data.workers > 0:
         common["prefetch_factor"] = 2
-    train = torch.utils.data.DataLoader(train_ds, sampler=train_sampler, drop_last=True, **common)
-    val = torch.utils.data.DataLoader(val_ds, sampler=val_sampler, **common)
+    # each sample's transform draws from (seed, epoch, index): the same crops whatever the workers, and
+    # after --resume (the transforms' own generators would restart elsewhere)
+    train = torch.utils.data.DataLoader(SeededDraws(train_ds, r.train.seed), sampler=train_sampler, drop_last=True,
+                                        **common)
+    val = torch.utils.data.DataLoader(SeededDraws(val_ds, r.train.seed), sampler=val_sampler, **common)
     classes = train_ds.dataset.classes if isinstance(train_ds, torch.utils.data.Subset) else train_ds.classes
     return RgbLoader(train), RgbLoader(val), list(classes)
 

@@ -49,6 +49,7 @@ from dctnet.train.process import start_process
 from dctnet.train.records import append_skipped, epoch_skipped, progress_bar, skip_note
 from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
+from dctnet.train.rng import rng_state, seeded_draws, set_rng_state
 from dctnet.transforms import detection as TD
 
 __all__ = ["DetectionTrainer", "train_detection"]
@@ -114,18 +115,24 @@ class _PillowCoco(torch.utils.data.Dataset):
     """The torchvision arm's dataset: Pillow's decode of each image of a :class:`CocoDataset` (its
     targets as ``tv_tensors``), then torchvision v2's ops of the preset, in the DataLoader worker."""
 
-    def __init__(self, coco: CocoDataset, transforms: Any) -> None:
-        self.coco, self.transforms = coco, transforms
+    def __init__(self, coco: CocoDataset, transforms: Any, seed: int = 0) -> None:
+        self.coco, self.transforms, self.seed = coco, transforms, int(seed)
 
     def __len__(self) -> int:
         return len(self.coco)
 
     def __getitem__(self, key):
+        # torchvision's ops draw from the process's generators: seeded per sample from (seed, epoch,
+        # index), the same draws whatever the workers, and after --resume
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        with seeded_draws(self.seed, epoch, index):
+            return self._item(index)
+
+    def _item(self, index: int):
         from PIL import Image  # optional dependency (Pillow: the baseline's decoder)
         from torchvision import tv_tensors  # optional dependency (the baseline's)
         from torchvision.transforms.v2 import functional as TVF  # (as above)
 
-        index = key[1] if isinstance(key, tuple) else key
         path = self.coco.paths[index]
         with Image.open(path) as im:
             image = TVF.pil_to_tensor(im.convert("RGB"))
@@ -355,16 +362,17 @@ class DetectionTrainer:
         if self.plan_a:
             dataset, collate = ds, lambda items: collate_detection(items, pin_memory=pin)
         elif self.segmentation:
-            dataset, collate = _PillowCoco(ds, torchvision_segmentation_preset(r, train)), _list_collate
+            dataset, collate = _PillowCoco(ds, torchvision_segmentation_preset(r, train), r.train.seed), _list_collate
         else:
             tfm = None
             if train:
                 tfm = (TD.torchvision_ops(r.detect.ops) if r.detect.ops else
                        torchvision_preset(r.detect.preset, r.detect.hflip_prob))
-            dataset, collate = _PillowCoco(ds, tfm), _list_collate
+            dataset, collate = _PillowCoco(ds, tfm, r.train.seed), _list_collate
         return torch.utils.data.DataLoader(
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,
             collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,
+            generator=torch.Generator().manual_seed(r.train.seed),  # (workers' base seed: not the main stream)
             pin_memory=pin and not self.plan_a)  # (plan A's collate pins its own)
 
     def summary(self) -> str:
@@ -605,7 +613,7 @@ class DetectionTrainer:
         tmp = path.with_suffix(".tmp")
         with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
             torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
-                        "scaler": self.scaler.state_dict(), "records": self.records,
+                        "scaler": self.scaler.state_dict(), "records": self.records, "rng": rng_state(),
                         "recipe": self.recipe.to_dict()}, tmp)
         os.replace(tmp, path)
 
@@ -615,6 +623,8 @@ class DetectionTrainer:
         self.opt.load_state_dict(state["opt"])
         if state.get("scaler"):  # fp16's loss scale (a checkpoint from before AMP here has none)
             self.scaler.load_state_dict(state["scaler"])
+        if "rng" in state:  # the main process's generators (the detectors' samplers draw from torch's)
+            set_rng_state(state["rng"])
         self.start_epoch = int(state["epoch"]) + 1
         self.records = list(state.get("records", []))
         self.log(f"resumed from {path} at epoch {self.start_epoch + 1}")

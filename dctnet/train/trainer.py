@@ -40,6 +40,7 @@ from dctnet.train.process import start_process
 from dctnet.train.records import append_skipped, epoch_skipped, progress_bar, skip_note
 from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
+from dctnet.train.rng import rng_state, set_rng_state
 
 __all__ = ["Trainer", "train"]
 
@@ -328,7 +329,7 @@ class Trainer:
                  "scaler": self.scaler.state_dict(), "epoch": epoch, "history": self.history,
                  "recipe": self.recipe.to_dict(), "classes": self.pipe.classes,
                  "normalize": {"mean": norm.mean.cpu(), "std": norm.std.cpu()} if norm is not None else None,
-                 "torch_rng": torch.get_rng_state(), "updates": self.updates,
+                 "rng": rng_state(), "updates": self.updates,
                  "ema": self.ema.state() if self.ema is not None else None}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
@@ -358,7 +359,8 @@ class Trainer:
             dev = self.pipe.normalize.mean.device  # the statistics live on the device (no per-step copies)
             self.pipe.normalize.mean = state["normalize"]["mean"].to(dev)
             self.pipe.normalize.std = state["normalize"]["std"].to(dev)
-        torch.set_rng_state(state["torch_rng"].cpu())
+        # the main process's generators (batch mixing, dropout, drop-path): where the stopped run left them
+        set_rng_state(state["rng"] if "rng" in state else {"torch": state["torch_rng"]})  # (older: torch's only)
         self.history = list(state.get("history", []))
         self.start_epoch = int(state["epoch"]) + 1
         if self.rank == 0:
