@@ -492,6 +492,36 @@ def test_detector_resize_is_the_models_own_and_leaves_its_transform_nothing_to_r
         assert torch.equal(masks[b], want_targets[b]["masks"]), s["path"]
 
 
+def test_the_detectors_resize_reads_through_a_stage_that_only_selects(samples):
+    """A crop padded with 0 and flips (stage 0 only selects pixels), then the detector's plain resize:
+    the step resamples the decoded images once, through stage 0's index maps, and equals
+    torchvision's crop, pad and flips followed by the model's transform; a vertical flip (a warp)
+    folded into the resampling's rows likewise."""
+    from dctnet.models.detection import build_detector
+
+    model = build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", num_classes=3, min_size=180, max_size=300).eval()
+    chosen = samples[:6]
+    seeds = seeds_for(len(chosen), 11)
+    ops = [TD.RandomCrop(250, pad_if_needed=True), TD.RandomHorizontalFlip(0.5), TD.RandomVerticalFlip(0.5)]
+    tv_ops = [v2.RandomCrop(250, pad_if_needed=True), v2.RandomHorizontalFlip(0.5), v2.RandomVerticalFlip(0.5)]
+    for n in (2, 3):  # flips alone; a vertical flip too
+        plan, images, masks = ours([*ops[:n], TD.DetectorResize.from_model(model, train=False)], chosen, seeds)
+        assert n == 3 or TD._selects(plan, 0)
+        tv = v2.Compose(tv_ops[:n])
+        for b, (s, k) in enumerate(zip(chosen, seeds)):
+            torch.manual_seed(k)
+            mid = tv(tv_sample(s))
+            il, tt = model.transform([mid["image"].as_subclass(torch.Tensor)],
+                                     [{"boxes": mid["boxes"].as_subclass(torch.Tensor).float(), "labels": mid["labels"],
+                                       "masks": mid["masks"].as_subclass(torch.Tensor)}])
+            h, w = il.image_sizes[0]
+            std = torch.tensor(model.transform.image_std)[:, None, None]
+            want = il.tensors[0, :, :h, :w] * std + torch.tensor(model.transform.image_mean)[:, None, None]
+            assert images[b].shape == want.shape and (images[b] - want).abs().max() <= 5e-5, s["path"]
+            assert torch.allclose(plan.targets[b]["boxes"], tt[0]["boxes"], atol=BOX_TOL, rtol=0), s["path"]
+            assert torch.equal(masks[b], tt[0]["masks"]), s["path"]
+
+
 def test_the_detectors_resize_reads_the_crop_a_sealed_stage_made(samples):
     """Colour ops seal stage 0, a crop opens stage 1 and the detector's plain resize reads that crop
     (its box starts away from the origin): equal to torchvision's crop then the model's transform."""
