@@ -297,3 +297,31 @@ def test_the_trainer_says_what_drop_last_leaves_out(tmp_path):
     assert t.steps_per_epoch == 7
     note = [m for m in said if "left out" in m or "leaves out" in m]
     assert len(note) == 1 and "trains 224 of its 240" in note[0] and "leaves out 16" in note[0], said
+
+
+def test_shards_write_refuses_a_second_split_in_one_folder(tmp_path, capsys):
+    """`shards write` of train and then val into one folder: the second would overwrite the first's
+    order.json and classes.txt, so it is refused (CLI: exit 1, a message, no traceback) before it
+    writes anything; a folder of its own per split works."""
+    import json
+
+    from dctnet.cli import main
+    from dctnet.data.shards import write_shards
+
+    for split in ("train", "val"):
+        for c in range(2):
+            (tmp_path / "src" / split / f"c{c}").mkdir(parents=True)
+            for i in range(3):
+                (tmp_path / "src" / split / f"c{c}" / f"{i}.jpg").write_bytes(synthetic_jpeg(c * 10 + i, 8, 8))
+    out = tmp_path / "shards"
+    write_shards(tmp_path / "src" / "train", out, prefix="train", shard_size=4)
+    order = (out / "order.json").read_text()
+    assert len(json.loads(order)) == 6
+    with pytest.raises(ValueError, match="order.json and classes.txt of another `shards write` \\(train-\\*.tar\\)"):
+        write_shards(tmp_path / "src" / "val", out, prefix="val")
+    with pytest.raises(SystemExit) as done:
+        main(["shards", "write", str(tmp_path / "src" / "val"), str(out), "--prefix", "val"])
+    err = capsys.readouterr().err
+    assert done.value.code == 1 and "its own folder" in err and "Traceback" not in err, err
+    assert not list(out.glob("val-*")) and (out / "order.json").read_text() == order
+    assert write_shards(tmp_path / "src" / "val", tmp_path / "val", prefix="val")["samples"] == 6

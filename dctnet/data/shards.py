@@ -481,9 +481,11 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
     column's stored bytes and the labels, ``ClassLabel`` names to ``classes.txt``; ``pip install
     dctnet[hf]``). Samples are written ``shard_size`` per shard as
     ``out/{prefix}-{i:06d}.tar``; keys are ``{position:09d}`` (unique, in the written order) and
-    ``out/order.json`` maps each key's position to its source. Returns ``{"shards", "samples",
-    "classes"}``. The order is :func:`global_order` (``numpy.random.default_rng(seed).permutation``):
-    the same seed writes the same shards."""
+    ``out/order.json`` maps each key's position to its source. One folder holds one written set:
+    ``out`` holding an ``order.json`` or ``classes.txt`` already (another split's) is refused, as
+    is one holding ``{prefix}-*.tar`` shards. Returns ``{"shards", "samples", "classes"}``. The
+    order is :func:`global_order` (``numpy.random.default_rng(seed).permutation``): the same seed
+    writes the same shards."""
     if shard_size < 1:
         raise ValueError(f"shard_size must be at least 1, got {shard_size}")
     out = Path(out)
@@ -534,7 +536,16 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
     old = sorted(out.glob(f"{prefix}-*.tar")) if out.is_dir() else []
     if old:  # a training glob would read them with the new ones — or they are the sources being read
         raise ValueError(f"{out} already holds {len(old)} {prefix}-*.tar shards (e.g. {old[0].name}): write into an "
-                         "empty folder (or another --prefix)")
+                         "empty folder")
+    # order.json and classes.txt name one written set: a second split written beside it (another
+    # --prefix) would overwrite them and leave the first split's keys mapped to the second's sources
+    taken = [name for name in ("order.json", "classes.txt") if (out / name).exists()]
+    if taken:
+        others = sorted({t.name.rsplit("-", 1)[0] + "-*.tar" for t in out.glob("*-*.tar")})
+        raise ValueError(f"{out} already holds {' and '.join(taken)} of another `shards write`"
+                         + (f" ({', '.join(others)})" if others else "")
+                         + f", which writing {prefix}-*.tar there would overwrite: write each split into its own folder "
+                         "(e.g. shards/train and shards/val)")
     order = global_order(len(items), seed)
     out.mkdir(parents=True, exist_ok=True)
     shards: list[str] = []
