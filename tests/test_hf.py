@@ -141,16 +141,16 @@ def stream_keys(ds: D.HFStreamDataset, total: int) -> list[list[tuple[int, int]]
 
 @pytest.mark.parametrize("world,workers", [(1, 1), (2, 1), (2, 2), (3, 4)])
 def test_stream_reads_every_row_once_over_ranks_and_workers(real, world, workers):
-    """5 parquet sources over ranks × workers (shard-level split, and the sample-level one with
-    fewer sources than readers): every row exactly once per epoch, and each rank's len no more
-    than it reads (ranks agree on a step count from it)."""
+    """5 parquet sources of unequal sizes over ranks × workers (split by rows, as tar shards):
+    every row exactly once per epoch, and each rank's len what it reads, ranks within one row of
+    each other (they agree on a step count that leaves out no more than a batch)."""
     total_rows = sum(real["sizes"])
     seen: Counter = Counter()
     for rank in range(world):
         ds = D.HFStreamDataset(real["pq"], rank=rank, world_size=world, buffer=4, interleave=2, seed=2)
         ds.set_epoch(1)
         mine = [k for me in range(rank * workers, (rank + 1) * workers) for k in stream_keys(ds, world * workers)[me]]
-        assert len(ds) <= len(mine)
+        assert len(ds) == len(mine) == total_rows * (rank + 1) // world - total_rows * rank // world
         seen.update(mine)
     assert sum(seen.values()) == total_rows and set(seen.values()) == {1}
     assert {global_row(real["sizes"], s, r) for s, r in seen} == set(range(total_rows))

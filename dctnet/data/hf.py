@@ -20,10 +20,12 @@ sources (parquet files, or the row ranges of ``to_iterable_dataset(num_shards=)`
 front to back; ``ds.shard(num_shards, i)`` is source ``i`` alone. :class:`HFStreamDataset`
 treats them exactly as :class:`TarShardDataset` treats tar files: per epoch a seeded permutation
 of the sources; reader ``me`` of ``total`` (``rank × DataLoader worker``, or ``rank × thread``
-under :class:`dctnet.data.ThreadLoader`) takes every ``total``-th source of it, or — with fewer
-sources than readers — every reader streams all of them and keeps every ``total``-th sample, so
-each sample is read exactly once per epoch over all readers; each reader keeps ``interleave`` of
-its sources open and draws every next sample from one of them at random (Hub datasets such as
+under :class:`dctnet.data.ThreadLoader`) takes one contiguous run of its rows, the sources laid
+end to end (``shard_sizes`` known, as for local data: every row exactly once per epoch over all
+readers, readers' counts within one of each other; a run may begin or end inside a source) — or,
+without the sizes, every ``total``-th source (fewer sources than readers: every reader streams all
+of them and keeps every ``total``-th sample); each reader keeps ``interleave`` of its sources
+open and draws every next sample from one of them at random (Hub datasets such as
 ImageNet-1k are written in class order: one source at a time would fill a batch with a class or
 two), then passes them through a shuffle buffer. A sample's identity — its crop draw and its name
 in error messages — is ``(source, row within the source)``, so it does not depend on the number of
@@ -451,8 +453,9 @@ class HFStreamDataset(ReaderSplit, torch.utils.data.IterableDataset):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        """Samples this rank reads per epoch: every ``world_size``-th with fewer sources than
-        ranks, else the smallest share of sources any rank can get (ranks agree on a step count)."""
+        """Samples this rank reads per epoch: with ``shard_sizes``, its exact share of the ``N``
+        rows, ``N·(rank + 1) // world_size − N·rank // world_size`` (the tar shards' split by
+        samples); without them, on one rank, the split's ``num_examples``."""
         if self.shard_sizes is None:
             splits = getattr(self.data.info, "splits", None) or {}
             split = splits.get(str(self.data.split)) if self.data.split is not None else None
@@ -462,27 +465,41 @@ class HFStreamDataset(ReaderSplit, torch.utils.data.IterableDataset):
                                 "them for local data)")
             return int(total)
         total = sum(self.shard_sizes)
-        if self.num_shards < self.world_size:
-            return len(range(self.rank, total, self.world_size))
-        return sum(sorted(self.shard_sizes)[: self.num_shards // self.world_size])
+        return total * (self.rank + 1) // self.world_size - total * self.rank // self.world_size
 
-    def _open(self, shard: int) -> Callable[[], Iterator[tuple[int, int, dict[str, Any]]]]:
+    def _open(self, shard: int, start: int = 0,
+              stop: int | None = None) -> Callable[[], Iterator[tuple[int, int, dict[str, Any]]]]:
+        """Rows ``start`` to ``stop`` of source ``shard`` (default: all); the rows before ``start``
+        are skipped a read batch at a time (a streamed source has no index to seek by)."""
         def rows() -> Iterator[tuple[int, int, dict[str, Any]]]:
             # .iter(), not iter(): inside a DataLoader worker iter() would split the source again
             # among the workers (datasets' own worker split); the split here is already ours
             r = 0
             for batch in self.data.shard(self.num_shards, shard, contiguous=True).iter(batch_size=_READ_BATCH):
-                for k in range(len(batch[self.image_column])):
-                    yield shard, r, {c: batch[c][k] for c in batch}
+                n = len(batch[self.image_column])
+                if r + n <= start:
+                    r += n
+                    continue
+                for k in range(n):
+                    if stop is not None and r >= stop:
+                        return
+                    if r >= start:
+                        yield shard, r, {c: batch[c][k] for c in batch}
                     r += 1
         return rows
 
     def raw_split(self, me: int, total: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
         """The undecoded rows of reader ``me`` of ``total`` as ``(source, row in source, row)``,
         in the order :meth:`iter_split` yields them — the tar shards' rule
-        (:func:`dctnet.data.shards.reader_stream`): one seed means one order rule."""
-        return reader_stream(range(self.num_shards), lambda s: self._open(s)(), me, total, seed=self.seed,
-                             epoch=self.epoch, shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer)
+        (:func:`dctnet.data.shards.reader_stream`): one seed means one order rule. With
+        ``shard_sizes`` the split is by rows (every row once, readers' counts within one of each
+        other); without them, by source."""
+        if self.shard_sizes is None:
+            return reader_stream(range(self.num_shards), lambda s: self._open(s)(), me, total, seed=self.seed,
+                                 epoch=self.epoch, shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer)
+        return reader_stream(range(self.num_shards), lambda s, a, b: self._open(s, a, b)(), me, total, seed=self.seed,
+                             epoch=self.epoch, shuffle=self.shuffle, interleave=self.interleave, buffer=self.buffer,
+                             sizes=self.shard_sizes)
 
     def iter_split(self, me: int, total: int) -> Iterator[CoefficientSample | tuple[int, str, str]]:
         """The samples of reader ``me`` of ``total`` readers over all ranks (``__iter__`` uses
