@@ -5,7 +5,8 @@
                              and print fidelity and speed against Pillow
     dctnet convert IN OUT    convert an RGB checkpoint to its DCT-stem model (verified)
     dctnet cache build|info|verify   coefficient caches
-    dctnet verify SRC        dataset checks: unreadable, warnings, duplicates, leakage, balance
+    dctnet verify SRC        dataset checks: unreadable, warnings, duplicates, leakage, balance;
+                             a cache: every record against its checksum
     dctnet stats SRC OUT     per-(channel, frequency) statistics of a dataset's crops (for Normalize)
     dctnet bench [FOLDER]    per-sample host cost and cores needed: dctnet vs torchvision vs timm
     dctnet train RECIPE      train from a recipe (recipes/*.yaml); also under torchrun
@@ -147,6 +148,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from dctnet.data.verify import format_report, verify_dataset  # lazy
 
+    if os.path.isfile(os.path.join(args.src, "meta.json")):  # a coefficient cache
+        return _verify_cache(args)
     if not os.path.isdir(args.src):  # tar shards (a glob): how mixed their stream's batches are
         return _verify_shards(args)
     try:
@@ -161,6 +164,36 @@ def cmd_verify(args: argparse.Namespace) -> int:
     # files the loaders would refuse: unreadable (incl. lost data), and non-JPEG data under JPEG names
     bad = sum(len(s["unreadable"]) + len(s["not_jpeg_data"]) for s in report["splits"].values())
     return 1 if (bad or report["leakage"]) and args.strict else 0
+
+
+def _verify_cache(args: argparse.Namespace) -> int:
+    """``dctnet verify CACHE``: every record against its checksum (the index's is checked when the
+    cache opens); exit 1 when any is corrupt. The sources are not read (``dctnet cache verify``
+    compares with them)."""
+    from dctnet.data.cache import CacheError, open_cache  # lazy
+    from dctnet.data.cache.check import check_records  # lazy
+
+    t0 = time.perf_counter()
+    try:
+        cache = open_cache(args.src, verify="none")
+        report = check_records(cache)
+    except (CacheError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    n, corrupt, unreadable = report["records"], report["corrupt"], report["unreadable_at_build"]
+    print(f"{args.src}: {n} records checked against their checksums ({report['bytes'] / 2**20:.1f} MiB in "
+          f"{time.perf_counter() - t0:.1f}s): {n - len(corrupt) - unreadable} good, {len(corrupt)} corrupt, "
+          f"{unreadable} unreadable when it was built")
+    for c in corrupt[:20]:
+        print(f"  corrupt: record {c['record']} ({c['source']}) in {c['where']}")
+    if len(corrupt) > 20:
+        print(f"  ... and {len(corrupt) - 20} more")
+    if corrupt:
+        print("  rebuild the cache (dctnet cache build SRC CACHE); until then, data.on_error: skip leaves these "
+              "records out of training")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cache": str(args.src), **report}, indent=1))
+    return 1 if corrupt else 0
 
 
 def _verify_shards(args: argparse.Namespace) -> int:
@@ -211,8 +244,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     try:
         record = train(recipe, resume=args.resume)
-    except (FileNotFoundError, ValueError, JpegError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, ValueError, JpegError) as exc:  # (a full disk, an unwritable --out: OSError)
+        print(f"error: {os_error_line(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 1
     if placement().rank == 0 and record and recipe.detection:
         ap = f"val bbox AP {record['bbox_AP']:.3f} (AP50 {record['bbox_AP50']:.3f}), " if "bbox_AP" in record else ""
@@ -478,7 +511,9 @@ def _add_verify(sub) -> None:
     p = sub.add_parser("verify", help="decode a dataset once: unreadable files, warnings, duplicates, leakage, balance",
                        description="SRC is an image folder (SRC/<class>/...) or a folder of splits (SRC/<split>/<class>/...); "
                                    "or tar shards (a glob): then the shuffle quality of their stream — distinct classes "
-                                   "and class entropy per batch against a uniform shuffle, from the label members only.")
+                                   "and class entropy per batch against a uniform shuffle, from the label members only; "
+                                   "or a coefficient cache (a folder with meta.json): then every record against its "
+                                   "checksum, exit 1 when any is corrupt.")
     p.add_argument("src", metavar="SRC")
     p.add_argument("--batch-size", type=_positive, default=256, help="shards: the batch size to measure (default 256)")
     p.add_argument("--readers", type=_positive, default=8, help="shards: loader threads or workers (default 8)")
@@ -574,6 +609,18 @@ def _add_browse(sub) -> None:
     p.set_defaults(func=cmd_browse)
 
 
+def os_error_line(exc: OSError) -> str:
+    """``PATH: reason`` for an ``OSError`` (the file it names, its errno's message), else its text."""
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    sys.exit(args.func(args))
+    try:
+        code = args.func(args)
+    except OSError as exc:  # every command: a file system's refusal is one line, not a traceback
+        print(f"error: {os_error_line(exc)}", file=sys.stderr)
+        code = 1
+    sys.exit(code)

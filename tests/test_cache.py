@@ -17,6 +17,8 @@ import dctnet
 from dctnet import data as D
 from dctnet.batch import expand_torch
 from dctnet.data import sparse as S
+from dctnet.data.cache import INDEX_DTYPE
+from dctnet.data.cache.format import record_checksum
 from dctnet.synthetic import synthetic_jpeg
 
 from conftest import CORPUS, ROOT
@@ -266,8 +268,9 @@ def test_device_expansion_on_cuda(tmp_path, folder, fmt):
 
 
 def test_corrupt_sparse_records_raise_not_crash(tmp_path, folder):
-    """Random damage to a sparse cache's data: reads fail with ValueError or return something;
-    never read outside the record (the C walk checks every value and escape it consumes)."""
+    """Random damage to a sparse cache's data, read without checksums (which would refuse it
+    first): reads fail with ValueError or return something; never read outside the record (the C
+    walk checks every value and escape it consumes)."""
     out = D.build_cache(folder, tmp_path / "cache", format="sparse", progress=False)
     part = out / D.open_cache(out).meta["parts"][0]
     pristine = part.read_bytes()
@@ -278,7 +281,7 @@ def test_corrupt_sparse_records_raise_not_crash(tmp_path, folder):
         for pos in rng.integers(0, len(data), 64):
             data[pos] = int(rng.integers(256))
         part.write_bytes(bytes(data))
-        ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), verify="none")
+        ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), verify="none", checksums=False)
         keys = [(0, i) for i in range(len(ds))]
         for k in range(0, len(keys), 8):
             try:
@@ -359,7 +362,8 @@ def test_cache_cli_with_shards(tmp_path):
 def test_a_cache_built_from_a_relative_path_trains_from_another_directory(tmp_path, monkeypatch):
     """meta.json records the absolute source root: a cache built from ``data/train`` (relative to
     the build's working directory) passes its source check, verifies and trains from any other
-    directory — it used to be 'stale … N missing' there."""
+    directory — it used to be 'stale … N missing' there. A relative root written into meta.json by
+    hand is taken relative to the cache directory."""
     from dctnet.cli import main as cli_main
     from dctnet.synthetic import make_labelled_dataset
     from dctnet.train import Trainer, load_recipe
@@ -381,3 +385,151 @@ def test_a_cache_built_from_a_relative_path_trains_from_another_directory(tmp_pa
     path = write_recipe(elsewhere, str(tmp_path / "caches"), data__source="cache", train__max_steps=2, augment=[])
     record = Trainer(load_recipe(path)).fit()
     assert record["val_images"] == 8 and np.isfinite(record["train_loss"])
+
+    meta = json.loads((cache / "meta.json").read_text())
+    meta["root"] = os.path.join("..", "..", "data", "train")  # the cache and its data moved together
+    (cache / "meta.json").write_text(json.dumps(meta))
+    assert D.open_cache(cache).root == cache / ".." / ".." / "data" / "train"
+
+
+def flip_bit(path, pos: int, bit: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([byte ^ (1 << bit)]))
+
+
+@pytest.mark.parametrize("fmt", ["dense", "sparse"])
+def test_a_flipped_bit_in_a_record_or_its_table_raises_naming_it(tmp_path, folder, fmt):
+    """One flipped bit inside each of 8 records' bytes (and in one record's quantization table row):
+    every read path raises CacheRecordError naming the cache, the record, its source path and part
+    file (on_error='raise'), or leaves exactly those samples out and lists them (on_error='skip').
+    Without checksums the same flips are read silently (what the check is for)."""
+    out = D.build_cache(folder, tmp_path / "cache", format=fmt, progress=False)
+    cache = D.open_cache(out)
+    index, sources = np.asarray(cache.index), [s["path"] for s in cache.meta["sources"]]
+    rng = np.random.default_rng(1)
+    flipped = sorted(rng.choice(len(index), 8, replace=False).tolist())
+    part = out / cache.meta["parts"][0]
+    for i in flipped[:-1]:
+        flip_bit(part, int(index["offset"][i]) + int(rng.integers(index["nbytes"][i])), int(rng.integers(8)))
+    tables = np.load(out / "tables.npy")
+    tables[flipped[-1], 0, int(rng.integers(64))] ^= 1 << int(rng.integers(16))
+    np.save(out / "tables.npy", tables)
+    keys = [(0, i) for i in range(len(index))]
+    for device_expand in (False, True):
+        ds = D.CacheDataset(out, crop=D.RandomResizedCrop(), device_expand=device_expand)
+        with pytest.raises(D.CacheRecordError) as exc:
+            ds.load_collated(keys)
+        i = flipped[0]
+        assert isinstance(exc.value, dctnet.JpegError) and exc.value.record == i
+        assert f"{out}: record {i} ({sources[i]}) in part-00000-of-00001.bin, bytes {index['offset'][i]}-" in \
+            str(exc.value) and "checksum mismatch" in str(exc.value)
+        skip = D.CacheDataset(out, crop=D.RandomResizedCrop(), on_error="skip", device_expand=device_expand)
+        batch = skip.load_collated(keys)
+        assert [s[0] for s in batch.skipped] == flipped and [s[1] for s in batch.skipped] == [sources[i] for i in flipped]
+        assert len(batch) == len(keys) - len(flipped)
+    for i in flipped:
+        with pytest.raises(D.CacheRecordError, match=f"record {i} "):
+            cache.coefficients(i)
+    unchecked = D.CacheDataset(out, crop=D.RandomResizedCrop(), checksums=False, on_error="skip")
+    if fmt == "dense":  # a dense record has no structure to notice a flip with
+        assert len(unchecked.load_collated(keys)) == len(keys)
+
+
+@pytest.fixture()
+def cache_pair(tmp_path, folder):
+    return {fmt: D.build_cache(folder, tmp_path / fmt, format=fmt, progress=False, hash_sources=False)
+            for fmt in ("dense", "sparse")}
+
+
+def test_every_bit_flip_in_the_index_is_refused_at_open(cache_pair):
+    """Single-bit flips anywhere in index.npy's records (a fuzz of 300 positions and bits, both
+    formats): the cache is refused when it is opened, by the field checks or the index checksum,
+    never read with a wrong offset, size, layout or label."""
+    rng = np.random.default_rng(2)
+    for fmt, out in cache_pair.items():
+        f = out / "index.npy"
+        pristine = f.read_bytes()
+        start = len(pristine) - len(np.load(f)) * INDEX_DTYPE.itemsize  # the records, after the .npy header
+        for _ in range(150):
+            data = bytearray(pristine)
+            data[int(rng.integers(start, len(data)))] ^= 1 << int(rng.integers(8))
+            f.write_bytes(bytes(data))
+            with pytest.raises(D.CacheError, match="index.npy"):
+                D.open_cache(out, verify="none")
+        f.write_bytes(pristine)
+        D.open_cache(out, verify="none")
+
+
+def test_every_bit_flip_in_records_is_found_by_dctnet_verify(cache_pair, capsys, tmp_path):
+    """A fuzz of 200 single-bit flips inside the records of both formats: each is found by the
+    checksum of the record that holds it; `dctnet verify CACHE` checks every record, names the
+    corrupt ones and exits 1, and exits 0 on a clean cache."""
+    from dctnet.cli import main as cli_main
+    from dctnet.data.cache.check import check_records
+
+    rng = np.random.default_rng(3)
+    for fmt, out in cache_pair.items():
+        cache = D.open_cache(out, verify="none")
+        index = np.asarray(cache.index)
+        part = out / cache.meta["parts"][0]
+        pristine = part.read_bytes()
+        for i in range(len(index)):  # the build's streamed digest is the format's definition
+            start, end = int(index["offset"][i]), int(index["offset"][i] + index["nbytes"][i])
+            assert record_checksum(pristine[start:end], np.asarray(cache.tables[i])) == index["checksum"][i]
+        for _ in range(100):
+            i = int(rng.integers(len(index)))
+            data = bytearray(pristine)
+            data[int(index["offset"][i]) + int(rng.integers(index["nbytes"][i]))] ^= 1 << int(rng.integers(8))
+            part.write_bytes(bytes(data))
+            assert [c["record"] for c in check_records(cache)["corrupt"]] == [i]
+        part.write_bytes(pristine)
+    out = cache_pair["sparse"]
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["verify", str(out)])
+    assert exit_.value.code == 0 and f"{len(index)} good, 0 corrupt" in capsys.readouterr().out
+    cache = D.open_cache(out)
+    index = np.asarray(cache.index)
+    for i in (3, 7):
+        flip_bit(out / cache.meta["parts"][0], int(index["offset"][i]), 0)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["verify", str(out), "--json", str(tmp_path / "report.json")])
+    text = capsys.readouterr().out
+    assert exit_.value.code == 1 and "2 corrupt" in text, text
+    for i in (3, 7):
+        assert f"corrupt: record {i} ({cache.meta['sources'][i]['path']}) in part-00000-of-00001.bin, bytes " in text
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [c["record"] for c in report["corrupt"]] == [3, 7] and report["records"] == len(index)
+
+
+def test_old_caches_are_refused_saying_how_to_read_them(cache_pair):
+    """A version-1 cache (no checksums) is refused with the two ways out: rebuild it, or read it
+    without checksums — which then reads it exactly as before. A meta.json label that disagrees with
+    the index (a flipped digit) is refused at open."""
+    from dctnet.data.cache.format import INDEX_DTYPE_V1
+
+    out = cache_pair["sparse"]
+    want = D.CacheDataset(out, crop=D.CenterCrop(16)).load_collated([(0, i) for i in range(6)])
+    index = np.load(out / "index.npy")
+    old = np.zeros(len(index), INDEX_DTYPE_V1)
+    for name in INDEX_DTYPE_V1.names:
+        old[name] = index[name]
+    np.save(out / "index.npy", old)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["format_version"] = 1
+    del meta["checksums"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(D.CacheError, match="format version 1 has no checksums.*rebuild it.*cache_checksums: false"):
+        D.CacheDataset(out)
+    got = D.CacheDataset(out, crop=D.CenterCrop(16), checksums=False).load_collated([(0, i) for i in range(6)])
+    for a, b in zip(want.tensors(), got.tensors()):
+        assert torch.equal(a, b)
+
+    out = cache_pair["dense"]
+    meta = json.loads((out / "meta.json").read_text())
+    meta["sources"][4]["label"] ^= 1
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(D.CacheError, match=r"sources\[4\] .* has label"):
+        D.open_cache(out, verify="none")

@@ -9,7 +9,7 @@ the file and the reason — or ``"skip"``, which drops the sample and reports it
 ``skipped``, the trainer's counts and ``skipped.txt``, a cache's list of bad files).
 """
 
-from dctnet.data.cache import CacheDataset, CacheError, build_cache, open_cache
+from dctnet.data.cache import CacheDataset, CacheError, CacheRecordError, build_cache, open_cache
 from dctnet.data.crop import (
     CenterCrop,
     FullImage,
@@ -53,6 +53,7 @@ __all__ = [
     "verify_dataset",
     "CacheDataset",
     "CacheError",
+    "CacheRecordError",
     "build_cache",
     "open_cache",
     "CenterCrop",

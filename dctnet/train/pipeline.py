@@ -277,8 +277,9 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     if r.data.source == "cache":
         # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
         # host moves only each window's blocks, or only the compressed records
-        train_ds = D.CacheDataset(root / r.data.train, crop=crop, verify=r.data.verify, device_expand=pin, **policy)
-        val_ds = D.CacheDataset(root / r.data.val, crop=center, verify=r.data.verify, device_expand=pin, **policy)
+        kw = dict(verify=r.data.verify, checksums=r.data.cache_checksums, device_expand=pin, **policy)
+        train_ds = D.CacheDataset(root / r.data.train, crop=crop, **kw)
+        val_ds = D.CacheDataset(root / r.data.val, crop=center, **kw)
     elif r.data.source == "shards":
         train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
                                      interleave=r.data.interleave, buffer=r.data.buffer, warnings=r.data.warnings,

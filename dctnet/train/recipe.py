@@ -56,6 +56,7 @@ class DataConfig:
     # entropy-coded data), accept = none (train on libjpeg's fill-in), strict = all
     warnings: Literal["raise", "accept", "strict"] = "raise"
     verify: Literal["stat", "hash", "none"] = "stat"  # source: cache — how the cache's sources are checked
+    cache_checksums: bool = True      # source: cache — check each record's checksum as it is read (false: skip)
     # streamed sources (shards, hf with streaming): shards each reader keeps open at once, read front to back, drawn
     # from at random before the shuffle buffer — class-sorted shards mix ~2 classes per open shard
     interleave: int = 32

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import xxhash
 
 from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, libjpeg_version, read_coefficients, warn_mode
 from dctnet.data import sparse as S
@@ -23,7 +24,8 @@ from dctnet.data.hf import HFDataset, hf_files
 from dctnet.data.plan import COLOR_SPACES
 from dctnet.data.shards import IMAGE_EXTS, _key_of
 from dctnet.distributed import placement
-from dctnet.data.cache.format import BAD, FORMAT_VERSION, INDEX_DTYPE, CacheError, _file_hash, _part_name, _read_member
+from dctnet.data.cache.format import (BAD, CHECKSUM, FORMAT_VERSION, INDEX_DTYPE, CacheError, _file_hash, _part_name,
+                                      _read_member, index_checksum)
 
 
 CHUNK = 64  # samples between progress records
@@ -89,9 +91,13 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
             else:
                 chunks, tables, nv, ne = _encode_sample(coeffs, fmt)
                 nbytes = 0
+                # format.record_checksum of the bytes as written, streamed over the chunks
+                digest = xxhash.xxh3_64(seed=xxhash.xxh3_64_intdigest(tables))
                 for ch in chunks:
                     fd.write(ch)
+                    digest.update(ch)
                     nbytes += len(ch)
+                rec["checksum"] = digest.intdigest()
                 pad = -nbytes % 8
                 fd.write(b"\0" * pad)
                 rec["nbytes"], rec["nvalues"], rec["nescapes"] = nbytes, nv, ne
@@ -279,7 +285,7 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
             shutil.rmtree(partial)
         partial.mkdir(parents=True, exist_ok=True)
         params = {"format": format, "world": world if distributed else workers, "n": len(samples), "root": root,
-                  "warnings": warnings}
+                  "warnings": warnings, "format_version": FORMAT_VERSION}  # an older build's records differ
         pfile = partial / "build.json"
         if resume and pfile.exists() and json.loads(pfile.read_text()) != params:
             raise CacheError(f"cannot resume {partial}: it was started with {pfile.read_text()}, now {params}")
@@ -353,7 +359,8 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
     import dctnet  # the package's version: dctnet/__init__ imports this module's layer
 
     meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
-            "root": root, "classes": classes, "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
+            "checksums": {"algorithm": CHECKSUM, "index": index_checksum(index)}, "root": root, "classes": classes,
+            "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
             "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
             "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta,
             "shard_pattern": shard_pattern, "hf": hf}
