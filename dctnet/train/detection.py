@@ -41,6 +41,7 @@ from dctnet import functional as F
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
 from dctnet.models.detection import (backbone_state, build_detector, build_segmenter, dct_detector, detections_to_image,
                                      prepare_detector)
+from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.train.optim import lr_at
@@ -331,6 +332,7 @@ class DetectionTrainer:
             self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
         self.total_steps = max(1, r.optim.epochs * self.steps_per_epoch)
         self.start_epoch, self.records = 0, []
+        self.room_checked = False  # free space for the checkpoint (after the first step)
         if resume and (self.out / "last.pt").exists():
             self._load(self.out / "last.pt")
         if self.rank == 0:
@@ -475,6 +477,10 @@ class DetectionTrainer:
                 nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
             self.scaler.step(self.opt)
             self.scaler.update()
+            if not self.room_checked:  # the checkpoint's size is known after a step: a full disk stops the run now
+                self.room_checked = True
+                if self.rank == 0 and r.train.checkpoint:
+                    check_room(self.out / "last.pt", state_bytes([self.model.state_dict(), self.opt.state_dict()]))
             for k, v in (*losses.items(), ("loss", loss)):
                 sums[k] = sums[k] + v.detach().double() if k in sums else v.detach().double()
             steps += 1
@@ -610,15 +616,13 @@ class DetectionTrainer:
         return record
 
     def _save(self, path: Path, epoch: int) -> None:
-        tmp = path.with_suffix(".tmp")
         with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
-            torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
-                        "scaler": self.scaler.state_dict(), "records": self.records, "rng": rng_state(),
-                        "recipe": self.recipe.to_dict()}, tmp)
-        os.replace(tmp, path)
+            write_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
+                              "scaler": self.scaler.state_dict(), "records": self.records, "rng": rng_state(),
+                              "recipe": self.recipe.to_dict()}, path)  # (atomic; a failed write names the path)
 
     def _load(self, path: Path) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = read_checkpoint(path, "cpu")
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
         if state.get("scaler"):  # fp16's loss scale (a checkpoint from before AMP here has none)

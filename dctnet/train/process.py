@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from dctnet.distributed import placement
 from dctnet.hostmem import keep_freed_host_memory
+from dctnet.train.checkpoint_file import check_writable
 from dctnet.train.recipe import Recipe
 
 __all__ = ["RunProcess", "run_device", "start_process"]
@@ -85,6 +86,6 @@ def start_process(recipe: Recipe, log: Callable[[str], None] | None = None) -> R
     if device.type == "cpu":  # the device step's batch-sized temporaries live on the host then
         keep_freed_host_memory()
     out = Path(r.train.out)
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:  # an output folder that cannot be written is refused now, not at the first checkpoint
+        check_writable(out)
     return RunProcess(rank, world_size, device, log, out)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import tarfile
 import time
@@ -31,6 +30,7 @@ from torch import nn
 from dctnet.data.shards import TarShardDataset
 from dctnet.data.shuffle_quality import shards_quality
 from dctnet.train.recipe_model import build_recipe_model
+from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
 from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
@@ -119,6 +119,7 @@ class Trainer:
             self.train_model = torch.compile(self.train_model)
         self.start_epoch = 0
         self.history: list[dict[str, Any]] = []
+        self.room_checked = False  # free space for the checkpoint (after the first step)
         if resume:
             self._load(self.out / "last.pt")
         if self.rank == 0:  # written once everything above succeeded: a refused resume keeps the old one
@@ -217,6 +218,8 @@ class Trainer:
                 out, loss = self._train_step(x, target)
             self.sched.step()
             self.updates += 1
+            if not self.room_checked:  # the checkpoint's size is known after a step: a full disk stops the run now
+                self._check_room()
             if self.ema is not None:
                 self.ema.step(self.model, self.updates)
             n = labels.shape[0]
@@ -323,6 +326,14 @@ class Trainer:
         with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
             self._write_checkpoint(path, epoch)
 
+    def _check_room(self) -> None:
+        """Free space for ``last.pt`` (rank 0, with checkpoints on), checked once: after a run's
+        first step, when the optimizer's state exists (tensor sizes only: no device read)."""
+        self.room_checked = True
+        if self.rank == 0 and self.recipe.train.checkpoint:
+            check_room(self.out / "last.pt", state_bytes([self.model.state_dict(), self.opt.state_dict(),
+                                                          self.ema.state() if self.ema is not None else None]))
+
     def _write_checkpoint(self, path: Path, epoch: int) -> None:
         norm = self.pipe.normalize
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
@@ -331,16 +342,14 @@ class Trainer:
                  "normalize": {"mean": norm.mean.cpu(), "std": norm.std.cpu()} if norm is not None else None,
                  "rng": rng_state(), "updates": self.updates,
                  "ema": self.ema.state() if self.ema is not None else None}
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)  # atomic: a killed run leaves the previous checkpoint intact
+        write_checkpoint(state, path)  # atomic; a failed write leaves no partial file and names the path
 
     def _load(self, path: Path) -> None:
         if not path.is_file():
             if self.rank == 0:
                 self.log(f"--resume: no checkpoint at {path}; starting from scratch")
             return
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        state = read_checkpoint(path, self.device)
         try:
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
