@@ -18,10 +18,13 @@ image_id)``; the rgb arm seeds torch's global generator with the same seed befor
 torchvision's classes draw the same parameters (the geometry tests' oracle). CPU time is
 ``time.process_time`` (the whole process; one thread: ``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``)
 summed over ``--epochs`` passes over the split after one warm-up pass, per image; arms alternate
-within each pass. Prints a markdown table per recipe and the ratio device-rgb / rgb.
+within each pass. The host allocator keeps freed memory for reuse, as ``dctnet train`` runs on a CPU
+(:func:`dctnet.hostmem.keep_freed_host_memory`; ``--host-allocator system``: the C library's
+defaults, where every large temporary is faulted in afresh). Prints a markdown table per recipe
+and the ratio device-rgb / rgb.
 
     OMP_NUM_THREADS=1 python benchmarks/detection_cpu.py [--recipe recipes/detection/trees_fasterrcnn_mnv3_320.yaml ...]
-        [--root ../shared/data/trees] [--split train] [--epochs 3] [--dense]
+        [--root ../shared/data/trees] [--split train] [--epochs 3] [--dense] [--host-allocator keep|system]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch  # noqa: E402
 
 from dctnet import resize as RS  # noqa: E402
 from dctnet.data.coco import CocoDataset, collate_detection  # noqa: E402
+from dctnet.hostmem import keep_freed_host_memory  # noqa: E402
 from dctnet.models.detection import build_detector  # noqa: E402
 from dctnet.train import detection as TRD  # noqa: E402
 from dctnet.train.recipe import load_recipe  # noqa: E402
@@ -114,8 +118,12 @@ def main() -> None:
     ap.add_argument("--split", default="train", choices=("train", "val"))
     ap.add_argument("--epochs", type=int, default=3, help="timed passes over the split (after one warm-up pass)")
     ap.add_argument("--dense", action="store_true", help="also time the device step on dense matrices")
+    ap.add_argument("--host-allocator", choices=["keep", "system"], default="keep",
+                    help="keep: freed memory kept for reuse, as dctnet train runs on a CPU "
+                         "(dctnet.hostmem.keep_freed_host_memory); system: the C library's defaults")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    kept = args.host_allocator == "keep" and keep_freed_host_memory()
     for recipe in args.recipe or RECIPES:
         arms = Arms(Path(recipe), args.root, args.split)
         runs = {"rgb": (arms.rgb, False), "device-rgb": (arms.device, False)}
@@ -134,7 +142,7 @@ def main() -> None:
                     for k, v in spent.items():
                         parts[name][k] = parts[name].get(k, 0.0) + v
         print(f"\n{arms.name} ({arms.describe}): {len(arms.coco)} {args.split} images × {args.epochs} epochs, "
-              f"batch {arms.batch}, one thread")
+              f"batch {arms.batch}, one thread, host allocator {'keep' if kept else 'system'}")
         print("| arm | host CPU ms/image | parts (ms/image) |")
         print("|---|---|---|")
         total = {}

@@ -18,10 +18,13 @@ resizes, crops, padding — so it is a short per-sample program, not a per-pixel
    starts a new one, because torchvision resamples the already cropped pixels again.
 2. **Device, batched**: stage 1 decodes every window and resamples it in one pass
    (:func:`dctnet.transforms.crops_to_rgb` with the stage's per-sample resize), later stages
-   resample the previous output (:func:`dctnet.resize.resized_crop`); a flip permutes the rows of
-   its stage's x resampling matrix (no pass of its own). Masks follow torchvision's nearest-neighbour resize (``interpolate(mode=
-   "nearest")``: source ``min(floor(k·in/out), in − 1)`` in float32), their pads are 0, and every
-   stage's index map is composed on the host into one gather per axis: the masks are gathered once.
+   resample the previous output (:func:`dctnet.resize.resized_crop`: dense matrices on a GPU,
+   their bands on a CPU). A flip — and a vertical flip's warp — permutes the rows of its stage's
+   resampling matrices (no pass of its own); a first stage that only selects pixels (crops, pads
+   with 0, flips) is read through by the next stage's resampling, never written out. Masks follow
+   torchvision's nearest-neighbour resize (``interpolate(mode="nearest")``: source
+   ``min(floor(k·in/out), in − 1)`` in float32), their pads are 0, and every stage's index map is
+   composed on the host into one gather per axis: the masks are gathered once.
 
 Shapes: images come out as a list of ``(3, h_b, w_b)`` float tensors in [0, 1] — what
 torchvision's detectors take — views into one batch tensor padded to the batch's largest canvas.
