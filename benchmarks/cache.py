@@ -11,7 +11,14 @@ One run on Imagenette train (from $DCTNET_DATA or ../shared/data/imagenette): a 
   the device pads them in ``expand_packed`` (host CPU only);
 - sparse cache, host expansion: windows expanded from the compressed records in C;
 - sparse cache, device expansion: the host only concatenates compressed records
-  (host CPU only; the expansion runs on the device in ``expand_sparse``).
+  (host CPU only; the expansion runs on the device in ``expand_sparse``);
+- sparse cache, host expansion, checksums off (``checksums=False``): every other row checks each
+  record's checksum as it reads it (the default), this one does not.
+
+Then the checksum's read cost: the CPU per sample of checking every record's checksum alone
+(``Cache._corrupt`` over the whole cache, one batch at a time, 7 runs, median) against each
+cache row's cost, and the paired difference of the two sparse host rows (median of per-round
+differences), both as a share of a sparse read (the target: ≤ 5%).
 
 CPU = this process's user+system time per sample, single loader thread, page cache warm; the
 rows run interleaved (one epoch each per round, 7 rounds after a warm-up) and each ratio is the
@@ -35,6 +42,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from dctnet import data as D  # noqa: E402
@@ -49,12 +57,14 @@ def cpu() -> float:
     return s.ru_utime + s.ru_stime
 
 
-def per_sample(runs: dict[str, object], n: int, rounds: int = 7) -> tuple[dict[str, float], dict[str, float]]:
+def per_sample(runs: dict[str, object], n: int, rounds: int = 7
+               ) -> tuple[dict[str, float], dict[str, float], dict[str, list[float]]]:
     """CPU µs per sample for each row, and each row's cost ratio to the first row.
 
     The rows are interleaved: every round runs one epoch of each, so a ratio compares epochs
     measured moments apart under the same machine state (this VM's speed drifts by ±10% over
-    minutes). Returns the median µs per row and the median of the per-round ratios."""
+    minutes). Returns the median µs per row, the median of the per-round ratios, and every
+    round's µs per row."""
     for run in runs.values():
         run()  # warm-up: page cache, buffer pool
     times: dict[str, list[float]] = {name: [] for name in runs}
@@ -67,7 +77,23 @@ def per_sample(runs: dict[str, object], n: int, rounds: int = 7) -> tuple[dict[s
     base = times[next(iter(runs))]
     medians = {name: statistics.median(t) for name, t in times.items()}
     ratios = {name: statistics.median(b / x for b, x in zip(base, t)) for name, t in times.items()}
-    return medians, ratios
+    return medians, ratios, times
+
+
+def checksum_cost(ds, batch: int, rounds: int = 7) -> float:
+    """CPU µs per sample of checking every record's checksum, ``batch`` records per call as a
+    read does (median of ``rounds`` passes over the cache)."""
+    cache = ds.cache
+    n = len(cache)
+    times = []
+    for _ in range(rounds + 1):  # the first pass warms the page cache
+        c0 = cpu()
+        for lo in range(0, n, batch):
+            idx = np.arange(lo, min(lo + batch, n), dtype=np.int64)
+            rec = np.asarray(cache.index[idx])
+            assert not len(cache._corrupt(idx, rec))
+        times.append((cpu() - c0) / n * 1e6)
+    return statistics.median(times[1:])
 
 
 def main() -> None:
@@ -118,13 +144,16 @@ def main() -> None:
         return lambda: sum(len(b) for b in D.ThreadLoader(ds, args.batch, threads=1, pin_memory=False))
 
     sparse_device = D.CacheDataset(caches["sparse"], crop=crop, verify="hash", device_expand=True)
+    sparse_unchecked = D.CacheDataset(caches["sparse"], crop=crop, verify="hash", checksums=False)
 
     jpeg_row, dense_row, sparse_row = ("from JPEG (decode + crop + collate)", "dense cache (C window copy)",
                                        "sparse cache, host expansion (C)")
     packed_row = "dense cache, device padding (host cost only)"
-    rows, ratios = per_sample({jpeg_row: loop(folder), dense_row: loop(dense), packed_row: loop(dense_packed),
-                               sparse_row: loop(sparse),
-                               "sparse cache, device expansion (host cost only)": loop(sparse_device)}, n)
+    device_row, unchecked_row = ("sparse cache, device expansion (host cost only)",
+                                 "sparse cache, host expansion (C), checksums off")
+    rows, ratios, rounds = per_sample({jpeg_row: loop(folder), dense_row: loop(dense), packed_row: loop(dense_packed),
+                                       sparse_row: loop(sparse), device_row: loop(sparse_device),
+                                       unchecked_row: loop(sparse_unchecked)}, n)
     jpeg_bytes = dense.cache.meta["source_bytes"]
     print(f"\n{n} Imagenette train images ({args.set or 'as stored'}), batch {args.batch}, RandomResizedCrop windows, "
           "1 loader thread\n")
@@ -132,6 +161,14 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, us in rows.items():
         print(f"| {name} | {us:.1f} | {ratios[name]:.1f}× |")
+    sums = {"dense": checksum_cost(dense, args.batch), "sparse": checksum_cost(sparse, args.batch)}
+    paired = statistics.median(a - b for a, b in zip(rounds[sparse_row], rounds[unchecked_row]))
+    print("\n| checksum check (XXH3-64 of each record read + its tables row) | µs / sample | share of the row (which includes it) |")
+    print("|---|---:|---:|")
+    for fmt, row in (("dense", dense_row), ("dense", packed_row), ("sparse", sparse_row), ("sparse", device_row)):
+        print(f"| {row} | {sums[fmt]:.2f} | {100 * sums[fmt] / rows[row]:.1f}% |")
+    print(f"| sparse host expansion, checked − unchecked (median of per-round differences) | {paired:.2f} | "
+          f"{100 * paired / rows[unchecked_row]:.1f}% |")
     print("\n| storage | MiB | × JPEG bytes |\n|---|---:|---:|")
     print(f"| JPEG files | {jpeg_bytes / 2**20:.1f} | 1.00 |")
     for fmt, ds in (("dense cache", dense), ("sparse cache", sparse)):
@@ -149,7 +186,8 @@ def main() -> None:
     print(f"\n- dense cache ≥ 8× cheaper than JPEG: {ratios[dense_row]:.1f}× padded on the host, "
           f"{ratios[packed_row]:.1f}× padded on the device; "
           f"sparse host expansion ≥ 3×: {ratios[sparse_row]:.1f}×; "
-          f"sparse ≤ 3× JPEG bytes: {sparse.cache.meta['data_bytes'] / jpeg_bytes:.2f}×")
+          f"sparse ≤ 3× JPEG bytes: {sparse.cache.meta['data_bytes'] / jpeg_bytes:.2f}×; "
+          f"checksums ≤ 5% of a sparse read: {100 * sums['sparse'] / rows[unchecked_row]:.1f}%")
 
 
 if __name__ == "__main__":
