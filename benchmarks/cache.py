@@ -163,7 +163,8 @@ def main() -> None:
         print(f"| {name} | {us:.1f} | {ratios[name]:.1f}× |")
     sums = {"dense": checksum_cost(dense, args.batch), "sparse": checksum_cost(sparse, args.batch)}
     paired = statistics.median(a - b for a, b in zip(rounds[sparse_row], rounds[unchecked_row]))
-    print("\n| checksum check (XXH3-64 of each record read + its tables row) | µs / sample | share of the row (which includes it) |")
+    print("\n| checksum check (XXH3-64 of each record read + its tables row) | µs / sample "
+          "| share of the row (which includes it) |")
     print("|---|---:|---:|")
     for fmt, row in (("dense", dense_row), ("dense", packed_row), ("sparse", sparse_row), ("sparse", device_row)):
         print(f"| {row} | {sums[fmt]:.2f} | {100 * sums[fmt] / rows[row]:.1f}% |")
