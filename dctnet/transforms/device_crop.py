@@ -92,10 +92,9 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
     in batch order): ``antialias`` (``False`` or a ``bool (B,)`` mask: torch's plain bilinear, with
     the batch's ``resize``), ``flip = (flips bool (B, 2), sizes int64 (B, 2))`` (rows ``[0,
     sizes[b, 0])`` of the samples with ``flips[b, 0]`` mirrored, columns likewise), ``through =
-    (rows (B, h), cols (B, w))`` (the
-    boxes are in a canvas selected from the decoded image by these index maps, −1 a zero pixel). A
-    :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is expanded first
-    (:func:`as_jpeg_batch`)."""
+    (rows (B, h), cols (B, w))`` (the boxes are in a canvas selected from the decoded image by these
+    index maps, −1 a zero pixel). A :class:`PackedJpegBatch` or :class:`SparseJpegBatch` is expanded
+    first (:func:`as_jpeg_batch`)."""
     batch = as_jpeg_batch(batch)
     if isinstance(antialias, Tensor) and antialias.device.type == "cpu":  # a host mask: read here, moved if mixed
         antialias = (True if bool(antialias.all()) else False if not bool(antialias.any())
@@ -111,6 +110,7 @@ def crops_to_rgb(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, size: tup
         columns = resize is None and not exact and RS.use_band(valid)
         rgb = IM.to_rgb(list(g.planes), g.sampling, valid, color_space=g.color_space, upsampling=upsampling,
                        exact=exact, out_size=extent, column_major=columns)
+
         def mine(t: Tensor) -> Tensor:  # this group's samples (one group: rows 0..B-1 in order)
             return t if len(batch.groups) == 1 else t[g.rows]
 
