@@ -128,3 +128,36 @@ def test_every_command_maps_an_os_error_to_one_line(tmp_path, capsys, monkeypatc
 
 def test_state_bytes_counts_the_tensors():
     assert state_bytes({"a": torch.zeros(10), "b": [torch.zeros(2, dtype=torch.int64), 3], "c": None}) == 56
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 2 MiB tmpfs (a full disk for any checkpoint); skipped where mounting is not allowed (not root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+@pytest.mark.parametrize("precheck", [True, False])
+def test_a_run_on_a_small_tmpfs_stops_with_one_error_line_and_leaves_no_checkpoint(shapes, tmp_path, capsys,
+                                                                                  monkeypatch, small_tmpfs, precheck):
+    """A real full file system: the free-space check after the first step refuses the run; without
+    that check, the write itself fails (ENOSPC) and its partial file is removed."""
+    if not precheck:  # neither the trainer's check after the first step nor the writer's own
+        import dctnet.train.checkpoint_file as cf
+        import dctnet.train.trainer as tr
+
+        for module in (cf, tr):
+            monkeypatch.setattr(module, "check_room", lambda path, nbytes: None)
+    recipe = write_recipe(tmp_path, shapes, optim__epochs=1, train__max_steps=2, batch_size=8,
+                          train__out=str(small_tmpfs / "run"))
+    r = _dctnet(capsys, "train", str(recipe))
+    _one_error_line(r, str(small_tmpfs / "run" / "last.pt"), "No space left on device")
+    assert ("the checkpoint needs" in r.stderr) == precheck  # (which of the two stopped it)
+    assert sorted(p.name for p in (small_tmpfs / "run").iterdir() if p.suffix in (".pt", ".tmp")) == []

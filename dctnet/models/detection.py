@@ -22,7 +22,7 @@ from dctnet.nn import IDCTStem, MosaicToCoefficients, ResNetDCTStem
 
 __all__ = ["DETECTORS", "DETECTOR_STEMS", "RESNET_FPN_BUILDERS", "backbone_state", "boxes_to_image", "build_detector",
            "build_segmenter", "dct_detector", "detections_to_image", "detector_names", "prepare_detector",
-           "segmenter_names"]
+           "roi_pool_scales", "segmenter_names", "set_roi_pool_scales"]
 
 #: torchvision's detection and segmentation builders dctnet has been checked with
 DETECTORS = ("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -246,6 +246,32 @@ def boxes_to_image(boxes: Tensor, canvas: tuple[int, int], image: tuple[int, int
               for s, c in zip(image, canvas)]
     ratio_h, ratio_w = (float(r) for r in ratios)
     return boxes * torch.tensor([ratio_w, ratio_h, ratio_w, ratio_h], dtype=boxes.dtype, device=boxes.device)
+
+
+def roi_pool_scales(model: nn.Module) -> dict[str, list[float]]:
+    """The feature-map scales each of ``model``'s ``MultiScaleRoIAlign`` inferred from its first
+    batch (torchvision sets them on the first forward and keeps them; they are not in the
+    ``state_dict``), by module name: what a checkpoint must carry for a resumed run to pool as the
+    stopped one did (another first batch can infer other scales)."""
+    return {name: [float(v) for v in m.scales] for name, m in model.named_modules()
+            if getattr(m, "scales", None) is not None and hasattr(m, "canonical_scale")}
+
+
+def set_roi_pool_scales(model: nn.Module, scales: dict[str, list[float]]) -> None:
+    """Put back what :func:`roi_pool_scales` saved: each pooler's scales and the level mapper
+    torchvision derives from them (``_setup_scales``' rule)."""
+    import math
+
+    from torchvision.ops.poolers import initLevelMapper  # optional dependency (as the detectors)
+
+    modules = dict(model.named_modules())
+    for name, values in scales.items():
+        m = modules.get(name)
+        if m is None or not hasattr(m, "canonical_scale") or not values:
+            continue
+        m.scales = [float(v) for v in values]
+        m.map_levels = initLevelMapper(int(-math.log2(m.scales[0])), int(-math.log2(m.scales[-1])),
+                                       canonical_scale=m.canonical_scale, canonical_level=m.canonical_level)
 
 
 def backbone_state(state: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:

@@ -40,7 +40,7 @@ from torch import nn
 from dctnet import functional as F
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
 from dctnet.models.detection import (backbone_state, build_detector, build_segmenter, dct_detector, detections_to_image,
-                                     prepare_detector)
+                                     prepare_detector, roi_pool_scales, set_roi_pool_scales)
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
@@ -619,6 +619,7 @@ class DetectionTrainer:
         with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
             write_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
                               "scaler": self.scaler.state_dict(), "records": self.records, "rng": rng_state(),
+                              "roi_pool_scales": roi_pool_scales(self.model),
                               "recipe": self.recipe.to_dict()}, path)  # (atomic; a failed write names the path)
 
     def _load(self, path: Path) -> None:
@@ -629,6 +630,8 @@ class DetectionTrainer:
             self.scaler.load_state_dict(state["scaler"])
         if "rng" in state:  # the main process's generators (the detectors' samplers draw from torch's)
             set_rng_state(state["rng"])
+        # the RoI poolers' scales, inferred from the stopped run's first batch (not in the state_dict)
+        set_roi_pool_scales(self.model, state.get("roi_pool_scales", {}))
         self.start_epoch = int(state["epoch"]) + 1
         self.records = list(state.get("records", []))
         self.log(f"resumed from {path} at epoch {self.start_epoch + 1}")
