@@ -44,7 +44,7 @@ from dctnet.models.detection import (backbone_state, build_detector, build_segme
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
 from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.train.optim import lr_at
+from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.precision import amp_dtype, autocast, use_channels_last
 from dctnet.train.process import start_process
 from dctnet.train.records import append_skipped, epoch_skipped, progress_bar, skip_note
@@ -315,7 +315,11 @@ class DetectionTrainer:
         self.step = TD.DetectionStep(train_ops, seed=r.train.seed, exact=r.data.decode == "exact",
                                      copy_paste=TD.SimpleCopyPaste() if r.detect.copy_paste else None)
         self.eval_step = TD.DetectionStep(eval_ops, seed=r.train.seed, exact=r.data.decode == "exact")
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        # as the classification trainer's: no weight decay on norms and biases, a DCT stem at lr · stem_lr_mult
+        # (each group's scale of the scheduled rate kept in the group: the schedule sets lr · lr_scale)
+        params = optimizer_groups(self.model, r, 1.0)
+        for g in params:
+            g["lr_scale"] = g["lr"]
         global_batch = r.data.batch_size * self.world_size
         self.lr = r.optim.lr * global_batch / r.optim.lr_batch
         fused = self.device.type == "cuda"  # (as the classification trainer: no host read of fp16's found-inf)
@@ -460,7 +464,7 @@ class DetectionTrainer:
             lr = lr_at(step, lr=self.lr, total=self.total_steps, warmup=warm, min_lr=r.optim.min_lr,
                        warmup_lr=r.optim.warmup_lr)
             for g in self.opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = lr * g.get("lr_scale", 1.0)
             with autocast(self.device, self.amp_dtype):
                 if self.segmentation:
                     losses = self._segmentation_losses(images, targets)

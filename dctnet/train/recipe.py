@@ -28,6 +28,7 @@ from torch import nn
 from dctnet.models import build_model, default_stem, stems_for
 from dctnet.models.surgery import check_stem, check_swap, family, stem_error
 from dctnet.transforms import build_transform, is_mixer_spec
+from dctnet.train.recipe_tasks import misplaced_fields
 
 __all__ = ["Recipe", "RecipeError", "load_recipe", "parse_overrides"]
 
@@ -549,6 +550,8 @@ def _check(r: Recipe, where: str) -> None:
         if (value < lo or (lo_open and value == lo)) or (value > hi or (hi_open and value == hi)):
             span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
             bad(f"{key} must be in {span}, got {value}")
+    for line in misplaced_fields(r, Recipe()):  # a field its task's trainer does not read is refused, not ignored
+        bad(line)
     if r.data.image_size % 16:
         bad(f"data.image_size must be a positive multiple of 16, got {r.data.image_size}")
     if not 0.0 <= r.train.ema.decay < 1.0:
