@@ -1,0 +1,154 @@
+"""A batch's drawn geometry: :class:`DetectionCompose` draws each sample's ops, :func:`plan_of`
+stacks their geometries into a :class:`DetectionPlan` (host tensors the device apply reads)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dctnet.transforms.detection.geometry import Geometry, _Stage, sample_generator
+from dctnet.transforms.detection.ops import DetectionOp
+
+
+@dataclass
+class DetectionPlan:
+    """A batch's drawn geometry (host).
+
+    Attributes:
+        sizes: ``int64 (B, 2)`` each sample's output (h, w).
+        stages: ``int64 (S, B, 10)`` per stage and sample: ``(resized_h, resized_w, top, left,
+            out_h, out_w, box_top, box_left, box_h, box_w)``: the box of the input canvas (the
+            previous stage's ``out``; stage 0: the image) resized, the window kept.
+        flips: ``bool (S, B)``.
+        antialias: ``bool (S, B)``: antialiased resampling, or torch's plain bilinear.
+        fills: per stage, ``(B, 3)`` RGB in [0, 1] of each sample's padding (samples may pad a
+            stage with different fills: which ops join a stage depends on each sample's draws).
+        targets: per sample, the target moved (boxes float32 XYXY; ``_kept``: the indices of the
+            source boxes that remain, in order).
+        mask_maps: per sample, how its masks move (:meth:`Geometry.mask_maps`).
+        warps: per stage, ``None`` or ``(inverse (B, 2, 3) float64, mode, fill, on (B,))``: the
+            stage's affine warp per sample (identity where a sample has none).
+    """
+
+    sizes: Tensor
+    stages: Tensor
+    flips: Tensor
+    antialias: Tensor
+    fills: list[Tensor]
+    #: per stage: ``None`` (no colour ops), or host tensors of the drawn :class:`RandomPhotometricDistort`
+    #: parameters per sample — ``factors (B, 4)`` (brightness, contrast, saturation, hue; identities 1,
+    #: 1, 1, 0), ``on (B, 4)``, ``before (B,)``, ``permutation (B, 3)``, ``permute (B,)``
+    photometric: list[dict[str, Tensor] | None]
+    targets: list[dict[str, Any]]
+    mask_maps: list[list[tuple]] = field(repr=False)
+    warps: list[tuple | None] = field(default_factory=list)
+    #: per stage, ``int64 (B, 2)``: each sample's canvas after the stage (its window, or its warp's output)
+    canvas: list[Tensor] = field(default_factory=list)
+    #: :class:`SimpleCopyPaste`'s draw: per sample, the indices of the previous sample's objects
+    #: pasted onto it (``None``: no copy-paste)
+    paste: list[Tensor] | None = None
+
+
+class DetectionCompose:
+    """torchvision-style ``Compose`` of detection ops, drawn per sample from
+    :func:`sample_generator` ``(seed, epoch, index)``."""
+
+    def __init__(self, ops: Sequence[DetectionOp], seed: int = 0) -> None:
+        ops = list(ops)
+        if not all(isinstance(o, DetectionOp) for o in ops):
+            raise TypeError("DetectionCompose takes dctnet.transforms.detection ops")
+        self.ops, self.seed = ops, int(seed)
+
+    def __repr__(self) -> str:
+        return "DetectionCompose(\n" + "".join(f"    {o!r}\n" for o in self.ops) + ")"
+
+    def draw_one(self, size: tuple[int, int], target: dict[str, Any],
+                 gen: torch.Generator) -> tuple[Geometry, dict[str, Any]]:
+        """One sample: its geometry and its moved target (a copy; the input is not changed)."""
+        # masks and semantic maps: gathered on the device by apply_plan
+        t = {k: v for k, v in target.items() if k not in ("masks", "semantic")}
+        # float32, as torchvision's detection references and the rgb arm carry boxes: every op's arithmetic
+        # then rounds where theirs does — a box on the border stays on it after a resize (81 · float32(256/81)
+        # is 256 in float32 and 256.0000019 in float64, past the canvas: sanitize dropped it)
+        t["boxes"] = torch.as_tensor(t.get("boxes", torch.zeros(0, 4))).to(torch.float32).reshape(-1, 4)
+        t["_kept"] = torch.arange(t["boxes"].shape[0])
+        geom = Geometry.of(*size)
+        for op in self.ops:
+            op(geom, t, gen)
+        return geom, t
+
+    def draw(self, sizes: Sequence[tuple[int, int]], targets: Sequence[dict[str, Any]], indices: Sequence[int],
+             epoch: int = 0) -> DetectionPlan:
+        """The plan of a batch: ``sizes`` (h, w) of the images, their ``targets``, dataset ``indices``."""
+        geoms, moved = [], []
+        for size, target, index in zip(sizes, targets, indices):
+            g, t = self.draw_one(tuple(size), target, sample_generator(self.seed, epoch, index))
+            geoms.append(g)
+            moved.append(t)
+        return plan_of(geoms, moved)
+
+
+def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> DetectionPlan:
+    """Stack per-sample geometries into a :class:`DetectionPlan` (samples with fewer stages get
+    identity stages at the end)."""
+    n = max(len(g.stages) for g in geoms)
+    stages = np.zeros((n, len(geoms), 10), np.int64)
+    flips = np.zeros((n, len(geoms)), bool)
+    antialias = np.ones((n, len(geoms)), bool)
+    fills = np.zeros((n, len(geoms), 3), np.float64)
+    for b, g in enumerate(geoms):
+        seq = g.stages + [_Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
+        for s, st in enumerate(seq):
+            stages[s, b] = (*st.resized, *st.window, *st.box)
+            flips[s, b] = st.flip
+            antialias[s, b] = st.antialias
+            if st.fill is not None:
+                fills[s, b] = st.fill
+    photometric: list[dict[str, Tensor] | None] = []
+    for s in range(n):
+        drawn = [g.stages[s].photometric if s < len(g.stages) else None for g in geoms]
+        if all(d is None for d in drawn):
+            photometric.append(None)
+            continue
+        keys = ("brightness", "contrast", "saturation", "hue")
+        identity = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
+        on = torch.tensor([[d is not None and d[k] is not None for k in keys] for d in drawn])
+        factors = torch.tensor([[d[k] if d is not None and d[k] is not None else identity[k] for k in keys]
+                                for d in drawn], dtype=torch.float64)
+        photometric.append({
+            "factors": factors, "on": on,
+            "before": torch.tensor([bool(d is not None and d["contrast_before"]) for d in drawn]),
+            "permute": torch.tensor([d is not None and d["permutation"] is not None for d in drawn]),
+            "permutation": torch.tensor([d["permutation"] if d is not None and d["permutation"] is not None
+                                         else [0, 1, 2] for d in drawn], dtype=torch.int64)})
+    warps: list[tuple | None] = []
+    for s in range(n):
+        drawn = [g.stages[s].warp if s < len(g.stages) else None for g in geoms]
+        if all(d is None for d in drawn):
+            warps.append(None)
+            continue
+        kinds = {(d["mode"], d["fill"]) for d in drawn if d is not None}
+        if len(kinds) > 1:
+            raise ValueError(f"stage {s}: samples warp with different interpolations or fills ({sorted(kinds)})")
+        mode, fill = kinds.pop()
+        inverse = torch.tensor([d["inverse"] if d is not None else [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] for d in drawn],
+                               dtype=torch.float64).reshape(-1, 2, 3)
+        # each sample's warp input (its window) and output canvas; identity where it has no warp
+        ins = torch.tensor([d["input"] if d is not None else tuple(stages[s, b, 4:6]) for b, d in enumerate(drawn)],
+                           dtype=torch.int64)
+        outs = torch.tensor([d["size"] if d is not None else tuple(stages[s, b, 4:6]) for b, d in enumerate(drawn)],
+                            dtype=torch.int64)
+        warps.append((inverse, mode, fill, torch.tensor([d is not None for d in drawn]), ins, outs))
+    return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
+                         stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
+                         antialias=torch.from_numpy(antialias),
+                         fills=list(torch.from_numpy(fills)), photometric=photometric, targets=list(targets),
+                         mask_maps=[g.mask_maps() for g in geoms], warps=warps,
+                         canvas=[torch.tensor([(seq[s].canvas if s < len(seq) else g.canvas)
+                                               for g, seq in zip(geoms, (g.stages for g in geoms))],
+                                              dtype=torch.int64).reshape(-1, 2) for s in range(n)])
