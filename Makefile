@@ -13,7 +13,7 @@ TEST_WORKERS ?= 2
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h third_party/libjpeg-turbo/*.[ch])
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/xxhash/*.[ch] third_party/libjpeg-turbo/*.[ch])
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	# torch/torchvision pinned to the builds that lie on local disk (a different pin downloads GBs)
 	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1

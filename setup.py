@@ -43,7 +43,8 @@ setup(
             "dctnet._jpeg",
             # every C file of csrc/ (tests/fuzz_asan.sh builds the same set with sanitizers)
             sources=sorted(glob("csrc/*.c")),
-            depends=sorted(glob("csrc/*.h")) + sorted(glob(f"{LIBJPEG}/*.h")),
+            # csrc/xxhash/ (vendored xxHash, VENDORED.md) is not compiled on its own: checksum.c includes it
+            depends=sorted(glob("csrc/*.h")) + sorted(glob("csrc/xxhash/*.[ch]")) + sorted(glob(f"{LIBJPEG}/*.h")),
             include_dirs=[LIBJPEG],  # before the system's: the vendored jpeglib.h, never /usr/include's
             libraries=["m"],
             # -O3 lets gcc vectorise the dequantize loop; -fvisibility=hidden keeps our C symbols

@@ -12,13 +12,16 @@ One run on Imagenette train (from $DCTNET_DATA or ../shared/data/imagenette): a 
 - sparse cache, host expansion: windows expanded from the compressed records in C;
 - sparse cache, device expansion: the host only concatenates compressed records
   (host CPU only; the expansion runs on the device in ``expand_sparse``);
-- sparse cache, host expansion, checksums off (``checksums=False``): every other row checks each
-  record's checksum as it reads it (the default), this one does not.
+- each cache row again with checksums off (``checksums=False``): the rows above check each
+  record's checksum as they read it (the default: hashed in the C gather, fused with the copy),
+  these do not.
 
-Then the checksum's read cost: the CPU per sample of checking every record's checksum alone
-(``Cache._corrupt`` over the whole cache, one batch at a time, 7 runs, median) against each
-cache row's cost, and the paired difference of the two sparse host rows (median of per-round
-differences), both as a share of a sparse read (the target: ≤ 5%).
+Then the checksum's read cost: the paired difference of each cache row with and without checksums
+(median of the per-round differences) as a share of the unchecked row (the target: ≤ 5% of a
+sparse read), and, apart, the CPU per sample of hashing every record alone — in C, as the gathers
+do but with no copy after it (``record_checksums``, a batch of 64 records a call), and in Python
+(``Cache._corrupt``, xxhash: ``dctnet verify`` and the per-sample path) — over the whole cache, one
+batch at a time, median of 7 passes.
 
 CPU = this process's user+system time per sample, single loader thread, page cache warm; the
 rows run interleaved (one epoch each per round, 7 rounds after a warm-up) and each ratio is the
@@ -80,9 +83,13 @@ def per_sample(runs: dict[str, object], n: int, rounds: int = 7
     return medians, ratios, times
 
 
-def checksum_cost(ds, batch: int, rounds: int = 7) -> float:
-    """CPU µs per sample of checking every record's checksum, ``batch`` records per call as a
-    read does (median of ``rounds`` passes over the cache)."""
+def checksum_cost(ds, batch: int, rounds: int = 7, in_c: bool = True) -> float:
+    """CPU µs per sample of hashing every record and comparing its checksum, ``batch`` records per
+    call as a read does (median of ``rounds`` passes over the cache): in C (``record_checksums``,
+    what the gathers compute) or in Python (``Cache._corrupt``)."""
+    from dctnet.data.cache.read import record_checksums
+    from dctnet.data.plan import GATHER_ITEM
+
     cache = ds.cache
     n = len(cache)
     times = []
@@ -91,7 +98,13 @@ def checksum_cost(ds, batch: int, rounds: int = 7) -> float:
         for lo in range(0, n, batch):
             idx = np.arange(lo, min(lo + batch, n), dtype=np.int64)
             rec = np.asarray(cache.index[idx])
-            assert not len(cache._corrupt(idx, rec))
+            if in_c:
+                items = np.zeros(len(idx), GATHER_ITEM)
+                items["part"], items["offset"], items["nbytes"], items["table"] = rec["part"], rec["offset"], \
+                    rec["nbytes"], idx
+                assert np.array_equal(record_checksums(cache._parts, cache.tables, items), rec["checksum"])
+            else:
+                assert not len(cache._corrupt(idx, rec))
         times.append((cpu() - c0) / n * 1e6)
     return statistics.median(times[1:])
 
@@ -144,16 +157,21 @@ def main() -> None:
         return lambda: sum(len(b) for b in D.ThreadLoader(ds, args.batch, threads=1, pin_memory=False))
 
     sparse_device = D.CacheDataset(caches["sparse"], crop=crop, verify="hash", device_expand=True)
-    sparse_unchecked = D.CacheDataset(caches["sparse"], crop=crop, verify="hash", checksums=False)
+
+    def unchecked(fmt, **kw):
+        return D.CacheDataset(caches[fmt], crop=crop, verify="hash", checksums=False, **kw)
 
     jpeg_row, dense_row, sparse_row = ("from JPEG (decode + crop + collate)", "dense cache (C window copy)",
                                        "sparse cache, host expansion (C)")
     packed_row = "dense cache, device padding (host cost only)"
-    device_row, unchecked_row = ("sparse cache, device expansion (host cost only)",
-                                 "sparse cache, host expansion (C), checksums off")
-    rows, ratios, rounds = per_sample({jpeg_row: loop(folder), dense_row: loop(dense), packed_row: loop(dense_packed),
-                                       sparse_row: loop(sparse), device_row: loop(sparse_device),
-                                       unchecked_row: loop(sparse_unchecked)}, n)
+    device_row = "sparse cache, device expansion (host cost only)"
+    off = ", checksums off"
+    unchecked_row = sparse_row + off
+    rows, ratios, rounds = per_sample({
+        jpeg_row: loop(folder), dense_row: loop(dense), dense_row + off: loop(unchecked("dense")),
+        packed_row: loop(dense_packed), packed_row + off: loop(unchecked("dense", device_expand=True)),
+        sparse_row: loop(sparse), unchecked_row: loop(unchecked("sparse")),
+        device_row: loop(sparse_device), device_row + off: loop(unchecked("sparse", device_expand=True))}, n)
     jpeg_bytes = dense.cache.meta["source_bytes"]
     print(f"\n{n} Imagenette train images ({args.set or 'as stored'}), batch {args.batch}, RandomResizedCrop windows, "
           "1 loader thread\n")
@@ -161,15 +179,20 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, us in rows.items():
         print(f"| {name} | {us:.1f} | {ratios[name]:.1f}× |")
-    sums = {"dense": checksum_cost(dense, args.batch), "sparse": checksum_cost(sparse, args.batch)}
-    paired = statistics.median(a - b for a, b in zip(rounds[sparse_row], rounds[unchecked_row]))
+    paired = {row: statistics.median(a - b for a, b in zip(rounds[row], rounds[row + off]))
+              for row in (dense_row, packed_row, sparse_row, device_row)}
     print("\n| checksum check (XXH3-64 of each record read + its tables row) | µs / sample "
-          "| share of the row (which includes it) |")
+          "| share of the unchecked row |")
     print("|---|---:|---:|")
-    for fmt, row in (("dense", dense_row), ("dense", packed_row), ("sparse", sparse_row), ("sparse", device_row)):
-        print(f"| {row} | {sums[fmt]:.2f} | {100 * sums[fmt] / rows[row]:.1f}% |")
-    print(f"| sparse host expansion, checked − unchecked (median of per-round differences) | {paired:.2f} | "
-          f"{100 * paired / rows[unchecked_row]:.1f}% |")
+    for row, us in paired.items():
+        print(f"| {row}: checked − unchecked (median of per-round differences) | {us:.2f} | "
+              f"{100 * us / rows[row + off]:.1f}% |")
+    alone = {(fmt, lang): checksum_cost(ds, args.batch, in_c=lang == "C")
+             for fmt, ds in (("dense", dense), ("sparse", sparse)) for lang in ("C", "Python")}
+    for (fmt, lang), us in alone.items():
+        row = dense_row if fmt == "dense" else sparse_row
+        print(f"| the hash alone, {fmt} records, in {lang} ({'record_checksums' if lang == 'C' else 'xxhash'}) "
+              f"| {us:.2f} | {100 * us / rows[row + off]:.1f}% of the {fmt} host row |")
     print("\n| storage | MiB | × JPEG bytes |\n|---|---:|---:|")
     print(f"| JPEG files | {jpeg_bytes / 2**20:.1f} | 1.00 |")
     for fmt, ds in (("dense cache", dense), ("sparse cache", sparse)):
@@ -188,7 +211,8 @@ def main() -> None:
           f"{ratios[packed_row]:.1f}× padded on the device; "
           f"sparse host expansion ≥ 3×: {ratios[sparse_row]:.1f}×; "
           f"sparse ≤ 3× JPEG bytes: {sparse.cache.meta['data_bytes'] / jpeg_bytes:.2f}×; "
-          f"checksums ≤ 5% of a sparse read: {100 * sums['sparse'] / rows[unchecked_row]:.1f}%")
+          f"checksums ≤ 5% of a sparse read: {100 * paired[sparse_row] / rows[unchecked_row]:.1f}% "
+          f"(paired; the C hash alone {100 * alone['sparse', 'C'] / rows[unchecked_row]:.1f}%)")
 
 
 if __name__ == "__main__":

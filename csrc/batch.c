@@ -141,7 +141,7 @@ static int decode_full_item(reader_state *ts, dctj_header *hdr, const gather_ite
   one.nvalues = one.nescapes = 0;
   part.data = (const uint8_t *)ts->planes;
   part.len = one.nbytes;
-  return gather_planes(&one, 1, &part, 1, no_tables, 1, 0, out->nout, o, out->oh, out->ow) == 0 ? 0 : -1;
+  return gather_planes(&one, 1, &part, 1, no_tables, 1, 0, out->nout, o, out->oh, out->ow, NULL, NULL) == 0 ? 0 : -1;
 }
 
 /* One item into its windows o[c]. Returns 0 (a failure recorded in st), or -1 when its windows

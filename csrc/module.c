@@ -16,6 +16,7 @@
 #error "jconfig.h is not third_party/libjpeg-turbo's: the extension builds against its vendored libjpeg only"
 #endif
 
+#include "checksum.h"
 #include "plan.h"
 #include "pool.h"
 #include "sparse.h"
@@ -267,6 +268,7 @@ static int add_constants(PyObject *m) {
 PyMODINIT_FUNC PyInit__jpeg(void) {
   PyObject *m;
   if (pool_init() != 0 || reader_init() != 0) return PyErr_NoMemory();
+  checksum_init(); /* the hash's vector unit, chosen once before any GIL-free call */
   if (read_types_ready() < 0 || batch_types_ready() < 0) return NULL;
   m = PyModule_Create(&module);
   if (!m) return NULL;

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "checksum.h"
+
 /* Records live in memory maps at any offset: load masks and escapes without assuming alignment. */
 static inline uint64_t load_u64(const uint64_t *p) {
   uint64_t v;
@@ -171,18 +173,21 @@ static int check_item(const gather_item *it, const gather_part *parts, int64_t n
   return 0;
 }
 
-/* One item into its destinations: dst[c] holds dst_h[c] x dst_w[c] blocks for component c.
- * Returns 0, or -1 when the record is out of bounds or inconsistent. */
-static int gather_one(const gather_item *it, const gather_part *parts, int64_t nparts, const uint16_t *tables,
-                      int64_t ntables, int fmt, int64_t ncomp, int16_t *const *dst, const int64_t *dst_h,
-                      const int64_t *dst_w) {
-  uint64_t nblocks = 0;
+/* The checksum of an item's record, its part, offset, size and table checked by the caller. */
+static uint64_t item_checksum(const gather_item *it, const gather_part *parts, const uint16_t *tables) {
+  return record_checksum(parts[it->part].data + it->offset, (size_t)it->nbytes,
+                         tables + (size_t)it->table * (CHECKSUM_TABLE_BYTES / sizeof(uint16_t)));
+}
+
+/* The walk of one checked record (check_item passed; nblocks its block count) into its
+ * destinations. Returns 0, or -1 when its streams are inconsistent. */
+static int walk_record(const gather_item *it, const gather_part *parts, const uint16_t *tables, int fmt,
+                       int64_t ncomp, uint64_t nblocks, int16_t *const *dst, const int64_t *dst_h,
+                       const int64_t *dst_w) {
   size_t base = 0;
-  const uint8_t *data;
+  const uint8_t *data = parts[it->part].data + it->offset;
   const uint16_t *q = NULL;
   stream s = {0};
-  if (check_item(it, parts, nparts, ntables, fmt, ncomp, dst_h, dst_w, &nblocks) != 0) return -1;
-  data = parts[it->part].data + it->offset;
   if (fmt == 1) {
     uint64_t values_at, escapes_at;
     sparse_record_layout(nblocks, (uint64_t)it->nvalues, (uint64_t)it->nescapes, &values_at, &escapes_at);
@@ -205,9 +210,31 @@ static int gather_one(const gather_item *it, const gather_part *parts, int64_t n
   return 0;
 }
 
+/* One item into its destinations: dst[c] holds dst_h[c] x dst_w[c] blocks for component c. With
+ * want (non-NULL), the record is also hashed and compared with *want. Returns 0, -1 when the
+ * record is out of bounds or inconsistent, or 1 when it does not give its checksum (whatever its
+ * walk found: a corrupt record is a checksum failure first; the caller zeroes its outputs).
+ *
+ * The hash runs right after the walk, not before: the walk has just read the record (a sparse
+ * walk reads every mask and value, skipped blocks included; a dense copy the window's rows), so
+ * the hash reads it from cache, and the walk's reads from memory stay interleaved with its own
+ * work as they are without checksums. Hashed first, the record came from memory in one
+ * bandwidth-bound pass that nothing overlapped. */
+static int gather_one(const gather_item *it, const gather_part *parts, int64_t nparts, const uint16_t *tables,
+                      int64_t ntables, int fmt, int64_t ncomp, int16_t *const *dst, const int64_t *dst_h,
+                      const int64_t *dst_w, const uint64_t *want) {
+  uint64_t nblocks = 0;
+  int walked;
+  if (check_item(it, parts, nparts, ntables, fmt, ncomp, dst_h, dst_w, &nblocks) != 0) return -1;
+  if (want && (it->table < 0 || it->table >= ntables)) return -1; /* the hash's seed: dense records too */
+  walked = walk_record(it, parts, tables, fmt, ncomp, nblocks, dst, dst_h, dst_w);
+  if (want && item_checksum(it, parts, tables) != *want) return 1;
+  return walked;
+}
+
 int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *const *outs,
-                      const int64_t *out_h, const int64_t *out_w) {
+                      const int64_t *out_h, const int64_t *out_w, const uint64_t *sums, uint8_t *failed) {
   size_t osz[GATHER_MAX_COMPONENTS];
   if ((fmt != 0 && fmt != 1) || n < 0 || nparts < 0 || ntables < 0 || ncomp < 1 || ncomp > GATHER_MAX_COMPONENTS)
     return -1;
@@ -220,14 +247,19 @@ int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *pa
     int16_t *dst[GATHER_MAX_COMPONENTS];
     for (int64_t c = 0; c < ncomp; c++) dst[c] = outs[c] + (size_t)i * osz[c];
     /* items[i] is the binding's private copy: stable while we read it */
-    if (gather_one(&items[i], parts, nparts, tables, ntables, fmt, ncomp, dst, out_h, out_w) != 0) return i + 1;
+    int rc =
+        gather_one(&items[i], parts, nparts, tables, ntables, fmt, ncomp, dst, out_h, out_w, sums ? &sums[i] : NULL);
+    if (rc < 0) return i + 1;
+    if (sums) failed[i] = (uint8_t)rc;
+    if (rc > 0)
+      for (int64_t c = 0; c < ncomp; c++) memset(dst[c], 0, osz[c] * sizeof(int16_t));
   }
   return 0;
 }
 
 int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *out,
-                      int64_t out_blocks, const int64_t *offsets) {
+                      int64_t out_blocks, const int64_t *offsets, const uint64_t *sums, uint8_t *failed) {
   if ((fmt != 0 && fmt != 1) || n < 0 || nparts < 0 || ntables < 0 || ncomp < 1 || ncomp > GATHER_MAX_COMPONENTS ||
       out_blocks < 0)
     return -1;
@@ -246,7 +278,11 @@ int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *pa
       if (off < 0 || off > out_blocks || wh[c] * ww[c] > out_blocks - off) return i + 1; /* < 2^32: no overflow */
       dst[c] = out + (size_t)off * 64;
     }
-    if (gather_one(it, parts, nparts, tables, ntables, fmt, ncomp, dst, wh, ww) != 0) return i + 1;
+    int rc = gather_one(it, parts, nparts, tables, ntables, fmt, ncomp, dst, wh, ww, sums ? &sums[i] : NULL);
+    if (rc < 0) return i + 1;
+    if (sums) failed[i] = (uint8_t)rc;
+    if (rc > 0)
+      for (int64_t c = 0; c < ncomp; c++) memset(dst[c], 0, (size_t)(wh[c] * ww[c]) * 64 * sizeof(int16_t));
   }
   return 0;
 }
@@ -261,5 +297,51 @@ int64_t copy_ranges(const gather_part *parts, int64_t nparts, const copy_range *
   }
   for (int64_t i = 0; i < k; i++)
     if (ranges[i].size) memcpy(out + ranges[i].dst, parts[ranges[i].part].data + ranges[i].src, (size_t)ranges[i].size);
+  return 0;
+}
+
+/* Whether an item's record (part, offset, nbytes) lies inside its part and its table is a row. */
+static int record_fits(const gather_item *it, const gather_part *parts, int64_t nparts, int64_t ntables) {
+  return it->part >= 0 && it->part < nparts && it->offset >= 0 && it->nbytes >= 0 &&
+         it->offset <= parts[it->part].len && it->nbytes <= parts[it->part].len - it->offset && it->table >= 0 &&
+         it->table < ntables;
+}
+
+int64_t copy_records(const gather_part *parts, int64_t nparts, const copy_range *ranges, int64_t k, uint8_t *out,
+                     int64_t out_len, const uint16_t *tables, int64_t ntables, const gather_item *items, int64_t n,
+                     const uint64_t *sums, uint8_t *failed) {
+  int64_t per;
+  if (n < 0 || k < 0 || nparts < 0 || ntables < 0 || out_len < 0 || (n == 0 ? k != 0 : k % n != 0)) return -1;
+  per = n ? k / n : 0;
+  for (int64_t j = 0; j < n; j++) {
+    const gather_item *it = &items[j];
+    int64_t end;
+    if (!record_fits(it, parts, nparts, ntables)) return j + 1;
+    end = it->offset + it->nbytes; /* <= the part's length: no overflow */
+    for (int64_t r = j * per; r < (j + 1) * per; r++) {
+      const copy_range *g = &ranges[r];
+      /* inside the record (so inside its part) and inside the output */
+      if (g->part != it->part || g->src < it->offset || g->size < 0 || g->src > end || g->size > end - g->src ||
+          g->dst < 0 || g->dst > out_len || g->size > out_len - g->dst)
+        return j + 1;
+    }
+  }
+  for (int64_t j = 0; j < n; j++) {
+    const gather_item *it = &items[j];
+    /* the record's ranges copied, then the record hashed while its bytes are in cache (as the gathers) */
+    for (int64_t r = j * per; r < (j + 1) * per; r++)
+      if (ranges[r].size)
+        memcpy(out + ranges[r].dst, parts[ranges[r].part].data + ranges[r].src, (size_t)ranges[r].size);
+    failed[j] = (uint8_t)(item_checksum(it, parts, tables) != sums[j]);
+  }
+  return 0;
+}
+
+int64_t record_checksums(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                         const uint16_t *tables, int64_t ntables, uint64_t *sums) {
+  for (int64_t i = 0; i < n; i++)
+    if (!record_fits(&items[i], parts, nparts, ntables)) return i + 1;
+  for (int64_t i = 0; i < n; i++)
+    sums[i] = item_checksum(&items[i], parts, tables);
   return 0;
 }

@@ -59,10 +59,17 @@ int gather_window_fits(const gather_item *it, int64_t ncomp, const int64_t *out_
 
 /* fmt: 0 dense, 1 sparse. outs[c] has room for n * out_h[c] * out_w[c] blocks (checked by the
  * binding). Returns 0, -1 when the arguments themselves are inconsistent (format, grids), or
- * 1 + the index of the first sample whose record is out of bounds or inconsistent. */
+ * 1 + the index of the first sample whose record is out of bounds or inconsistent.
+ *
+ * Checksums: with sums (n expected values; NULL: no check), each item's whole record — its nbytes
+ * bytes at offset, once they have passed the checks above — is hashed (checksum.h, seeded with
+ * its tables row, item->table, which must then be below ntables for dense records too) right
+ * after it is copied or expanded, so the hash reads bytes the walk has just brought into cache.
+ * An item whose record does not give its sum has failed[i] set to 1 (0 otherwise) and its outputs
+ * zeroed (also when its walk found it inconsistent), and the gather goes on with the next item. */
 int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *const *outs,
-                      const int64_t *out_h, const int64_t *out_w);
+                      const int64_t *out_h, const int64_t *out_w, const uint64_t *sums, uint8_t *failed);
 
 /* The same windows without padding, for building the padded batch on the device: component c of
  * item i (its window's r1 - r0 rows by c1 - c0 columns, zero outside the plane) goes to blocks
@@ -70,7 +77,7 @@ int64_t gather_planes(const gather_item *items, int64_t n, const gather_part *pa
  * inside out (regions may overlap; that is the caller's business). Returns as gather_planes. */
 int64_t gather_packed(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
                       const uint16_t *tables, int64_t ntables, int fmt, int64_t ncomp, int16_t *out,
-                      int64_t out_blocks, const int64_t *offsets);
+                      int64_t out_blocks, const int64_t *offsets, const uint64_t *sums, uint8_t *failed);
 
 /* One row of copy_ranges: size bytes of part `part` from offset src go to offset dst of the
  * output (dctnet.data.plan.COPY_RANGE mirrors it, checked at import). */
@@ -82,6 +89,24 @@ typedef struct {
  * 1 + the first range that lies outside its part or the output (then nothing is copied). */
 int64_t copy_ranges(const gather_part *parts, int64_t nparts, const copy_range *ranges, int64_t k, uint8_t *out,
                     int64_t out_len);
+
+/* copy_ranges for whole records, each checked as it is copied: the k ranges are n groups of k / n
+ * (n > 0 and k a multiple of n, or n = k = 0), group j holding ranges of item j's record only
+ * (its part, inside [offset, offset + nbytes)); item j's ranges are copied, then its record (part,
+ * offset, nbytes and table are the fields read) is hashed, from cache, and compared with sums[j]
+ * (failed[j] = 1 when they differ, 0 otherwise). Everything is checked before the first
+ * byte is read: returns 0, -1 when the counts do not fit, or 1 + the first item whose record lies
+ * outside its part, whose table is not below ntables, or one of whose ranges lies outside its
+ * record or the output (then nothing is copied). */
+int64_t copy_records(const gather_part *parts, int64_t nparts, const copy_range *ranges, int64_t k, uint8_t *out,
+                     int64_t out_len, const uint16_t *tables, int64_t ntables, const gather_item *items, int64_t n,
+                     const uint64_t *sums, uint8_t *failed);
+
+/* Each item's record checksum (checksum.h) into sums[i], after checking its part, offset, nbytes
+ * against the parts and its table against ntables: returns 0, or 1 + the first item that does not
+ * fit (then sums is not written). */
+int64_t record_checksums(const gather_item *items, int64_t n, const gather_part *parts, int64_t nparts,
+                         const uint16_t *tables, int64_t ntables, uint64_t *sums);
 
 /* Where the streams of a sparse record of nblocks blocks, nvalues values and nescapes escapes lie:
  * the masks at 0 (8 bytes a block), the values at *values_at (a byte each), the escapes at

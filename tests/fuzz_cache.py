@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+import guarded as G
+from dctnet import _jpeg
 from dctnet.data import CacheDataset, CenterCrop, RandomResizedCrop
 from dctnet.data.cache import INDEX_DTYPE, CacheError, build_cache
 from dctnet.batch import expand_torch
@@ -39,9 +41,60 @@ from dctnet.synthetic import synthetic_jpeg
 from dctnet.transforms import PackedJpegBatch, expand_packed
 from guarded import install as guard_c_inputs
 
+#: the C gathers as the extension has them, before guarded.install wraps them
+_UNGUARDED = {name: getattr(_jpeg, name) for name in ("gather_planes", "gather_packed", "copy_ranges",
+                                                       "record_checksums")}
+
+
+def guard_checked_calls() -> None:
+    """guarded.install wraps the gathers with their unchecked signatures; the cache reads call them
+    with the records' checksums too (``sums``; copy_ranges' ``tables, items, sums``). These wrappers
+    take both forms through the same guards: every record a call hashes and walks is copied flush
+    against a guard page (copy_ranges' ranges move with the record that holds them, so the C check
+    that they lie inside it sees the same offsets), and so are the tables its hash seeds read."""
+    orig = _UNGUARDED
+
+    def gather_planes(parts, tables, items, fmt, outs, *sums):
+        parts, items = G._rehome(parts, items)
+        return orig["gather_planes"](parts, G.guarded(tables), items, fmt, outs, *sums)
+
+    def gather_packed(parts, tables, items, fmt, out, offsets, *sums):
+        parts, items = G._rehome(parts, items)
+        return orig["gather_packed"](parts, G.guarded(tables), items, fmt, out, offsets, *sums)
+
+    def copy_ranges(parts, ranges, out, *checks):
+        if len(checks) != 3:
+            parts, ranges = G._rehome(parts, ranges, ("part", "src", "size"))
+            return orig["copy_ranges"](parts, ranges, out, *checks)
+        tables, items, sums = checks
+        parts = [memoryview(p).cast("B") for p in parts]
+        items, ranges = np.array(items, copy=True), np.array(ranges, copy=True)
+        per = len(ranges) // len(items) if len(items) and len(ranges) % len(items) == 0 else 0
+        moved = list(parts)
+        for j, row in enumerate(items.reshape(-1)):
+            p, o, n = int(row["part"]), int(row["offset"]), int(row["nbytes"])
+            if 0 <= p < len(parts) and 0 <= o and 0 <= n and o + n <= len(parts[p]):
+                moved.append(G.guarded(parts[p][o:o + n]))
+                for r in ranges.reshape(-1)[j * per:(j + 1) * per]:
+                    if int(r["part"]) == p:
+                        r["part"], r["src"] = len(moved) - 1, int(r["src"]) - o
+                row["part"], row["offset"] = len(moved) - 1, 0
+        return orig["copy_ranges"](moved, ranges, out, G.guarded(tables), items, sums)
+
+    def record_checksums(parts, tables, items, out):
+        parts, items = G._rehome(parts, items)
+        return orig["record_checksums"](parts, G.guarded(tables), items, out)
+
+    for name, fn in (("gather_planes", gather_planes), ("gather_packed", gather_packed), ("copy_ranges", copy_ranges),
+                     ("record_checksums", record_checksums)):
+        fn.__doc__ = orig[name].__doc__
+        setattr(_jpeg, name, fn)
+
+
 # every input the C code walks (JPEG buffers, sparse streams, each record and byte range a gather
 # names) flush against an inaccessible page: a read past one is a segfault, not a read of its neighbour
 guard_c_inputs()
+guard_checked_calls()
 
 # Values a tampered field takes: negative, zero, off by one, odd (misaligned), at the edges of
 # the signed/unsigned ranges, and products that wrap.
@@ -157,23 +210,32 @@ MUTATORS = {"index.npy": mutate_index, "tables.npy": mutate_tables, "meta.json":
 
 
 def read_everything(path: Path, fast_keys: list[int], rng: np.random.Generator) -> None:
-    """Open and read through every read path; raises CacheError for a refused cache."""
+    """Open and read through every read path; raises CacheError for a refused cache. Each path runs
+    even when one before it refused the cache (the first refusal is raised at the end), so a
+    corrupt record also reaches the batch paths after the per-sample one, each with its own checks."""
     crop = RandomResizedCrop() if rng.random() < 0.5 else CenterCrop(16)
     ds = CacheDataset(path, crop=crop, seed=int(rng.integers(1 << 30)), verify="none", on_error="skip",
                       checksums=bool(rng.random() < 0.5))
     n = len(ds)
     keys = [(0, i) for i in fast_keys if i < n]
-    if keys:
-        ds.load_collated(keys)                  # the C batch gather (dense copy / sparse expansion)
-    for i in range(n):                          # the per-sample path (numpy views / C sparse_expand)
-        if not ds.cache.is_bad(i):
-            ds.cache.coefficients(i)
-    if keys:                                    # packed windows (dense) / compressed records (sparse) in C
+    refusals: list[CacheError] = []
+
+    def host_gather():                          # the C batch gather (dense copy / sparse expansion)
+        ds.load_collated(keys)
+
+    def per_sample():                           # the per-sample path (numpy views / C sparse_expand)
+        for i in range(n):
+            if not ds.cache.is_bad(i):
+                ds.cache.coefficients(i)
+
+    def packed_or_compressed():                 # packed windows (dense) / compressed records (sparse) in C
         ds.device_expand = True
         raw = ds.load_collated(keys)
+        ds.device_expand = False
         if ds.cache.format == "dense" and isinstance(raw, PackedJpegBatch):
             expand_packed(raw)
-    if keys and ds.cache.format == "sparse":    # device expansion: host concatenation + torch
+
+    def device_expansion():                     # device expansion: host concatenation + torch
         sb = ds.cache.gather_compressed(keys, crop, 0, ds.targets)
         if sb is not None:
             counts = (sb.blocks[:, :, 0] * sb.blocks[:, :, 1]).reshape(-1)
@@ -184,6 +246,17 @@ def read_everything(path: Path, fast_keys: list[int], rng: np.random.Generator) 
                 if "corrupt sparse records" not in str(exc):
                     raise
                 raise CacheError(f"device expansion: {exc}") from None
+
+    stages = [host_gather, per_sample, packed_or_compressed] if keys else [per_sample]
+    if keys and ds.cache.format == "sparse":
+        stages.append(device_expansion)
+    for stage in stages:
+        try:
+            stage()
+        except CacheError as exc:
+            refusals.append(exc)
+    if refusals:
+        raise refusals[0]
 
 
 def run(cases: int, seed: int, workdir: Path) -> dict[str, int]:

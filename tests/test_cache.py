@@ -533,3 +533,151 @@ def test_old_caches_are_refused_saying_how_to_read_them(cache_pair):
     (out / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(D.CacheError, match=r"sources\[4\] .* has label"):
         D.open_cache(out, verify="none")
+
+
+# ------------------------------------------------------------------ the checksums in the C gathers
+
+def _record_items(cache, records) -> np.ndarray:
+    """GATHER_ITEM rows naming each record of ``records`` (part, offset, nbytes, its tables row), a
+    window of one MCU from its top-left corner (enough for every gather to walk the record)."""
+    from dctnet.data.plan import GATHER_ITEM
+
+    index = np.asarray(cache.index)[records]
+    items = np.zeros(len(records), GATHER_ITEM)
+    items["part"], items["offset"], items["nbytes"], items["table"] = index["part"], index["offset"], index["nbytes"], \
+        records
+    items["ncomp"], items["bh"], items["bw"] = index["ncomp"], index["blocks"][:, :, 0], index["blocks"][:, :, 1]
+    items["nvalues"], items["nescapes"] = index["nvalues"], index["nescapes"]
+    items["r1"], items["c1"] = index["sampling"][:, :, 1], index["sampling"][:, :, 0]
+    return items
+
+
+def test_the_c_checksums_equal_pythons(cache_pair):
+    """The C hash (vendored xxHash, csrc/checksum.c) gives the Python xxhash package's values: on
+    every record of a dense and a sparse cache (what the build wrote into the index, and what
+    format.record_checksum computes), and on random bytes of every length class XXH3 treats
+    apart (0, 1-3, 4-8, 9-16, 17-128, 129-240 bytes, longer, and past a 1 KB stripe block)."""
+    from dctnet.data.cache.read import record_checksums
+    from dctnet.data.plan import GATHER_ITEM
+
+    for fmt, out in cache_pair.items():
+        cache = D.open_cache(out, verify="none")
+        index = np.asarray(cache.index)
+        ok = np.flatnonzero(index["status"] == 0)
+        got = record_checksums(cache._parts, cache.tables, _record_items(cache, ok))
+        parts = [np.asarray(p) for p in cache._parts]
+        python = [record_checksum(parts[int(index["part"][i])][int(index["offset"][i]):][:int(index["nbytes"][i])],
+                                  np.asarray(cache.tables[i])) for i in ok]
+        assert len(ok) > 30 and got.tolist() == python == index["checksum"][ok].tolist(), fmt
+    rng = np.random.default_rng(4)
+    lengths = [0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1023, 1024, 1025, 4096 + 7, 24000, 100003]
+    data = rng.integers(0, 256, sum(lengths), dtype=np.uint8)
+    tables = rng.integers(0, 1 << 16, (3, 4, 64)).astype("<u2")
+    items = np.zeros(len(lengths), GATHER_ITEM)
+    items["offset"] = np.cumsum(lengths) - lengths
+    items["nbytes"], items["table"] = lengths, np.arange(len(lengths)) % 3
+    got = record_checksums([data], tables, items)
+    assert got.tolist() == [record_checksum(data[o:o + n], tables[t])
+                            for o, n, t in zip(items["offset"], items["nbytes"], items["table"])]
+
+
+@pytest.mark.parametrize("fmt", ["dense", "sparse"])
+def test_each_c_gather_checks_the_records_it_reads(cache_pair, fmt):
+    """gather_planes, gather_packed and copy_ranges with the records' checksums: the right sums read
+    exactly what the unchecked calls read and report nothing; a wrong sum reports its item, whose
+    outputs are zeroed, and the others are read as ever; sums=None is the unchecked call."""
+    from dctnet.data.cache.read import copy_records_checked, gather_packed_checked, gather_planes_checked
+
+    cache = D.open_cache(cache_pair[fmt], verify="none")
+    index = np.asarray(cache.index)
+    code = int(fmt == "sparse")
+    for nc in (1, 3):  # a batch of each component count (the gathers take one per call)
+        records = np.flatnonzero((index["status"] == 0) & (index["ncomp"] == nc))[:6]
+        items, sums = _record_items(cache, records), index["checksum"][records].copy()
+        shapes = [(len(records), int(index["sampling"][records, c, 1].max()), int(index["sampling"][records, c, 0].max()),
+                   64) for c in range(nc)]
+        plain = [np.zeros(s, np.int16) for s in shapes]
+        assert gather_planes_checked(cache._parts, cache.tables, items, code, plain, None) == []
+        window = (items["r1"] * items["c1"])[:, :nc]
+        offsets = (np.cumsum(window) - window.reshape(-1)).reshape(window.shape)
+        packed_plain = np.zeros((int(window.sum()), 64), np.int16)
+        gather_packed_checked(cache._parts, cache.tables, items, code, packed_plain, offsets, None)
+        ranges = np.zeros((len(records), 2), dtype=[(k, np.int64) for k in ("part", "src", "size", "dst")])
+        half = items["nbytes"] // 2  # each record copied as two ranges
+        ranges["part"], ranges["src"][:, 0], ranges["size"][:, 0] = items["part"][:, None], items["offset"], half
+        ranges["src"][:, 1], ranges["size"][:, 1] = items["offset"] + half, items["nbytes"] - half
+        ranges["dst"] = (np.cumsum(items["nbytes"]) - items["nbytes"])[:, None] + np.array([0, 1]) * half[:, None]
+        copied_plain = np.zeros(int(items["nbytes"].sum()), np.uint8)
+        assert copy_records_checked(cache._parts, ranges.reshape(-1), copied_plain, cache.tables, items, None) == []
+        for wrong in ([], [0], [1, len(records) - 1]):
+            bad = sums.copy()
+            bad[wrong] ^= np.uint64(1 << 63)
+            outs = [np.full(s, 7, np.int16) for s in shapes]
+            assert gather_planes_checked(cache._parts, cache.tables, items, code, outs, bad) == wrong
+            for o, p in zip(outs, plain):
+                keep = np.setdiff1d(np.arange(len(records)), wrong)
+                assert np.array_equal(o[keep], p[keep]) and not o[wrong].any()
+            packed = np.full_like(packed_plain, 7)
+            assert gather_packed_checked(cache._parts, cache.tables, items, code, packed, offsets, bad) == wrong
+            starts = offsets.reshape(-1)
+            for j, (o, n) in enumerate(zip(starts, window.reshape(-1))):
+                assert np.array_equal(packed[o:o + n], np.zeros_like(packed[o:o + n]) if j // nc in wrong
+                                      else packed_plain[o:o + n])
+            copied = np.zeros_like(copied_plain)
+            assert copy_records_checked(cache._parts, ranges.reshape(-1), copied, cache.tables, items, bad) == wrong
+            assert np.array_equal(copied, copied_plain)  # the ranges are copied all the same
+
+
+def test_the_checked_c_calls_refuse_what_does_not_fit(cache_pair):
+    """Every argument of the checked calls is untrusted: sums of another length, a table row past
+    the tables (dense records too, whose gather uses no table otherwise), records outside their
+    part, ranges outside their record or not grouped by record, half the check arguments, and an
+    output that is the tables are refused with ValueError before a byte is read."""
+    from dctnet import _jpeg
+
+    cache = D.open_cache(cache_pair["dense"], verify="none")
+    index = np.asarray(cache.index)
+    records = np.flatnonzero((index["status"] == 0) & (index["ncomp"] == 1))[:2]
+    items, sums = _record_items(cache, records), index["checksum"][records].copy()
+    outs = [np.zeros((2, 1, 1, 64), np.int16)]
+    for wrong_sums in (sums[:1], np.concatenate([sums, sums[:1]]), sums.view(np.uint8)[:15], b""):
+        with pytest.raises(ValueError, match="sums must be uint64"):
+            _jpeg.gather_planes(cache._parts, cache.tables, items, 0, outs, wrong_sums)
+        with pytest.raises(ValueError, match="sums must be uint64"):
+            _jpeg.gather_packed(cache._parts, cache.tables, items, 0, np.zeros((2, 64), np.int16),
+                                np.array([[0], [1]], np.int64), wrong_sums)
+    past = items.copy()
+    past["table"][1] = len(index)
+    with pytest.raises(ValueError, match="gather_planes: corrupt or out-of-bounds record") as exc:
+        _jpeg.gather_planes(cache._parts, cache.tables, past, 0, outs, sums)
+    assert exc.value.args[1] == 1
+    _jpeg.gather_planes(cache._parts, cache.tables, past, 0, outs)  # unchecked, a dense gather reads no table
+    ranges = np.zeros((2, 4), np.int64)
+    ranges[:, 0], ranges[:, 1], ranges[:, 2] = items["part"], items["offset"], items["nbytes"]
+    ranges[1, 3] = items["nbytes"][0]
+    out = np.zeros(int(items["nbytes"].sum()), np.uint8)
+    assert _jpeg.copy_ranges(cache._parts, ranges, out, cache.tables, items, sums) == []
+    for row, col, value in ((1, 1, -8), (1, 2, 1), (0, 1, 8), (0, 0, 1), (1, 3, 1)):
+        bad = ranges.copy()  # before the record, past its end, a record's range in another part, past the output
+        bad[row, col] += value
+        with pytest.raises(ValueError, match="copy_ranges: an item's record") as exc:
+            _jpeg.copy_ranges(cache._parts, bad, out, cache.tables, items, sums)
+        assert exc.value.args[1] == row
+    for field, value in (("offset", len(cache._parts[0])), ("nbytes", 1 << 62), ("part", 1), ("table", -1)):
+        bad = items.copy()
+        bad[field][0] = value
+        with pytest.raises(ValueError, match="copy_ranges: an item's record"):
+            _jpeg.copy_ranges(cache._parts, ranges, out, cache.tables, bad, sums)
+        with pytest.raises(ValueError, match="record_checksums"):
+            _jpeg.record_checksums(cache._parts, cache.tables, bad, np.zeros(2, np.uint64))
+    with pytest.raises(ValueError, match="go together"):
+        _jpeg.copy_ranges(cache._parts, ranges, out, cache.tables)
+    with pytest.raises(ValueError, match="groups"):
+        _jpeg.copy_ranges(cache._parts, ranges[:1], out, cache.tables, items, sums)
+    with pytest.raises(ValueError, match="sums must be uint64"):
+        _jpeg.copy_ranges(cache._parts, ranges, out, cache.tables, items, sums[:1])
+    tables = np.array(cache.tables)
+    with pytest.raises(ValueError, match="shares memory"):
+        _jpeg.copy_ranges(cache._parts, ranges, tables.reshape(-1).view(np.uint8), tables, items, sums)
+    with pytest.raises(ValueError, match="record_checksums: items must be"):
+        _jpeg.record_checksums(cache._parts, cache.tables, items, np.zeros(3, np.uint64))

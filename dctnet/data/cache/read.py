@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import xxhash
 
+from dctnet import _jpeg
 from dctnet.batch import JpegBatch, PackedJpegBatch, SparseJpegBatch
 from dctnet.codec import JpegError
 from dctnet.data import sparse as S
@@ -22,10 +23,52 @@ from dctnet.data.dataset import CropDataset, ImageFolderDataset, sample_from_coe
 from dctnet.data.hf import HFDataset, require_datasets
 from dctnet.data.sample import CoefficientSample
 from dctnet.data.collate import collate
-from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, BatchPlan, batch_storage, copy_ranges, gather_collated,
-                              gather_items, gather_packed, gather_planes, plan_batch, set_windows)
+from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, GATHER_ITEM, BatchPlan, batch_storage, gather_collated,
+                              gather_items, plan_batch, set_windows)
 from dctnet.data.cache.format import (BAD, INDEX_DTYPE, INDEX_DTYPE_V1, OK, CacheError, CacheRecordError, _file_hash,
                                       _load_array, _load_meta, _read_member, index_checksum, validate_index)
+
+
+# ---------------------------------------------------------------- the cache's C gathers, checked
+# dctnet.data.plan's gather_planes / gather_packed / copy_ranges with the record checksums checked
+# in the same C call: each record is hashed (XXH3-64, seeded with its tables row: format.py
+# record_checksum, computed by the C code in csrc/checksum.c) right after it is copied or
+# expanded, while its bytes are in cache. ``sums``: the records' expected checksums, uint64 (n,),
+# or None to skip the check (then the call is plan's). Each returns the positions of the items
+# whose record does not give its checksum ([] when all do); the gathers zero those items' outputs.
+
+def _sums_arg(sums: np.ndarray | None) -> tuple:
+    # passed only when there is something to check, so the unchecked calls are the plain ones
+    return () if sums is None else (np.ascontiguousarray(sums, np.uint64),)
+
+
+def gather_planes_checked(parts: Any, tables: Any, items: np.ndarray, fmt: int, outs: list,
+                          sums: np.ndarray | None) -> list[int]:
+    """A cache's records → the windows of ``outs``, each record checked against ``sums``."""
+    return _jpeg.gather_planes(parts, tables, items, fmt, outs, *_sums_arg(sums)) or []
+
+
+def gather_packed_checked(parts: Any, tables: Any, items: np.ndarray, fmt: int, blocks: np.ndarray,
+                          offsets: np.ndarray, sums: np.ndarray | None) -> list[int]:
+    """A cache's window blocks packed in ``blocks`` at ``offsets``, each record checked against ``sums``."""
+    return _jpeg.gather_packed(parts, tables, items, fmt, blocks, offsets, *_sums_arg(sums)) or []
+
+
+def copy_records_checked(parts: Any, ranges: np.ndarray, out: np.ndarray, tables: Any, items: np.ndarray,
+                         sums: np.ndarray | None) -> list[int]:
+    """:data:`COPY_RANGE` rows into ``out``, ``len(ranges) // len(items)`` per record, each record
+    (``items``: :data:`GATHER_ITEM` rows, whose part, offset, nbytes and table are read) checked
+    against ``sums`` as its ranges are copied (they must lie inside it)."""
+    if sums is None:
+        return _jpeg.copy_ranges(parts, ranges, out) or []
+    return _jpeg.copy_ranges(parts, ranges, out, tables, items, *_sums_arg(sums))
+
+
+def record_checksums(parts: Any, tables: Any, items: np.ndarray) -> np.ndarray:
+    """The checksums the C gathers compute for :data:`GATHER_ITEM` rows' records: uint64 (n,)."""
+    out = np.empty(len(items), np.uint64)
+    _jpeg.record_checksums(parts, tables, items, out)
+    return out
 
 
 @dataclass
@@ -61,9 +104,9 @@ class Cache:
     threads at once, one replacing — and unmapping — the other's while its C gather reads it.
 
     ``checksums`` (default on): the index's checksum is checked here, and every record's checksum
-    each time the record is read (:meth:`check_record`); a mismatch raises
-    :class:`CacheRecordError` naming the record. ``root``: the source root the cache's source
-    paths are relative to (default: the one ``meta.json`` records)."""
+    each time the record is read — by the C gathers as they copy it, or :meth:`check_record` on the
+    per-sample path; a mismatch raises :class:`CacheRecordError` naming the record. ``root``: the
+    source root the cache's source paths are relative to (default: the one ``meta.json`` records)."""
 
     def __init__(self, path: Path, meta: dict[str, Any], *, checksums: bool = True,
                  root: str | os.PathLike | None = None) -> None:
@@ -159,8 +202,8 @@ class Cache:
     def _plan(self, keys: Sequence[tuple[int, int]], crop: Any, seed: int, grid: tuple[int, int] | None,
               exif: str = "ignore") -> tuple[np.ndarray, np.ndarray, BatchPlan] | None:
         """``(idx, records, plan)`` for any layout (:func:`dctnet.data.plan.plan_batch`); ``None``
-        when a sample is bad, fails its checksum or needs an EXIF rotation (the per-sample path
-        handles those)."""
+        when a sample is bad or needs an EXIF rotation (the per-sample path handles those). The
+        checksums are checked by the gathers that follow, in C."""
         if not keys:
             return None
         epochs = np.array([e for e, _ in keys], np.int64)
@@ -168,8 +211,6 @@ class Cache:
         rec = np.asarray(self.index[idx])  # a plain array: field access on a memmap view is slow
         if (rec["status"] != OK).any() or (exif == "apply" and (rec["orient"] > 1).any()):
             return None
-        if self.checksums and len(self._corrupt(idx, rec)):
-            return None  # the per-sample path raises for each corrupt record, under on_error
         h, w = rec["height"].astype(np.int64), rec["width"].astype(np.int64)
         boxes = draw_boxes(crop, h, w, seed, epochs, idx)
         return idx, rec, plan_batch(rec["color"], rec["ncomp"], rec["sampling"], h, w, boxes, grid, crop_frames(crop, h, w))
@@ -183,12 +224,21 @@ class Cache:
         if planned is None:
             return None
         idx, rec, plan = planned
-        items, fmt = self._items(idx, rec), self._fmt
+        items, fmt, sums, failed = self._items(idx, rec), self._fmt, self._sums(rec), []
+
+        def copy(rows: np.ndarray, it: np.ndarray, outs: list) -> None:
+            bad = gather_planes_checked(self._parts, self.tables, it, fmt, outs, None if sums is None else sums[rows])
+            failed.extend(bad)
+
         try:  # the C side checks every item against the part files, tables and outputs it is handed
-            return gather_collated(plan, lambda _, it, outs: gather_planes(self._parts, self.tables, it, fmt, outs),
-                                   items, np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
+            batch = gather_collated(plan, copy, items, np.asarray(targets, np.int64)[idx], idx, pin_memory=pin_memory)
         except ValueError as exc:
             raise self._mismatch(exc, idx) from None
+        return None if failed else batch  # the per-sample path raises for each corrupt record, under on_error
+
+    def _sums(self, rec: np.ndarray) -> np.ndarray | None:
+        """The records' expected checksums for the C gathers (uint64 (B,)), ``None`` when unchecked."""
+        return np.ascontiguousarray(rec["checksum"], np.uint64) if self.checksums else None
 
     @property
     def _fmt(self) -> int:
@@ -227,12 +277,16 @@ class Cache:
         counts = (sizes[:, :, 0] * sizes[:, :, 1]).reshape(-1)
         offsets = (np.cumsum(counts) - counts).reshape(n, 4)
         blocks = batch_storage((int(counts.sum()), 64), pin_memory)
+        sums = self._sums(rec)
         for (_, sampling), rows in zip(plan.layouts, plan.rows):
             try:
-                gather_packed(self._parts, self.tables, np.ascontiguousarray(items[rows]), self._fmt,
-                                    blocks.numpy(), np.ascontiguousarray(offsets[rows, :len(sampling)]))
+                failed = gather_packed_checked(self._parts, self.tables, np.ascontiguousarray(items[rows]), self._fmt,
+                                               blocks.numpy(), np.ascontiguousarray(offsets[rows, :len(sampling)]),
+                                               None if sums is None else sums[rows])
             except ValueError as exc:
                 raise self._mismatch(exc, idx[rows]) from None
+            if failed:
+                return None  # the per-sample path raises for each corrupt record, under on_error
         t = torch.from_numpy
         extra = [] if plan.resize is None else [plan.resize]
         meta = t(np.concatenate([offsets, sizes.reshape(n, 8), plan.valid, plan.rel,
@@ -251,9 +305,9 @@ class Cache:
                           exif: str = "ignore") -> SparseJpegBatch | None:
         """The batch in compressed form for device expansion (:func:`dctnet.transforms.expand_sparse`),
         every layout: the host only concatenates records (their extents were checked when the
-        cache was opened, their checksums here; their streams are checked by the expansion, which
-        raises ``ValueError`` on a mismatch). Sparse caches only; ``None`` when the batch needs the
-        per-sample path."""
+        cache was opened, their checksums as they are copied; their streams are checked by the
+        expansion, which raises ``ValueError`` on a mismatch). Sparse caches only; ``None`` when the
+        batch needs the per-sample path."""
         planned = self._plan(keys, crop, seed, grid, exif) if self.format == "sparse" else None
         if planned is None:
             return None
@@ -278,7 +332,15 @@ class Cache:
         for k, base in enumerate((0, m_end, e_start)):
             ranges["dst"][:, k] = base + np.cumsum(size[:, k]) - size[:, k]
         buf = batch_storage((-(-total // 2),), pin_memory).view(torch.uint8)
-        copy_ranges(self._parts, ranges.reshape(-1), buf.numpy())
+        checked = np.zeros(len(idx), GATHER_ITEM)  # the records of the 3 ranges each: copied, then hashed
+        checked["part"], checked["offset"], checked["nbytes"], checked["table"] = part, start, rec["nbytes"], idx
+        try:
+            failed = copy_records_checked(self._parts, ranges.reshape(-1), buf.numpy(), self.tables, checked,
+                                          self._sums(rec))
+        except ValueError as exc:  # with checksums on the C side names the record, without it the range
+            raise self._mismatch(exc, idx if self.checksums else np.repeat(idx, 3)) from None
+        if failed:
+            return None  # the per-sample path raises for each corrupt record, under on_error
         masks, values, escapes = buf[:m_end].view(torch.int64), buf[m_end:v_end].view(torch.int8), \
             buf[e_start:total].view(torch.int16)
         flat = counts.reshape(-1)  # planes follow each other, record after record
