@@ -126,6 +126,21 @@ def test_relative_links_resolve(doc):
     assert not bad, f"{doc}: links to nothing: {bad}"
 
 
+def test_the_demo_figure_says_across_what_it_repeats():
+    """`make demo` repeats its figure only with the same code, machine and torch thread count
+    (another thread count or CPU sums floats in another order): the README says so and gives the
+    spread seen across them, not one figure called deterministic."""
+    text = (ROOT / "README.md").read_text()
+    para = text[text.index("`make demo` runs"):]
+    para = " ".join(para[:para.index("\n\n")].split())
+    assert "deterministic" not in para, para
+    assert re.search(r"same machine and the same number of torch threads", para), para
+    assert re.search(r"\b9\d(\.\d)?–9\d(\.\d)?% validation top-1", para), para  # a range, not one number
+    assert len(re.findall(r"0\.9\d\d with \d+ threads?", para)) >= 3, para  # the figures behind the range
+    row = next(line for line in text.splitlines() if line.startswith("| the demo learns"))
+    assert "deterministic" not in row and "thread" in row and re.search(r"9\d(\.\d)?–9\d(\.\d)?%", row), row
+
+
 def test_the_docs_name_no_tracker_issues():
     """A reader has no issue tracker to look numbers up in: the README, docs/*.md and the recipes'
     README say what a thing is, not which issue brought it ("issue 40", "the issue asks")."""
