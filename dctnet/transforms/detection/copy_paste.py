@@ -70,9 +70,29 @@ class SimpleCopyPaste:
         device = images[0].device
         counts = [len(t["labels"]) for t in targets]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        owner = np.repeat(np.arange(B), counts)
         masks = torch.cat([t["masks"] for t in targets]) if sum(counts) else images[0].new_zeros((0, h, w),
                                                                                                  dtype=torch.uint8)
+        x, own = self._paste(images, masks, paste, offsets, counts)
+        boxes = _masks_to_boxes(own)
+        alive = (own != 0).flatten(1).any(1)
+        out = []
+        for b, t in enumerate(targets):  # host bookkeeping of the concatenation; device work is above
+            o = slice(int(offsets[b]), int(offsets[b + 1]))
+            if not len(paste[b]):  # nothing to paste (the previous sample has no objects): unchanged, as theirs
+                out.append({**t, "_valid": torch.ones(counts[b], dtype=torch.bool, device=device)})
+                x[b] = images[b]
+                continue
+            out.append(_pasted_target(t, targets[(b - 1) % B], paste[b], own[o], boxes[o], alive[o]))
+        _keep_survivors(out, device)
+        return list(x.unbind(0)), out
+
+    def _paste(self, images: Sequence[Tensor], masks: Tensor, paste: Sequence[Tensor], offsets: np.ndarray,
+               counts: Sequence[int]) -> tuple[Tensor, Tensor]:
+        """The device work: the images with the previous sample's picked objects pasted on ``(B, 3, h, w)``,
+        and every object's own mask occluded by what was pasted onto its image ``(N, h, w)`` (``masks``:
+        the batch's masks concatenated, sample ``b``'s from ``offsets[b]``)."""
+        B, (h, w), device = len(images), images[0].shape[-2:], images[0].device
+        owner = np.repeat(np.arange(B), counts)
         # the pasted objects: global indices into ``masks`` and the sample each lands on
         picked = [paste[b].numpy() + offsets[(b - 1) % B] for b in range(B)]
         src = torch.from_numpy(np.concatenate(picked).astype(np.int64)).to(device, non_blocking=True)
@@ -86,41 +106,42 @@ class SimpleCopyPaste:
         rolled = x.roll(1, 0)
         x = torch.where(alpha[:, None], rolled, x)
         own = masks * (~alpha).index_select(0, torch.from_numpy(owner).to(device, non_blocking=True))
-        boxes = _masks_to_boxes(own)
-        alive = (own != 0).flatten(1).any(1)
-        out = []
-        for b, t in enumerate(targets):  # host bookkeeping of the concatenation; device work is above
-            o = slice(int(offsets[b]), int(offsets[b + 1]))
-            p = paste[b]
-            prev = targets[(b - 1) % B]
-            if not len(p):  # nothing to paste (the previous sample has no objects): unchanged, as theirs
-                out.append({**t, "_valid": torch.ones(counts[b], dtype=torch.bool, device=device)})
-                x[b] = images[b]
-                continue
-            dev_p = p.to(device, non_blocking=True)
-            t2 = dict(t)
-            t2["masks"] = torch.cat([own[o], prev["masks"].index_select(0, dev_p)])
-            t2["boxes"] = torch.cat([boxes[o], prev["boxes"].index_select(0, dev_p).to(boxes.dtype)])
-            t2["labels"] = torch.cat([t["labels"], prev["labels"].index_select(0, dev_p)])
-            valid = torch.cat([alive[o], torch.ones(len(p), dtype=torch.bool, device=device)])
-            if "area" in t:
-                t2["area"] = t2["masks"].flatten(1).sum(1).to(torch.float32)
-            if "iscrowd" in t and "iscrowd" in prev and len(t["iscrowd"]) == counts[b]:
-                t2["iscrowd"] = torch.cat([t["iscrowd"], prev["iscrowd"].index_select(0, dev_p)])
-            elif "iscrowd" in t2:
-                del t2["iscrowd"]
-            bx = t2["boxes"]
-            t2["_valid"] = valid & (bx[:, 2:] > bx[:, :2]).all(1)
-            out.append(t2)
-        # the one host read: which objects survive (their count sizes every target)
-        flags = torch.cat([t.pop("_valid") for t in out]).cpu().numpy()
-        ends = np.cumsum([len(t["labels"]) for t in out])
-        for t, f in zip(out, np.split(flags, ends[:-1])):
-            keep = torch.from_numpy(np.flatnonzero(f)).to(device, non_blocking=True)
-            for k in BOX_FIELDS:
-                if isinstance(t.get(k), Tensor):
-                    t[k] = t[k].index_select(0, keep)
-        return list(x.unbind(0)), out
+        return x, own
+
+
+def _pasted_target(t: dict[str, Any], prev: dict[str, Any], p: Tensor, own: Tensor, boxes: Tensor,
+                   alive: Tensor) -> dict[str, Any]:
+    """Target ``t`` with the objects ``p`` of ``prev`` (the previous sample's target) pasted on: its own
+    objects' occluded masks ``own``, their ``boxes`` and whether they are ``alive`` (non-empty), then
+    the pasted ones; ``_valid`` marks the objects that survive (alive, non-degenerate boxes)."""
+    device = own.device
+    dev_p = p.to(device, non_blocking=True)
+    t2 = dict(t)
+    t2["masks"] = torch.cat([own, prev["masks"].index_select(0, dev_p)])
+    t2["boxes"] = torch.cat([boxes, prev["boxes"].index_select(0, dev_p).to(boxes.dtype)])
+    t2["labels"] = torch.cat([t["labels"], prev["labels"].index_select(0, dev_p)])
+    valid = torch.cat([alive, torch.ones(len(p), dtype=torch.bool, device=device)])
+    if "area" in t:
+        t2["area"] = t2["masks"].flatten(1).sum(1).to(torch.float32)
+    if "iscrowd" in t and "iscrowd" in prev and len(t["iscrowd"]) == len(own):
+        t2["iscrowd"] = torch.cat([t["iscrowd"], prev["iscrowd"].index_select(0, dev_p)])
+    elif "iscrowd" in t2:
+        del t2["iscrowd"]
+    bx = t2["boxes"]
+    t2["_valid"] = valid & (bx[:, 2:] > bx[:, :2]).all(1)
+    return t2
+
+
+def _keep_survivors(out: list[dict[str, Any]], device: torch.device) -> None:
+    """Each target of ``out`` keeps the objects its ``_valid`` flags mark (popped), every per-box field."""
+    # the one host read: which objects survive (their count sizes every target)
+    flags = torch.cat([t.pop("_valid") for t in out]).cpu().numpy()
+    ends = np.cumsum([len(t["labels"]) for t in out])
+    for t, f in zip(out, np.split(flags, ends[:-1])):
+        keep = torch.from_numpy(np.flatnonzero(f)).to(device, non_blocking=True)
+        for k in BOX_FIELDS:
+            if isinstance(t.get(k), Tensor):
+                t[k] = t[k].index_select(0, keep)
 
 
 def _masks_to_boxes(masks: Tensor) -> Tensor:

@@ -97,6 +97,24 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
     """Stack per-sample geometries into a :class:`DetectionPlan` (samples with fewer stages get
     identity stages at the end)."""
     n = max(len(g.stages) for g in geoms)
+    stages, flips, antialias, fills = _stack_stages(geoms, n)
+    photometric = [_stack_photometric([g.stages[s].photometric if s < len(g.stages) else None for g in geoms])
+                   for s in range(n)]
+    warps = [_stack_warps([g.stages[s].warp if s < len(g.stages) else None for g in geoms], stages[s], s)
+             for s in range(n)]
+    return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
+                         stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
+                         antialias=torch.from_numpy(antialias),
+                         fills=list(torch.from_numpy(fills)), photometric=photometric, targets=list(targets),
+                         mask_maps=[g.mask_maps() for g in geoms], warps=warps,
+                         canvas=[torch.tensor([(seq[s].canvas if s < len(seq) else g.canvas)
+                                               for g, seq in zip(geoms, (g.stages for g in geoms))],
+                                              dtype=torch.int64).reshape(-1, 2) for s in range(n)])
+
+
+def _stack_stages(geoms: Sequence[Geometry], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The plan's ``stages (n, B, 10)``, ``flips (n, B)``, ``antialias (n, B)`` and ``fills (n, B, 3)``,
+    identity stages after a sample's own."""
     stages = np.zeros((n, len(geoms), 10), np.int64)
     flips = np.zeros((n, len(geoms)), bool)
     antialias = np.ones((n, len(geoms)), bool)
@@ -109,46 +127,41 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
             antialias[s, b] = st.antialias
             if st.fill is not None:
                 fills[s, b] = st.fill
-    photometric: list[dict[str, Tensor] | None] = []
-    for s in range(n):
-        drawn = [g.stages[s].photometric if s < len(g.stages) else None for g in geoms]
-        if all(d is None for d in drawn):
-            photometric.append(None)
-            continue
-        keys = ("brightness", "contrast", "saturation", "hue")
-        identity = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
-        on = torch.tensor([[d is not None and d[k] is not None for k in keys] for d in drawn])
-        factors = torch.tensor([[d[k] if d is not None and d[k] is not None else identity[k] for k in keys]
-                                for d in drawn], dtype=torch.float64)
-        photometric.append({
-            "factors": factors, "on": on,
-            "before": torch.tensor([bool(d is not None and d["contrast_before"]) for d in drawn]),
-            "permute": torch.tensor([d is not None and d["permutation"] is not None for d in drawn]),
-            "permutation": torch.tensor([d["permutation"] if d is not None and d["permutation"] is not None
-                                         else [0, 1, 2] for d in drawn], dtype=torch.int64)})
-    warps: list[tuple | None] = []
-    for s in range(n):
-        drawn = [g.stages[s].warp if s < len(g.stages) else None for g in geoms]
-        if all(d is None for d in drawn):
-            warps.append(None)
-            continue
-        kinds = {(d["mode"], d["fill"]) for d in drawn if d is not None}
-        if len(kinds) > 1:
-            raise ValueError(f"stage {s}: samples warp with different interpolations or fills ({sorted(kinds)})")
-        mode, fill = kinds.pop()
-        inverse = torch.tensor([d["inverse"] if d is not None else [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] for d in drawn],
-                               dtype=torch.float64).reshape(-1, 2, 3)
-        # each sample's warp input (its window) and output canvas; identity where it has no warp
-        ins = torch.tensor([d["input"] if d is not None else tuple(stages[s, b, 4:6]) for b, d in enumerate(drawn)],
-                           dtype=torch.int64)
-        outs = torch.tensor([d["size"] if d is not None else tuple(stages[s, b, 4:6]) for b, d in enumerate(drawn)],
-                            dtype=torch.int64)
-        warps.append((inverse, mode, fill, torch.tensor([d is not None for d in drawn]), ins, outs))
-    return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
-                         stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
-                         antialias=torch.from_numpy(antialias),
-                         fills=list(torch.from_numpy(fills)), photometric=photometric, targets=list(targets),
-                         mask_maps=[g.mask_maps() for g in geoms], warps=warps,
-                         canvas=[torch.tensor([(seq[s].canvas if s < len(seq) else g.canvas)
-                                               for g, seq in zip(geoms, (g.stages for g in geoms))],
-                                              dtype=torch.int64).reshape(-1, 2) for s in range(n)])
+    return stages, flips, antialias, fills
+
+
+def _stack_photometric(drawn: Sequence[dict[str, Any] | None]) -> dict[str, Tensor] | None:
+    """One stage's drawn colour ops per sample (``None``: none) as :attr:`DetectionPlan.photometric`'s
+    host tensors; ``None`` when no sample has any."""
+    if all(d is None for d in drawn):
+        return None
+    keys = ("brightness", "contrast", "saturation", "hue")
+    identity = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
+    on = torch.tensor([[d is not None and d[k] is not None for k in keys] for d in drawn])
+    factors = torch.tensor([[d[k] if d is not None and d[k] is not None else identity[k] for k in keys]
+                            for d in drawn], dtype=torch.float64)
+    return {
+        "factors": factors, "on": on,
+        "before": torch.tensor([bool(d is not None and d["contrast_before"]) for d in drawn]),
+        "permute": torch.tensor([d is not None and d["permutation"] is not None for d in drawn]),
+        "permutation": torch.tensor([d["permutation"] if d is not None and d["permutation"] is not None
+                                     else [0, 1, 2] for d in drawn], dtype=torch.int64)}
+
+
+def _stack_warps(drawn: Sequence[dict[str, Any] | None], stages: np.ndarray, s: int) -> tuple | None:
+    """Stage ``s``'s drawn warps per sample (``None``: none; ``stages (B, 10)`` its rows of the plan)
+    as :attr:`DetectionPlan.warps`' entry; ``None`` when no sample warps."""
+    if all(d is None for d in drawn):
+        return None
+    kinds = {(d["mode"], d["fill"]) for d in drawn if d is not None}
+    if len(kinds) > 1:
+        raise ValueError(f"stage {s}: samples warp with different interpolations or fills ({sorted(kinds)})")
+    mode, fill = kinds.pop()
+    inverse = torch.tensor([d["inverse"] if d is not None else [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] for d in drawn],
+                           dtype=torch.float64).reshape(-1, 2, 3)
+    # each sample's warp input (its window) and output canvas; identity where it has no warp
+    ins = torch.tensor([d["input"] if d is not None else tuple(stages[b, 4:6]) for b, d in enumerate(drawn)],
+                       dtype=torch.int64)
+    outs = torch.tensor([d["size"] if d is not None else tuple(stages[b, 4:6]) for b, d in enumerate(drawn)],
+                        dtype=torch.int64)
+    return inverse, mode, fill, torch.tensor([d is not None for d in drawn]), ins, outs
