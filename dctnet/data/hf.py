@@ -53,7 +53,7 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, read_
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import CropDataset, sample_from_coefficients, samples_from_coefficients
 from dctnet.data.sample import CoefficientSample
-from dctnet.data.shards import DEFAULT_INTERLEAVE, ReaderSplit, reader_stream
+from dctnet.data.streams import DEFAULT_INTERLEAVE, ReaderSplit, reader_stream
 from dctnet.data.usable import data_kind
 from dctnet.distributed import placement
 
@@ -491,7 +491,7 @@ class HFStreamDataset(ReaderSplit, torch.utils.data.IterableDataset):
     def raw_split(self, me: int, total: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
         """The undecoded rows of reader ``me`` of ``total`` as ``(source, row in source, row)``,
         in the order :meth:`iter_split` yields them — the tar shards' rule
-        (:func:`dctnet.data.shards.reader_stream`): one seed means one order rule. With
+        (:func:`dctnet.data.streams.reader_stream`): one seed means one order rule. With
         ``shard_sizes`` the split is by rows (every row once, readers' counts within one of each
         other); without them, by source."""
         if self.shard_sizes is None:

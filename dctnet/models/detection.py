@@ -11,6 +11,7 @@ own ``postprocess`` would have.
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -260,8 +261,6 @@ def roi_pool_scales(model: nn.Module) -> dict[str, list[float]]:
 def set_roi_pool_scales(model: nn.Module, scales: dict[str, list[float]]) -> None:
     """Put back what :func:`roi_pool_scales` saved: each pooler's scales and the level mapper
     torchvision derives from them (``_setup_scales``' rule)."""
-    import math
-
     from torchvision.ops.poolers import initLevelMapper  # optional dependency (as the detectors)
 
     modules = dict(model.named_modules())

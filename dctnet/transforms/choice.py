@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from dctnet.transforms.base import Transform, _in_domain, _representation
+from dctnet.transforms.counterparts import counterpart as counterpart_of
 
 __all__ = ["RandomApply", "RandomChoice", "RandomOrder"]
 
@@ -80,9 +81,7 @@ class _Container(Transform):
         """torchvision v2's class of the same name over each child's counterpart, with the same ``p``."""
         from torchvision.transforms import v2  # optional dependency (the baseline's)
 
-        from dctnet.transforms.registry import counterpart as one  # (a cycle otherwise: the registry imports us)
-
-        return getattr(v2, cls.__name__)([one(s, ctx) for s in args["transforms"]], p=args["p"])
+        return getattr(v2, cls.__name__)([counterpart_of(s, ctx) for s in args["transforms"]], p=args["p"])
 
     def _run_children(self, x: Tensor, labels: Tensor | None, children: list,
                       keep: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -178,9 +177,7 @@ class RandomOrder(_Container):
         """torchvision v2's ``RandomOrder`` over each child's counterpart."""
         from torchvision.transforms import v2  # optional dependency (the baseline's)
 
-        from dctnet.transforms.registry import counterpart as one  # (a cycle otherwise: the registry imports us)
-
-        return v2.RandomOrder([one(s, ctx) for s in args["transforms"]])
+        return v2.RandomOrder([counterpart_of(s, ctx) for s in args["transforms"]])
 
     def draw(self, shape, gen):
         n = len(self.transforms)

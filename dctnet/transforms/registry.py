@@ -28,7 +28,8 @@ from typing import Any, Union
 
 # the modules that declare the ops (imported for their registration in RECIPE_OPS), in the op table's order
 from dctnet.transforms import augment, auto_augment, choice, erasing, mixing, model_input, timm_augment  # noqa: F401
-from dctnet.transforms.base import RECIPE_OPS, BaselineContext, Compose, Transform
+from dctnet.transforms.base import RECIPE_OPS, Compose, Transform
+from dctnet.transforms.counterparts import counterpart, spec_arguments
 
 __all__ = ["MIXERS", "TRANSFORMS", "build_transform", "counterpart", "describe_transforms", "is_mixer_spec",
            "op_table", "spec_arguments", "timm_kwargs"]
@@ -227,29 +228,6 @@ def describe_transforms() -> list[tuple[str, list[tuple[str, Any]]]]:
 
 
 # ---------------------------------------------------------------------- generated from the declarations
-def spec_arguments(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A spec's arguments with its class's defaults filled in (lists as tuples): what both arms of a
-    recipe use."""
-    cls = TRANSFORMS[spec["name"]]
-    args = {k: v.default for k, v in inspect.signature(cls).parameters.items() if v.default is not inspect.Parameter.empty}
-    args.update({k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "name"})
-    return args
-
-
-def counterpart(spec: Mapping[str, Any], ctx: BaselineContext) -> Any:
-    """torchvision's or timm's own implementation of a recipe's augment entry (its class's
-    :meth:`~dctnet.transforms.base.Transform.counterpart`), the arguments as :func:`build_transform`
-    resolves them (the class's defaults; ``interpolation`` from the crop where the class takes it from
-    there). ``ValueError`` for an op neither library has."""
-    cls = TRANSFORMS[spec["name"]]
-    args = spec_arguments(spec)
-    if cls.takes_transforms:
-        args["transforms"] = list(spec["transforms"])  # specs: the container's counterpart maps each
-    if getattr(cls, "interpolation_from_crop", False) and "interpolation" not in spec:
-        args["interpolation"] = ctx.interpolation
-    return cls.counterpart(args, ctx)
-
-
 def timm_kwargs(spec: Mapping[str, Any]) -> dict[str, Any] | None:
     """timm's ``create_transform(is_training=True, ...)`` keyword arguments for a recipe's augment
     entry, or ``None`` where ``create_transform`` cannot state it."""
