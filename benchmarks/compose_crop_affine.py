@@ -29,7 +29,7 @@ import torchvision.transforms.v2.functional as TVF
 from dctnet import image as IM
 from dctnet import resize as RS
 from dctnet import transforms as T
-from dctnet.transforms import geometry as G
+from dctnet.kernels import geometry as G
 
 from device_transforms import load_batch
 

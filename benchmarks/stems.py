@@ -21,11 +21,12 @@ import torchvision
 from torch import nn
 
 import dctnet
-import dctnet.functional as F
+from dctnet.kernels import color as KC
+from dctnet.kernels import dct as KD
 import dctnet.image as IM
 import dctnet.resize as RS
 import dctnet.models as M
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DCTNET_DATA", ROOT.parent / "shared" / "data" / "imagenette"))
@@ -56,7 +57,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     x = photos()
-    rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255.0
+    rgb = KC.ycbcr_to_rgb(KD.block_idct(x) + 128.0, dim=1) / 255.0
     x1 = x[:1]
     rows = []
 
@@ -77,12 +78,12 @@ def main() -> None:
             stem = M.stem_modules(dct)[0]
             if kw.get("chroma") == "native":
                 y = x[:, 0]  # 4:2:0 planes: chroma box-downsampled 2×2, as an encoder would store it
-                c = torch.stack([F.block_dct(nn.functional.avg_pool2d(F.block_idct(x[:, k]).unsqueeze(1), 2)[:, 0])
+                c = torch.stack([KD.block_dct(nn.functional.avg_pool2d(KD.block_idct(x[:, k]).unsqueeze(1), 2)[:, 0])
                                  for k in (1, 2)], 1)
                 inp, inp1 = (y, c), (y[:1], c[:1])
                 with torch.no_grad():  # reference: the same 4:2:0 planes, nearest-upsampled
-                    up = torch.stack([y, *(F.upsample_nearest_dct(c[:, k], 2, 2) for k in (0, 1))], 1)
-                    r = model(norm(F.ycbcr_to_rgb(F.block_idct(up) + 128.0, dim=1) / 255.0, mean, std))
+                    up = torch.stack([y, *(KD.upsample_nearest_dct(c[:, k], 2, 2) for k in (0, 1))], 1)
+                    r = model(norm(KC.ycbcr_to_rgb(KD.block_idct(up) + 128.0, dim=1) / 255.0, mean, std))
             else:
                 inp, inp1, r = x, x1, ref
             with torch.no_grad():

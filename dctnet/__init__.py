@@ -2,7 +2,7 @@
 
 The CPU reads quantized DCT coefficients with libjpeg (:mod:`dctnet.codec`); everything else —
 reconstruction, augmentation, normalization, DCT-domain stems — is batched torch code
-(:mod:`dctnet.functional` and up).
+(:mod:`dctnet.kernels` and up).
 """
 
 from dctnet import codec as _codec

@@ -280,7 +280,7 @@ def cmd_browse(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from dctnet import data as D  # lazy
     from dctnet import transforms as T  # lazy
-    from dctnet.functional import zigzag_indices  # lazy
+    from dctnet.kernels.dct import zigzag_indices  # lazy
 
     try:
         ds = D.ImageFolderDataset(args.src, crop=D.CenterCrop(args.crop_fraction), on_error="skip")

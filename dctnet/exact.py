@@ -1,7 +1,7 @@
 """libjpeg-turbo's default decode in integer arithmetic — the ``islow`` IDCT (jidctint.c), integer
 ("fancy" triangle and box) upsampling (jdsample.c) and fixed-point colour conversion (jdcolor.c) —
 so that pixels are bit-identical to libjpeg's and Pillow's (the SIMD versions are bit-exact to
-these). Batched torch, like :mod:`dctnet.functional`; whole images: :func:`dctnet.image.to_rgb`
+these). Batched torch, like :mod:`dctnet.kernels.dct`; whole images: :func:`dctnet.image.to_rgb`
 with ``exact=True``.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dctnet.functional import _cached, _resample_last
+from dctnet.kernels.cache import cached
+from dctnet.kernels.dct import resample_last
 
 __all__ = ["block_idct_islow", "islow_matrix", "upsample_pixels_exact"]
 
@@ -58,7 +59,7 @@ def islow_matrix(*, dtype: torch.dtype = torch.float64, device: torch.device | s
         cols = [_islow_1d([int(i == k) for i in range(8)]) for k in range(8)]
         return torch.tensor(cols, dtype=torch.float64).T.to(dtype=dtype, device=device, non_blocking=True)
 
-    return _cached(("islow", dtype, str(device)), make)
+    return cached(("islow", dtype, str(device)), make)
 
 
 def block_idct_islow(coeffs: Tensor) -> Tensor:
@@ -88,7 +89,7 @@ def _triangle_int(x: Tensor, valid: Tensor, bias: tuple[int, int], shift: int) -
     neighbours beyond the component's ``valid[b]`` samples replaced by the edge sample (libjpeg's
     edge cases and context rows reduce to exactly this)."""
     b, rows, n = x.shape
-    # shifted copies, as functional._resample_last: the left neighbour of s[0] is itself, the right
+    # shifted copies, as dctnet.kernels.dct.resample_last: the left neighbour of s[0] is itself, the right
     # neighbour of each sample's last valid one is itself (libjpeg's edge), past it is padding
     prev = torch.cat([x[..., :1], x[..., :-1]], -1)
     nxt = torch.cat([x[..., 1:], x[..., -1:]], -1)
@@ -119,9 +120,9 @@ def upsample_pixels_exact(pix: Tensor, fh: int, fv: int, valid: Tensor, *, mode:
         return torch.where(wide, tri, box)
     out = pix  # replication (libjpeg's int_upsample): exact in any dtype
     if fv != 1:
-        out = tr(_resample_last(tr(out), fv, valid[:, 0], None))
+        out = tr(resample_last(tr(out), fv, valid[:, 0], None))
     if fh != 1:
-        out = _resample_last(out, fh, valid[:, 1], None)
+        out = resample_last(out, fh, valid[:, 1], None)
     return out
 
 
@@ -136,8 +137,8 @@ def _ycc_to_rgb_exact(y: Tensor, cb: Tensor, cr: Tensor) -> Tensor:
     return torch.stack([r, g, b], dim=1).clamp(0, 255).to(torch.int32)
 
 
-def _components_to_rgb_exact(comps: Tensor, color_space: str) -> Tensor:
-    """:func:`dctnet.functional._unit_planes_to_rgb` in libjpeg's (and, for CMYK, Pillow's) integer arithmetic."""
+def components_to_rgb_exact(comps: Tensor, color_space: str) -> Tensor:
+    """:func:`dctnet.kernels.color.unit_planes_to_rgb` in libjpeg's (and, for CMYK, Pillow's) integer arithmetic."""
     if color_space == "gray":
         return comps[:, :1].expand(-1, 3, -1, -1)
     if color_space == "YCbCr":

@@ -2,7 +2,7 @@
 → float RGB in [0, 1]; float maths by default, within a few grey levels of libjpeg, or
 ``exact=True``, libjpeg-turbo's integer decode bit for bit — Pillow's 8-bit pixels as ``k/255``),
 :func:`coefficients_to_rgb` (a :class:`dctnet.JpegCoefficients`), and :func:`from_rgb` (RGB →
-planes at a sampling). Conventions: :mod:`dctnet.functional`.
+planes at a sampling). Conventions: :mod:`dctnet.kernels.dct`, :mod:`dctnet.kernels.color`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dctnet.exact import _components_to_rgb_exact, block_idct_islow, upsample_pixels_exact
-from dctnet.functional import (_RGB_TO_YCC, CENTRED_COMPONENTS, Size, _as_sizes, _component_extent, _constant,
-                               _unit_planes_to_rgb, _unit_samples, block_dct, rgb_to_ycbcr, upsample_pixels)
+from dctnet.exact import block_idct_islow, components_to_rgb_exact, upsample_pixels_exact
+from dctnet.kernels.cache import constant
+from dctnet.kernels.color import CENTRED_COMPONENTS, RGB_TO_YCC, rgb_to_ycbcr, unit_planes_to_rgb
+from dctnet.kernels.dct import Size, as_sizes, block_dct, component_extent, unit_samples, upsample_pixels
 
 __all__ = ["coefficients_to_rgb", "from_rgb", "grid_size", "to_rgb"]
 
@@ -67,7 +68,7 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
         raise ValueError(f"{len(planes)} planes but {len(sampling)} sampling factors")
     device = planes[0].device
     batch = planes[0].shape[0]
-    sizes = _as_sizes(size, batch, device)
+    sizes = as_sizes(size, batch, device)
     hmax = max(h for h, _ in sampling)
     vmax = max(v for _, v in sampling)
     if out_size is not None:
@@ -88,14 +89,14 @@ def to_rgb(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]], size: 
         for i, (plane, (h, v)) in enumerate(zip(planes, sampling)):
             # (B, 8Hb, 8Wb) samples / 255 (chroma − 128), transposed for columns; a decoder's samples are
             # 8-bit: with clamp, ringing past 0/255 is cut before the colour maths
-            pix = _unit_samples(plane.to(dtype), centred=i in centred, clamp=clamp, transposed=columns)
-            valid = _component_extent(sizes, h, v, hmax, vmax)
+            pix = unit_samples(plane.to(dtype), centred=i in centred, clamp=clamp, transposed=columns)
+            valid = component_extent(sizes, h, v, hmax, vmax)
             if hmax % h == 0 and vmax % v == 0:
                 pix = upsample_pixels(pix, hmax // h, vmax // v, valid, mode=upsampling, transposed=columns)
             else:
                 pix = _upsample_fractional(pix, h, v, hmax, vmax, valid, out_h, out_w)
             comps.append(pix[:, :out_w, :out_h] if columns else pix[:, :out_h, :out_w])
-        rgb = _unit_planes_to_rgb(comps, color_space, clamp)
+        rgb = unit_planes_to_rgb(comps, color_space, clamp)
         return rgb.transpose(-1, -2) if columns else rgb
 
 
@@ -116,10 +117,10 @@ def _to_rgb_exact(planes: Sequence[Tensor], sampling: Sequence[tuple[int, int]],
     for plane, (h, v) in zip(planes, sampling):
         if hmax % h or vmax % v:
             raise ValueError(f"exact decode needs integer sampling ratios (libjpeg cannot decode {sampling})")
-        valid = _component_extent(sizes, h, v, hmax, vmax)
+        valid = component_extent(sizes, h, v, hmax, vmax)
         pix = upsample_pixels_exact(block_idct_islow(plane), hmax // h, vmax // v, valid, mode=upsampling)
         comps.append(pix[:, :out_h, :out_w])
-    return _components_to_rgb_exact(torch.stack(comps, dim=1), color_space)
+    return components_to_rgb_exact(torch.stack(comps, dim=1), color_space)
 
 
 def _upsample_fractional(pix: Tensor, h: int, v: int, hmax: int, vmax: int, valid: Tensor, out_h: int,
@@ -164,8 +165,8 @@ def from_rgb(rgb: Tensor, sampling: Sequence[tuple[int, int]] = ((2, 2), (1, 1),
     mcu_h, mcu_w = 8 * vmax, 8 * hmax
     pad_h, pad_w = -height % mcu_h, -width % mcu_w
     x = rgb.float() * 255.0
-    ycc = rgb_to_ycbcr(x, dim=1) if len(sampling) > 1 else (x * _constant(
-        "luma_weights", _RGB_TO_YCC[0], x).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
+    ycc = rgb_to_ycbcr(x, dim=1) if len(sampling) > 1 else (x * constant(
+        "luma_weights", RGB_TO_YCC[0], x).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
     if pad_h or pad_w:
         ycc = torch.nn.functional.pad(ycc, (0, pad_w, 0, pad_h), mode="replicate")
     planes = []

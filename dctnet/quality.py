@@ -1,6 +1,6 @@
 """JPEG quality: libjpeg's (IJG) standard quantization tables and the quality a file's tables
 were scaled from. numpy only (``dctnet info`` uses it without loading torch); the DCT-domain
-requantization builds its tables from these (:func:`dctnet.transforms.dct_kernels.ijg_tables`).
+requantization builds its tables from these (:func:`dctnet.kernels.coefficients.ijg_tables`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ IJG_STD_TABLES = np.array([
 
 def estimate_quality(table: np.ndarray, chroma: bool = False) -> float:
     """IJG quality (1..100) whose scaled standard table (luminance, or chrominance when
-    ``chroma``) is closest to ``table`` (64 entries, natural order): :func:`dctnet.transforms.dct_kernels.ijg_tables` inverted.
+    ``chroma``) is closest to ``table`` (64 entries, natural order): :func:`dctnet.kernels.coefficients.ijg_tables` inverted.
 
     libjpeg scales the standard table by ``s = 5000/q`` (q < 50) or ``200 − 2q`` percent; we invert
     that from the mean ratio. Approximate for tables not made by libjpeg's scaling."""

@@ -18,7 +18,7 @@ from dctnet.synthetic import make_labelled_dataset
 from dctnet.train import load_recipe
 from dctnet.train.browse import browse
 from dctnet.train.pipeline import build_pipeline
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 
 from conftest import ROOT, SHARED, write_recipe
 

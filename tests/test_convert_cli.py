@@ -19,7 +19,7 @@ import dctnet.models as M
 from dctnet.cli import main
 from dctnet.models import build_model
 from dctnet.synthetic import synthetic_jpeg
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ import torch
 import torchvision.transforms.v2.functional as TVF
 
 from dctnet import transforms as T
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ import dctnet.data as D
 import dctnet.transforms as T
 from dctnet import resize as RS
 from dctnet.models import swap_stem
-from dctnet.transforms.normalization import data_config, input_mean_std
+from dctnet.kernels.normalization import data_config, input_mean_std
 
 from conftest import imagenette_files
 

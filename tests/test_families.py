@@ -20,7 +20,9 @@ import torchvision
 from torch import nn
 
 import dctnet
-import dctnet.functional as F
+from dctnet.kernels import color as KC
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels import dct as KD
 import dctnet.models as M
 import dctnet.nn as N
 from dctnet import data as D
@@ -125,7 +127,7 @@ def test_patch_embed_matches_conv_for_sub_block_and_large_patches(patch):
     torch.manual_seed(patch)
     conv = nn.Conv2d(3, 12, patch, patch).double()
     x = torch.randn(2, 3, 8, 8, 64, dtype=torch.float64) * 40
-    rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255.0
+    rgb = KC.ycbcr_to_rgb(KD.block_idct(x) + 128.0, dim=1) / 255.0
     mean, std = (0.4, 0.5, 0.6), (0.2, 0.3, 0.25)
     ref = conv((rgb - torch.tensor(mean, dtype=torch.float64).reshape(1, 3, 1, 1))
                / torch.tensor(std, dtype=torch.float64).reshape(1, 3, 1, 1))
@@ -133,7 +135,7 @@ def test_patch_embed_matches_conv_for_sub_block_and_large_patches(patch):
     torch.testing.assert_close(emb(x), ref, atol=1e-9, rtol=1e-9)
     if patch == 32:  # native 4:2:0 chroma: each patch covers 2×2 chroma blocks
         c = torch.randn(2, 2, 4, 4, 64, dtype=torch.float64) * 20
-        up = torch.stack([F.upsample_nearest_dct(c[:, i], 2, 2) for i in range(2)], 1)
+        up = torch.stack([KD.upsample_nearest_dct(c[:, i], 2, 2) for i in range(2)], 1)
         full = torch.cat([x[:, :1], up], 1)
         native = N.DCTPatchEmbed.from_conv(conv, mean, std, chroma="native")((x[:, 0], c))
         torch.testing.assert_close(native, N.DCTPatchEmbed.from_conv(conv, mean, std)(full), atol=1e-9, rtol=1e-9)
@@ -157,7 +159,7 @@ def test_torgb_for_model_and_swap_stem_share_one_normalisation():
     assert M.input_mean_std("timm:vit_small_patch16_224") == M.input_mean_std(model)
     assert M.input_mean_std("resnet50") == (T.IMAGENET_MEAN, T.IMAGENET_STD)
     rgb = torch.rand(2, 3, 32, 32, dtype=torch.float64)
-    x = T.dct_kernels.coefficient_image_from_rgb(rgb)
+    x = TF.coefficient_image_from_rgb(rgb)
     with torch.no_grad():
         ref = model(T.ToRGB.for_model(model)(x))
         out = M.swap_stem(copy.deepcopy(model)).eval()(x)

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dctnet import transforms as T
 from dctnet.train.recipe import load_recipe
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted([ROOT / "recipes" / "quickstart.yaml", *(ROOT / "recipes" / "imagenette").glob("*.yaml"),
@@ -200,7 +200,7 @@ def test_compiled_half_is_one_graph(path):
     native chroma and the standardisation) is one graph with no break, once the eager warm-up batch has
     built the constants — and tracing it stores nothing in the constant cache (a graph's output kept
     across calls is overwritten under CUDA graphs)."""
-    from dctnet import functional as F
+    from dctnet.kernels import cache as kernel_cache
 
     step = recipe_device_step(path)
     transform = step.train_transform.set_fixed_shapes(True)
@@ -210,14 +210,14 @@ def test_compiled_half_is_one_graph(path):
         prepared = transform.prepare(transform.draw_params(x.shape, T.step_generator(0, 0, b)), x.shape, x.device)
         if b == 0:
             half(x, labels, prepared)
-    F.traced_misses.clear()
+    kernel_cache.traced_misses.clear()
     torch._dynamo.reset()
     explained = torch._dynamo.explain(half)(x, labels, prepared)
     reasons = [str(r.reason).splitlines()[0] for r in explained.break_reasons]
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
     # every constant came from the cache the warm-up filled: none was built inside the graph (which would
     # also make dynamo guard on its key's absence, and recompile once an eager call stores it)
-    assert not F.traced_misses, F.traced_misses
+    assert not kernel_cache.traced_misses, kernel_cache.traced_misses
 
 
 def test_the_packed_plan_is_unpacked_inside_one_graph():
@@ -263,18 +263,19 @@ def test_the_packed_plan_is_unpacked_inside_one_graph():
 def test_constants_are_not_stored_while_tracing():
     """A cold constant cache under dynamo: the constant is built in the graph, the cache stays empty (and
     the traced step is still one graph); eagerly it is stored."""
-    from dctnet import functional as F
+    from dctnet.kernels import cache as kernel_cache
+    from dctnet.kernels import dct as KD
 
-    F._cache.clear()
-    F.traced_misses.clear()
-    fn = lambda x: F.block_idct(x) + 1  # noqa: E731
+    kernel_cache._cache.clear()
+    kernel_cache.traced_misses.clear()
+    fn = lambda x: KD.block_idct(x) + 1  # noqa: E731
     x = torch.randn(2, 3, 4, 4, 64)
     torch._dynamo.reset()
     explained = torch._dynamo.explain(fn)(x)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-    assert not F._cache and "basis" in F.traced_misses  # built in the graph, and said so
+    assert not kernel_cache._cache and "basis" in kernel_cache.traced_misses  # built in the graph, and said so
     torch.testing.assert_close(fn(x), torch.compile(fn, backend="eager")(x))
-    assert F._cache
+    assert kernel_cache._cache
 
 
 def test_compiled_step_never_recompiles_even_when_a_group_overflows(synthetic_files, monkeypatch):
@@ -341,6 +342,7 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
     ops one chunk per op (a blend chunk that holds no sharpness skips its filter): the same values,
     bit for bit, as the fixed-size groups, which run the general kernels on every row. The draw holds
     every warp axis and both kinds of blend chunk, or the test would prove nothing."""
+    from dctnet.kernels import pil as KP
     from dctnet.transforms import policy_base as PB
 
     policy = T.TimmAugment("rand-m9-mstd0.5-inc1")
@@ -372,14 +374,14 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
             arg[:3] = torch.tensor([0.0, 0.5, -0.25], dtype=torch.float64)  # identity, half and quarter pixels
             data = PB._pil_warp_data([name], torch.zeros(16, dtype=torch.long), arg, size)
             fill = torch.tensor([0.5, 0.4, 0.3])
-            one_axis = PB._pil_bicubic_affine(img, data, fill, axes)
-            torch.testing.assert_close(one_axis, PB._pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
+            one_axis = KP.pil_bicubic_affine(img, data, fill, axes)
+            torch.testing.assert_close(one_axis, KP.pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
             assert (one_axis == fill.view(1, 3, 1, 1)).any() and (one_axis != fill.view(1, 3, 1, 1)).any()
         # rotations: exact groups gather the 16 taps one by one, fixed groups a row of four at a time
         data = PB._pil_warp_data(["PilRotate"], torch.zeros(16, dtype=torch.long),
                                  torch.linspace(-30.0, 30.0, 16, dtype=torch.float64), size)
-        torch.testing.assert_close(PB._pil_bicubic_affine(img, data, fill, one_by_one=True),
-                                   PB._pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
+        torch.testing.assert_close(KP.pil_bicubic_affine(img, data, fill, one_by_one=True),
+                                   KP.pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("make,want", [

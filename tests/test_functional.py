@@ -12,7 +12,9 @@ import torch
 from PIL import Image
 
 import dctnet
-import dctnet.functional as F
+from dctnet.kernels import cache as kernel_cache
+from dctnet.kernels import color as KC
+from dctnet.kernels import dct as KD
 import dctnet.exact as EX
 import dctnet.image as IM
 import dctnet.resize as RS
@@ -38,7 +40,7 @@ def np_block_idct(plane: np.ndarray) -> np.ndarray:
 
 
 def test_dct_matrix_orthonormal_and_matches_definition():
-    c = F.dct_matrix(dtype=torch.float64)
+    c = KD.dct_matrix(dtype=torch.float64)
     np.testing.assert_allclose(c.numpy(), np_dct_matrix(), atol=1e-15)
     np.testing.assert_allclose((c @ c.T).numpy(), np.eye(8), atol=1e-14)
 
@@ -46,19 +48,19 @@ def test_dct_matrix_orthonormal_and_matches_definition():
 def test_block_idct_matches_numpy_and_roundtrips():
     rng = np.random.default_rng(0)
     plane = rng.integers(-300, 300, size=(3, 5, 64)).astype(np.float64)
-    ours = F.block_idct(torch.from_numpy(plane)).numpy()
+    ours = KD.block_idct(torch.from_numpy(plane)).numpy()
     np.testing.assert_allclose(ours, np_block_idct(plane), atol=1e-10)
-    back = F.block_dct(torch.from_numpy(ours)).numpy()
+    back = KD.block_dct(torch.from_numpy(ours)).numpy()
     np.testing.assert_allclose(back, plane, atol=1e-9)
     # Parseval: inner products are preserved, and DC = 8·mean
     other = rng.normal(size=(3, 5, 64))
     np.testing.assert_allclose((plane * other).sum(),
-                               (ours * F.block_idct(torch.from_numpy(other)).numpy()).sum(), rtol=1e-10)
+                               (ours * KD.block_idct(torch.from_numpy(other)).numpy()).sum(), rtol=1e-10)
     np.testing.assert_allclose(plane[..., 0], 8 * ours.reshape(3, 8, 5, 8).mean(axis=(1, 3)), atol=1e-9)
 
 
 def test_zigzag_is_a_permutation_in_jpeg_order():
-    zz = F.zigzag_indices()
+    zz = KD.zigzag_indices()
     assert sorted(zz.tolist()) == list(range(64))
     # walk the anti-diagonals alternately (the JPEG definition)
     order = []
@@ -72,7 +74,7 @@ def test_zigzag_is_a_permutation_in_jpeg_order():
 def test_upsample_nearest_dct_equals_pixel_repeat(fh, fv):
     rng = np.random.default_rng(1)
     plane = rng.normal(0, 50, size=(2, 3, 4, 64))
-    ours = F.upsample_nearest_dct(torch.from_numpy(plane), fh, fv)
+    ours = KD.upsample_nearest_dct(torch.from_numpy(plane), fh, fv)
     assert ours.shape == (2, 3 * fv, 4 * fh, 64)
     for b in range(2):
         pix = np_block_idct(plane[b]).repeat(fv, axis=0).repeat(fh, axis=1)
@@ -81,10 +83,10 @@ def test_upsample_nearest_dct_equals_pixel_repeat(fh, fv):
 
 def test_colour_conversions_invert_each_other():
     rgb = torch.rand(2, 3, 5, 7, dtype=torch.float64) * 255
-    np.testing.assert_allclose(F.ycbcr_to_rgb(F.rgb_to_ycbcr(rgb)).numpy(), rgb.numpy(), atol=1e-4)
+    np.testing.assert_allclose(KC.ycbcr_to_rgb(KC.rgb_to_ycbcr(rgb)).numpy(), rgb.numpy(), atol=1e-4)
     # JFIF definition, checked on one pixel with plain float maths
     y, cb, cr = 100.0, 90.0, 200.0
-    out = F.ycbcr_to_rgb(torch.tensor([y, cb, cr], dtype=torch.float64).reshape(1, 3, 1, 1)).flatten().tolist()
+    out = KC.ycbcr_to_rgb(torch.tensor([y, cb, cr], dtype=torch.float64).reshape(1, 3, 1, 1)).flatten().tolist()
     ref = [y + 1.402 * (cr - 128), y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128), y + 1.772 * (cb - 128)]
     np.testing.assert_allclose(out, ref, atol=1e-9)
 
@@ -278,7 +280,7 @@ def test_nearest_upsampling_mode_equals_dct_domain_upsampling():
     c = dctnet.read_coefficients(synthetic_jpeg(8, 48, 64, subsampling="4:2:0"))
     planes = [t.unsqueeze(0).float() for t in c.to_torch()]
     direct = IM.to_rgb(planes, c.sampling, c.size, upsampling="nearest", clamp=False)
-    up = [planes[0]] + [F.upsample_nearest_dct(p, 2, 2) for p in planes[1:]]
+    up = [planes[0]] + [KD.upsample_nearest_dct(p, 2, 2) for p in planes[1:]]
     via_dct = IM.to_rgb(up, [(1, 1)] * 3, c.size, clamp=False)
     torch.testing.assert_close(direct, via_dct, atol=1e-4, rtol=0)
 
@@ -440,7 +442,7 @@ def test_to_rgb_on_cuda_matches_cpu():
 
 
 def test_select_is_where_bit_for_bit_on_finite_floats():
-    """F.select (a lerp with weights 0 and 1, the CPU's faster select) returns exactly torch.where's
+    """kernel_cache.select (a lerp with weights 0 and 1, the CPU's faster select) returns exactly torch.where's
     values on finite floats, for per-sample and per-pixel masks, in float32, float64 and bfloat16, and
     falls back to where for integers."""
     g = torch.Generator().manual_seed(0)
@@ -452,10 +454,10 @@ def test_select_is_where_bit_for_bit_on_finite_floats():
         for shape in ((6, 1, 1, 1), (6, 1, 9, 7), (6, 3, 9, 7)):
             mask = torch.rand(shape, generator=g) > 0.5
             want = torch.where(mask, a, b)
-            got = F.select(mask, a, b)
+            got = kernel_cache.select(mask, a, b)
             assert got.dtype == want.dtype and torch.equal(got, want), (dtype, other, shape)
     ints = torch.arange(12).view(3, 4)
-    assert torch.equal(F.select(ints > 5, ints, -ints), torch.where(ints > 5, ints, -ints))
+    assert torch.equal(kernel_cache.select(ints > 5, ints, -ints), torch.where(ints > 5, ints, -ints))
 
 
 def test_colour_and_upsampling_take_gradients_and_trace_without_graph_breaks():
@@ -464,26 +466,26 @@ def test_colour_and_upsampling_take_gradients_and_trace_without_graph_breaks():
     values without out= (autograd refuses it, dynamo breaks the graph on it)."""
     g = torch.Generator().manual_seed(0)
     ycc = torch.rand(2, 3, 9, 7, generator=g) * 255
-    want = F.ycbcr_to_rgb(ycc)
+    want = KC.ycbcr_to_rgb(ycc)
     leaf = ycc.clone().requires_grad_()
-    got = F.ycbcr_to_rgb(leaf)
+    got = KC.ycbcr_to_rgb(leaf)
     torch.testing.assert_close(got.detach(), want, atol=0, rtol=0)
     got.sum().backward()
-    (_, _, rv), (_, gu, gv), (_, bu, _) = F._YCC_TO_RGB
+    (_, _, rv), (_, gu, gv), (_, bu, _) = KC.YCC_TO_RGB
     torch.testing.assert_close(leaf.grad[:, 0], torch.full_like(leaf.grad[:, 0], 3.0))  # dR+dG+dB / dY
     torch.testing.assert_close(leaf.grad[:, 1], torch.full_like(leaf.grad[:, 1], gu + bu))
     torch.testing.assert_close(leaf.grad[:, 2], torch.full_like(leaf.grad[:, 2], rv + gv))
-    assert torch.equal(F.ycbcr_to_rgb(ycc.round().to(torch.uint8)), F.ycbcr_to_rgb(ycc.round()))
+    assert torch.equal(KC.ycbcr_to_rgb(ycc.round().to(torch.uint8)), KC.ycbcr_to_rgb(ycc.round()))
     pix = torch.rand(3, 10, 12, generator=g) * 255
     valid = torch.tensor([[10, 12], [7, 5], [1, 2]])
     fancy = torch.tensor([True, True, False])
     for dim in (1, 2):
-        eager = F._fancy_double(pix, dim, valid[:, dim - 1], fancy)
-        traced = F._fancy_double(pix.clone().requires_grad_(), dim, valid[:, dim - 1], fancy)
+        eager = KD.fancy_double(pix, dim, valid[:, dim - 1], fancy)
+        traced = KD.fancy_double(pix.clone().requires_grad_(), dim, valid[:, dim - 1], fancy)
         assert torch.equal(traced.detach(), eager), dim
-    explained = torch._dynamo.explain(F.ycbcr_to_rgb)(ycc)
+    explained = torch._dynamo.explain(KC.ycbcr_to_rgb)(ycc)
     assert explained.graph_break_count == 0, explained.break_reasons
-    explained = torch._dynamo.explain(F.upsample_pixels)(pix, 2, 2, valid)
+    explained = torch._dynamo.explain(KD.upsample_pixels)(pix, 2, 2, valid)
     assert explained.graph_break_count == 0, explained.break_reasons
 
 

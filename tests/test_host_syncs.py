@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from dctnet import data as D
-from dctnet import functional as F
+from dctnet.kernels import cache as kernel_cache
 from dctnet import transforms as T
 from dctnet.batch import PackedJpegBatch, SparseJpegBatch
 from dctnet.synthetic import make_labelled_dataset, synthetic_image
@@ -131,9 +131,9 @@ class DeviceTracer:
         #: host → device copies made (blocking or not): what a plan's transfer costs in driver calls
         self.copies_to_device = 0
         self._modes: list[Any] = []
-        # the maths layer's constant cache (dctnet.functional._cached): what an earlier traced run
+        # the maths layer's constant cache (dctnet.kernels.cache.cached): what an earlier traced run
         # built for the simulated device is device memory
-        self.mark(*(t for k, t in F._cache.items() if str(SIM_DEVICE) in k))
+        self.mark(*(t for k, t in kernel_cache._cache.items() if str(SIM_DEVICE) in k))
 
     # ------------------------------------------------------------------ taint
     @staticmethod

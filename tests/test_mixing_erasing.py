@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 import torch
 
-from dctnet.transforms.boxes import box_mask
+from dctnet.kernels.boxes import box_mask
 
 from dctnet.transforms import erasing as E
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 from dctnet.transforms import mixing as M
 from dctnet.transforms.erasing import RandomErasing
 from dctnet.transforms.mixing import CutMix, MixUp, Mixup

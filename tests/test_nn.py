@@ -17,7 +17,8 @@ import torchvision
 from torch import nn
 
 import dctnet
-import dctnet.functional as F
+from dctnet.kernels import color as KC
+from dctnet.kernels import dct as KD
 import dctnet.image as IM
 import dctnet.resize as RS
 import dctnet.models as M
@@ -117,7 +118,7 @@ def upsampled(planes, sampling):
         return planes[0].unsqueeze(1)
     hmax = max(h for h, _ in sampling)
     vmax = max(v for _, v in sampling)
-    out = [F.upsample_nearest_dct(p, hmax // h, vmax // v) for p, (h, v) in zip(planes, sampling)]
+    out = [KD.upsample_nearest_dct(p, hmax // h, vmax // v) for p, (h, v) in zip(planes, sampling)]
     return torch.stack(out, 1)
 
 
@@ -178,7 +179,7 @@ def test_patch_embed_native_matches_conv_for_patch_8_and_16(patch, sub):
 def test_converted_vit_on_real_photos_fancy_decode():
     """End to end on real photos: the loader's coefficient image (fancy upsampling) into the
     converted model vs the same pixels into the RGB model."""
-    from dctnet.transforms import dct_kernels as TF
+    from dctnet.kernels import coefficients as TF
 
     files = imagenette_files("val", every=500)
     if not files:
@@ -190,7 +191,7 @@ def test_converted_vit_on_real_photos_fancy_decode():
         imgs.append(RS.resized_crop(rgb, torch.tensor([[0, 0, rgb.shape[2], rgb.shape[3]]]), (64, 64)))
     x = TF.coefficient_image_from_rgb(torch.cat(imgs).double()).float()
     with torch.no_grad():
-        rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1) / 255
+        rgb = KC.ycbcr_to_rgb(KD.block_idct(x) + 128.0, dim=1) / 255
         ref = model(normalize(rgb, (0.5,) * 3, (0.5,) * 3))
         out = M.swap_stem(copy.deepcopy(model)).eval()(x)
     check(out, ref)
@@ -251,7 +252,7 @@ def test_patch_embed_spatial_init_has_the_conv_scale():
     # same output scale as the spatial conv it came from, on coefficient inputs of pixel noise
     conv = nn.Conv2d(3, 64, 16, 16)
     x = torch.randn(8, 3, 64, 64) * 60
-    coeffs = F.block_dct(x)  # level-shifted samples, no colour transform: compare spreads only
+    coeffs = KD.block_dct(x)  # level-shifted samples, no colour transform: compare spreads only
     ratio = emb(coeffs).std() / (conv(x / 255).std())
     assert 0.3 < ratio < 3, ratio
     with pytest.raises(ValueError):
@@ -361,7 +362,7 @@ def test_idct_stem_reconstruction_stays_float32_under_autocast():
     stays the exact conversion; only the model's own first conv after it runs in bf16, as it did in
     the RGB model. Without autocast off inside DCTToRGB the IDCT matmul rounds to bf16 (the control
     below; measured 0.05 on normalised pixels, a few grey levels)."""
-    from dctnet.transforms import dct_kernels as TF
+    from dctnet.kernels import coefficients as TF
 
     torch.manual_seed(7)
     model = torchvision.models.resnet18(num_classes=5).eval()

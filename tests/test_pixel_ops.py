@@ -1,4 +1,4 @@
-"""The batched pixel kernels (:mod:`dctnet.transforms.pixel`) against their references, on real photos.
+"""The batched pixel kernels (:mod:`dctnet.kernels.pixel`) against their references, on real photos.
 
 Oracle: ``torchvision.transforms.v2.functional``'s ``*_image`` kernels, one sample at a time, each
 with its own (seeded, random) parameter. Photos: Imagenette (skipped when ``../shared`` is
@@ -37,8 +37,8 @@ from PIL import Image
 from torch import Tensor
 from torchvision.transforms.v2 import functional as TVF
 
-from dctnet.transforms import geometry as G
-from dctnet.transforms import pixel as P
+from dctnet.kernels import geometry as G
+from dctnet.kernels import pixel as P
 
 from conftest import imagenette_files
 

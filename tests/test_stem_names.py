@@ -20,8 +20,8 @@ from torch import nn
 
 import dctnet.models as M
 from dctnet import nn as N
-from dctnet import transforms as T
 from dctnet.cli import main as cli_main
+from dctnet.kernels import coefficients as TF
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train import RecipeError, load_recipe
 from dctnet.train.recipe_model import build_recipe_model
@@ -49,7 +49,7 @@ def rgb_and_coefficients(n: int = 2, size: int = 32) -> tuple[torch.Tensor, torc
     torch.manual_seed(11)
     rgb = nn.functional.interpolate(torch.rand(n, 3, size // 4, size // 4, dtype=torch.float64), size=(size, size),
                                     mode="bilinear")
-    return rgb, T.dct_kernels.coefficient_image_from_rgb(rgb)
+    return rgb, TF.coefficient_image_from_rgb(rgb)
 
 
 @pytest.mark.parametrize("stem", list(M.STEMS))

@@ -17,13 +17,14 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as TVF
 
 import dctnet
-import dctnet.functional as F
+from dctnet.kernels import color as KC
+from dctnet.kernels import dct as KD
 import dctnet.image as IM
 import dctnet.resize as RS
 from dctnet import data as D
 from dctnet import transforms as T
 from dctnet.synthetic import synthetic_jpeg
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 from conftest import imagenette_files
 
@@ -65,7 +66,7 @@ def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> None:
 
 
 def test_reference_image_is_in_range(x0):
-    r = F.ycbcr_to_rgb(F.block_idct(x0) + 128.0, dim=1) / 255
+    r = KC.ycbcr_to_rgb(KD.block_idct(x0) + 128.0, dim=1) / 255
     assert r.min() >= -1e-9 and r.max() <= 1 + 1e-9
 
 
@@ -97,10 +98,10 @@ def test_contrast_saturation_grayscale(x0):
 def test_chroma_rotation_is_a_rotation_of_the_chroma_plane(x0):
     """Reference: plain maths on the (Cb, Cr) samples (this is not torchvision's HSV hue)."""
     angle = torch.tensor([0.3, -1.0, 0.0, 2.0, 0.5, -0.2], dtype=torch.float64)
-    ycc = F.block_idct(x0)  # (B, 3, H, W) level-shifted samples
+    ycc = KD.block_idct(x0)  # (B, 3, H, W) level-shifted samples
     cos, sin = torch.cos(angle)[:, None, None], torch.sin(angle)[:, None, None]
     want = torch.stack([ycc[:, 0], cos * ycc[:, 1] - sin * ycc[:, 2], sin * ycc[:, 1] + cos * ycc[:, 2]], 1)
-    close(F.block_idct(TF.rotate_chroma(x0, angle)), want, 1e-8)
+    close(KD.block_idct(TF.rotate_chroma(x0, angle)), want, 1e-8)
 
 
 def test_requantize_matches_numpy_and_ijg_tables(x0):
@@ -121,7 +122,7 @@ def test_frequency_ops(x0):
     got = TF.frequency_dropout(x0, keep)
     np.testing.assert_array_equal(got.numpy(), x0.numpy() * keep.numpy()[:, None, None, None, :])
     sel = T.SelectFrequencies(zigzag=10)(x0)
-    np.testing.assert_array_equal(sel.numpy(), x0.numpy()[..., list(F.ZIGZAG[:10])])
+    np.testing.assert_array_equal(sel.numpy(), x0.numpy()[..., list(KD.ZIGZAG[:10])])
     sq = T.SelectFrequencies(square=3)(x0)
     assert sq.shape[-1] == 9 and torch.equal(sq[..., 4], x0[..., 9])
     with pytest.raises(ValueError):

@@ -36,7 +36,7 @@ from dctnet.data.shuffle_quality import ShuffleQuality, shards_quality, stream_q
 from dctnet.data.hf import HFDataset, HFStreamDataset
 from dctnet.data.usable import CheckedFiles, check_files, data_kind
 from dctnet.data.verify import format_report, verify_dataset
-from dctnet.data.stats import compute_stats
+from dctnet.data.stats import CoefficientStats, compute_stats
 
 __all__ = [
     "crop_frames",
@@ -79,6 +79,7 @@ __all__ = [
     "apply_orientation",
     "collate",
     "collate_detection",
+    "CoefficientStats",
     "compute_stats",
     "make_dataloader",
     "mcu_window",

@@ -191,7 +191,7 @@ class ResizeCenterCrop:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ResizeCenterCrop:
-        """The crop of a data config (:func:`dctnet.transforms.normalization.data_config`, or
+        """The crop of a data config (:func:`dctnet.kernels.normalization.data_config`, or
         timm's ``resolve_data_config``): ``input_size`` (C, H, W), ``crop_pct``, ``crop_mode``, and
         ``resize`` (the shorter side, torchvision's rule) where the config has one."""
         _, h, w = config["input_size"]

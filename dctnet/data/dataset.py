@@ -41,7 +41,7 @@ from dctnet.data.plan import decode_windows, gather_collated, gather_items, plan
 from dctnet.data.sample import CoefficientSample
 from dctnet.data.usable import check_files
 from dctnet.batch import Sampling
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 __all__ = ["CropDataset", "ImageFolderDataset", "UnusedFilesWarning", "apply_orientation",
            "sample_from_coefficients", "samples_from_coefficients"]

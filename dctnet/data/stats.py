@@ -4,17 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from dctnet.transforms.model_input import Normalize
+__all__ = ["CoefficientStats", "compute_stats"]
 
-__all__ = ["compute_stats"]
+
+class CoefficientStats(NamedTuple):
+    """Per-(channel, frequency) ``mean`` and ``std``, ``(3, 64)`` float32 on the host (``std``
+    at least 1e-6), as :class:`dctnet.transforms.Normalize` holds them: ``T.Normalize(*stats)`` is
+    the standardisation. :meth:`save` writes the file ``Normalize.load`` reads."""
+
+    mean: Tensor
+    std: Tensor
+
+    def save(self, path: str | Path) -> None:
+        torch.save({"mean": self.mean.detach().cpu(), "std": self.std.detach().cpu()}, path)
 
 
 def compute_stats(batches: Iterable, to_coefficients: Callable[[object], Tensor] | None = None, *,
-                  max_batches: int | None = None, save: str | Path | None = None) -> Normalize:
+                  max_batches: int | None = None, save: str | Path | None = None) -> CoefficientStats:
     """Mean and standard deviation of every (channel, frequency) over a dataset, in one pass.
 
     Args:
@@ -24,6 +35,9 @@ def compute_stats(batches: Iterable, to_coefficients: Callable[[object], Tensor]
             loader's ``JpegBatch`` and ``lambda b: crops_to_coefficients(b, (224, 224))``).
         max_batches: stop after this many batches.
         save: also write the statistics to this file (``Normalize.load`` reads it).
+
+    Returns the statistics (:class:`CoefficientStats`: ``.mean``, ``.std``, ``.save``);
+    ``dctnet.transforms.Normalize(*stats)`` standardises with them.
 
     Sums are accumulated in float64 on the batches' device (no host sync per batch), so the
     result does not depend on how the data is split into batches beyond rounding.
@@ -45,7 +59,8 @@ def compute_stats(batches: Iterable, to_coefficients: Callable[[object], Tensor]
     s, s2, count = total
     mean = s / count
     var = (s2 / count - mean * mean).clamp(min=0.0)
-    norm = Normalize(mean.float().cpu(), var.sqrt().float().cpu())
+    # what Normalize(mean, std) holds: float32, (3, 64), std at least 1e-6
+    stats = CoefficientStats(mean.float().cpu().reshape(3, 64).clone(), var.sqrt().float().cpu().reshape(3, 64).clamp(min=1e-6))
     if save is not None:
-        norm.save(save)
-    return norm
+        stats.save(save)
+    return stats

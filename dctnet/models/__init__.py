@@ -11,7 +11,7 @@
 - :mod:`dctnet.models.flops` — :func:`count_flops`.
 
 The layers are :mod:`dctnet.nn`; the normalisation rule is
-:mod:`dctnet.transforms.normalization` (re-exported here), shared with ``ToRGB.for_model``.
+:mod:`dctnet.kernels.normalization` (re-exported here), shared with ``ToRGB.for_model``.
 """
 
 from dctnet.models.build import build_model
@@ -34,7 +34,7 @@ from dctnet.models.surgery import (
     stems_for,
     swap_stem,
 )
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std, resolve_mean_std
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std, resolve_mean_std
 
 __all__ = ["CONVERTED_STEMS", "IMAGENET_MEAN", "IMAGENET_STD", "LEARNED_STEMS", "STEMS", "Conversion", "build_model",
            "check_state_dict", "checkpoint_mean_std", "convert", "convert_checkpoint", "count_flops", "default_stem",

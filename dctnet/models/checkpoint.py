@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dctnet.transforms.normalization import MeanStd, input_mean_std
+from dctnet.kernels.normalization import MeanStd, input_mean_std
 
 __all__ = ["check_state_dict", "checkpoint_mean_std", "load_checkpoint", "load_state_dict", "num_classes_of"]
 
@@ -59,7 +59,7 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 def checkpoint_mean_std(meta: dict[str, Any]) -> tuple[MeanStd | None, str]:
     """The RGB normalisation a checkpoint's metadata records (step 2 of
-    :mod:`dctnet.transforms.normalization`'s rule), and how it says so; ``(None, "")`` when it
+    :mod:`dctnet.kernels.normalization`'s rule), and how it says so; ``(None, "")`` when it
     records none.
 
     Top-level ``mean`` and ``std`` (3 floats each) win; else a ``dctnet train`` recipe gives its

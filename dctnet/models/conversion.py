@@ -8,7 +8,7 @@ sample image that the converted model gives the RGB model's logits, and only the
 state_dict that ``swap_stem(build_model(ARCH), ...)`` loads directly (:func:`load_hint` says with
 which arguments).
 
-The normalisation folded into the stem follows :mod:`dctnet.transforms.normalization`:
+The normalisation folded into the stem follows :mod:`dctnet.kernels.normalization`:
 ``--mean/--std``, else the checkpoint's own metadata, else timm's ``pretrained_cfg``, else
 ImageNet's; the self-check feeds the RGB model pixels normalised the same way.
 """
@@ -37,8 +37,8 @@ from dctnet.models.surgery import (
     swap_stem,
 )
 from dctnet.synthetic import synthetic_jpeg
-from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.normalization import MeanStd, input_mean_std, resolve_mean_std
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels.normalization import MeanStd, input_mean_std, resolve_mean_std
 
 __all__ = ["Conversion", "convert", "convert_checkpoint", "load_hint", "sample_input"]
 
@@ -117,7 +117,7 @@ def convert(src: str | Path, dst: str | Path, arch: str, *, stem: str | None = N
     model's own (:func:`~dctnet.models.default_stem`). A learned stem, a name that is not a stem,
     or a stem the architecture does not take is a ``ValueError`` listing the ones it takes.
 
-    Normalisation (:mod:`dctnet.transforms.normalization`): ``mean``/``std`` (both or neither),
+    Normalisation (:mod:`dctnet.kernels.normalization`): ``mean``/``std`` (both or neither),
     else the checkpoint's metadata (:func:`~dctnet.models.checkpoint_mean_std`), else timm's
     ``pretrained_cfg``, else ImageNet's; the self-check normalises the RGB model's pixels the same
     way. Without ``keep`` a relative difference above ``tolerance`` raises ``RuntimeError`` and

@@ -32,7 +32,7 @@ same checks on the block grid.
 Every swapped model takes a coefficient image ``(B, 3, Hb, Wb, 64)``
 (:func:`dctnet.transforms.crops_to_coefficients`); ``dct-patch`` stems with ``chroma="native"``
 take ``(y, c)``. The normalisation folded into a converted stem is ``mean``/``std`` when given,
-else :func:`dctnet.transforms.normalization.input_mean_std` of the model (its timm
+else :func:`dctnet.kernels.normalization.input_mean_std` of the model (its timm
 ``pretrained_cfg``, else ImageNet's).
 """
 
@@ -47,7 +47,7 @@ from torch import nn
 
 from dctnet.models.adapters import TimmDCTPatchEmbed, is_timm_patch_embed
 from dctnet.nn import DCTPatchEmbed, DCTToRGB, IDCTStem, ResNetDCTStem, frequency_index, is_patchify
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 
 __all__ = ["CONVERTED_STEMS", "LEARNED_STEMS", "STEMS", "check_stem", "check_swap", "default_stem", "family", "first_conv",
            "set_module", "stem_error", "stem_modules", "stems_for", "swap_stem"]
@@ -244,7 +244,7 @@ def swap_stem(model: nn.Module, *, stem: str | None = None, chroma: str = "upsam
         keep: frequencies used (:func:`dctnet.nn.frequency_index`); the converted stem is exact
             when the others are zero.
         mean, std: the RGB normalisation (``rgb`` in [0, 1]) the model was trained with, folded into
-            a converted stem. Default :func:`~dctnet.transforms.normalization.input_mean_std` of
+            a converted stem. Default :func:`~dctnet.kernels.normalization.input_mean_std` of
             ``model``: timm's ``pretrained_cfg``, else ImageNet's — the rule ``ToRGB.for_model``
             applies too.
 

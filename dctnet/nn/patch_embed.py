@@ -34,8 +34,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from dctnet import functional as F
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import dct as F
+from dctnet.kernels import coefficients as TF
 
 __all__ = ["DCTPatchEmbed", "JFIF_YCC_TO_RGB", "block_aligned", "frequency_index", "is_patchify"]
 

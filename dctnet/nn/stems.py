@@ -25,10 +25,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from dctnet import functional as F
+from dctnet.kernels import dct as F
 from dctnet.nn.patch_embed import frequency_index
-from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DCTToRGB", "IDCTStem", "MosaicToCoefficients", "ResNetDCTStem"]
 
@@ -41,7 +41,7 @@ def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
 
 
 class MosaicToCoefficients(nn.Module):
-    """Coefficient mosaics ``(B, C, H, W)`` (:func:`dctnet.functional.coefficient_mosaic`, H and W
+    """Coefficient mosaics ``(B, C, H, W)`` (:func:`dctnet.kernels.dct.coefficient_mosaic`, H and W
     multiples of 8) → the coefficient image ``(B, C, H/8, W/8, 64)`` the stems take. Zero padding
     of a mosaic (a detector batching mosaics of several sizes) is zero coefficients: mid-grey blocks."""
 

@@ -25,7 +25,7 @@ from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
 from dctnet.train.inputs import eval_config, limited_indices
 from dctnet.train.recipe import Recipe
 from dctnet.train.rng import EpochKeys, SeededDraws
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 from dctnet.transforms.timm_augment import pillow12_posterize, with_pillow12_posterize
 
 __all__ = ["PilLoader", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",

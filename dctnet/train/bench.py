@@ -79,7 +79,7 @@ from dctnet.train.baseline import baseline_op, train_transform, with_pillow12_po
 from dctnet.train.bench_files import census, check_files, sample_files
 from dctnet.train.pipeline import Pipeline
 from dctnet.train.recipe import load_recipe
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 
 __all__ = ["DEFAULT_AUGMENT", "bench_recipe", "floor_us", "run_bench", "timm_transform", "torchvision_transform"]
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from dctnet import transforms as T
 from dctnet.train.pipeline import build_pipeline
 from dctnet.train.recipe import Recipe
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 
 __all__ = ["browse"]
 

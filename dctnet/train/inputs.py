@@ -11,7 +11,7 @@ from pathlib import Path
 from dctnet.data.hf import hf_files, split_path
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train.recipe import Recipe
-from dctnet.transforms.normalization import data_config
+from dctnet.kernels.normalization import data_config
 
 __all__ = ["data_root", "eval_config", "eval_description", "limited_indices"]
 
@@ -40,7 +40,7 @@ def data_root(recipe: Recipe) -> Path:
 
 
 def eval_config(r: Recipe) -> dict:
-    """The model's eval transform (:func:`dctnet.transforms.normalization.data_config`) with the
+    """The model's eval transform (:func:`dctnet.kernels.normalization.data_config`) with the
     recipe's eval fields where set, plus ``resize`` (the shorter side, or None):
 
     - ``data.eval_resize`` / ``data.eval_crop``: torchvision's ``Resize(eval_resize) +

@@ -37,7 +37,7 @@ from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
 from dctnet.train.inputs import data_root, eval_config, eval_description, limited_indices
 from dctnet.train.recipe import Recipe, input_stats
-from dctnet.transforms.normalization import input_mean_std
+from dctnet.kernels.normalization import input_mean_std
 
 __all__ = ["Pipeline", "build_pipeline", "normalize_input"]
 
@@ -367,7 +367,7 @@ def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
     # the training device step (native (y, c) when the stem takes native chroma), unstandardised
     fed = (pipe.device_step(T.as_jpeg_batch(b.to(device)), augment, T.step_generator(r.train.seed + 1, 0, i))[0]
            for i, b in enumerate(loader))
-    return D.compute_stats(fed, max_batches=r.model.stats_batches)
+    return T.Normalize(*D.compute_stats(fed, max_batches=r.model.stats_batches))
 
 
 #: per-(c,u,v) standardisation (the device step's, :func:`dctnet.transforms.step.normalize_input`)

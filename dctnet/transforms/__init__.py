@@ -1,7 +1,8 @@
 """Device-side transforms (policy on the host, execution batched).
 
-- :mod:`dctnet.transforms.pixel` — kernels on RGB batches ``(B, 3, H, W)`` (torchvision's ops, per sample);
-- :mod:`dctnet.transforms.dct_kernels` — kernels on coefficient images ``(B, 3, Hb, Wb, 64)``;
+- the kernels they run are :mod:`dctnet.kernels`: :mod:`~dctnet.kernels.pixel` on RGB batches
+  ``(B, 3, H, W)`` (torchvision's ops, per sample), :mod:`~dctnet.kernels.coefficients` on coefficient
+  images ``(B, 3, Hb, Wb, 64)``, :mod:`~dctnet.kernels.geometry` and :mod:`~dctnet.kernels.pil` for the warps;
 - :mod:`dctnet.transforms.base` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
   ``Compose``, the per-step generator;
 - :mod:`dctnet.transforms.augment` — flips, colour, grayscale, chroma rotation, requantization,
@@ -9,15 +10,15 @@
 - :mod:`dctnet.transforms.model_input` — what the model takes: ``ToRGB``, ``ToCoefficients``,
   per-(c,u,v) ``Normalize``, ``SelectFrequencies``;
 - :mod:`dctnet.transforms.auto_augment`, :mod:`dctnet.transforms.timm_augment` — torchvision's and
-  timm's policies, per sample (their shared kernels and slot runner: :mod:`dctnet.transforms.policy_base`);
+  timm's policies, per sample (their slot runner: :mod:`dctnet.transforms.policy_base`);
 - :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and
-  erasing (boxes: :mod:`dctnet.transforms.boxes`);
+  erasing (boxes: :mod:`dctnet.kernels.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes, and what is generated from each
   op's declaration (its torchvision/timm counterpart, the recipes' op table);
 - :mod:`dctnet.transforms.device_crop` — the crop/resize step on a :class:`dctnet.batch.JpegBatch` (what loaders produce).
 """
 
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, data_config, input_mean_std
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD, data_config, input_mean_std
 from dctnet.transforms.base import BaselineContext, CompiledHalf, Compose, Transform, compile_step, step_generator
 from dctnet.transforms.augment import (
     ColorJitter,

@@ -10,9 +10,9 @@ import math
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
-from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms import pixel as P
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels import pixel as P
+from dctnet.kernels.color import rgb_to_ycbcr, ycbcr_to_rgb
 from dctnet.transforms import policy_base as PB
 from dctnet.transforms.base import Transform, image_size, kernel, round_to_levels
 
@@ -26,7 +26,7 @@ def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
 
 class RandomHorizontalFlip(Transform):
     """Horizontal flip of each sample with probability ``p``. Exact in both representations
-    (coefficients: :func:`~dctnet.transforms.dct_kernels.hflip`)."""
+    (coefficients: :func:`~dctnet.kernels.coefficients.hflip`)."""
 
     summary = "torchvision's `RandomHorizontalFlip`"
     runs_on = "either (exact on coefficients)"
@@ -218,7 +218,7 @@ class ColorJitter(Transform):
 class RandomChromaRotation(Transform):
     """Rotate the (Cb, Cr) plane of each sample by an angle uniform in ``[−degrees, degrees]`` (degrees),
     with probability ``p``: a linear hue-like shift that keeps luma and chroma magnitude, exact on
-    coefficients (:func:`~dctnet.transforms.dct_kernels.rotate_chroma`). Not torchvision's HSV hue
+    coefficients (:func:`~dctnet.kernels.coefficients.rotate_chroma`). Not torchvision's HSV hue
     (``ColorJitter(hue=...)``). On pixels: RGB → YCbCr, rotate, back, clamped to [0, 1]."""
 
     summary = ("rotate the Cb/Cr plane by an angle in [−degrees, degrees] (degrees): a linear hue-like shift, not "
@@ -240,10 +240,10 @@ class RandomChromaRotation(Transform):
 
     @kernel("pixel")
     def _pixels(self, x, labels, params):
-        ycc = F.rgb_to_ycbcr(x * 255.0, dim=1) - 128.0
+        ycc = rgb_to_ycbcr(x * 255.0, dim=1) - 128.0
         # (B, 3, H, W, 1): the chroma rotates per pixel
         ycc = TF.rotate_chroma(ycc.unsqueeze(-1), torch.deg2rad(params["angle"])).squeeze(-1)
-        return (F.ycbcr_to_rgb(ycc + 128.0, dim=1) / 255.0).clamp(0.0, 1.0), labels
+        return (ycbcr_to_rgb(ycc + 128.0, dim=1) / 255.0).clamp(0.0, 1.0), labels
 
 
 class RandomGrayscale(RandomHorizontalFlip):

@@ -3,10 +3,10 @@
 A transform works on one of two representations of a batch and says which with :attr:`Transform.domain`:
 
 - **pixels** — float RGB ``(B, 3, H, W)`` on the [0, 1] scale, what the device crop step
-  (:func:`dctnet.transforms.crops_to_rgb`) gives; the ops of :mod:`dctnet.transforms.pixel`,
+  (:func:`dctnet.transforms.crops_to_rgb`) gives; the ops of :mod:`dctnet.kernels.pixel`,
   clamped after each op as torchvision does;
 - **coefficients** — a coefficient image ``(B, 3, Hb, Wb, 64)`` (see
-  :mod:`dctnet.transforms.dct_kernels`), what DCT stems take.
+  :mod:`dctnet.kernels.coefficients`), what DCT stems take.
 
 ``domain = "pixel"`` transforms (the policies, hue, …) need pixels, ``"coefficient"`` ones
 (requantization, frequency dropout, per-(c,u,v) statistics) need coefficients, and ``"any"`` ones
@@ -80,10 +80,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten
 
-from dctnet import functional as F
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels.cache import select
 from dctnet.readback import log_point
 from dctnet.transforms.transfer import move_plan, pack_plan, unpack_plan
-from dctnet.transforms import dct_kernels as TF
 
 __all__ = ["Compose", "KERNEL_STAGES", "OVERFLOW", "Params", "REPRESENTATIONS", "Transform", "coefficient_shape",
            "CompiledHalf", "compile_step", "group_capacity", "group_chunks", "image_size", "kernel", "pixel_shape",
@@ -369,11 +369,11 @@ class Transform(nn.Module):
     def for_model(cls, model: Any, *args: Any, **kwargs: Any) -> "Transform":
         """This transform with the normalisation ``model`` expects (an ``nn.Module`` or an architecture
         name: its timm ``pretrained_cfg`` mean/std, else ImageNet's;
-        :func:`~dctnet.transforms.normalization.input_mean_std`) for the arguments that follow it —
+        :func:`~dctnet.kernels.normalization.input_mean_std`) for the arguments that follow it —
         ``mean`` / ``std`` where the class takes them (TimmAugment's fill, RandomErasing's values and
         noise, ToRGB) — unless given. ``vit_small_patch16_224`` normalises with 0.5/0.5: built plainly,
         these classes assume ImageNet's statistics."""
-        from dctnet.transforms.normalization import input_mean_std  # (no cycle: a leaf module)
+        from dctnet.kernels.normalization import input_mean_std  # (no cycle: a leaf module)
 
         mean, std = input_mean_std(model)
         params = inspect.signature(cls.__init__).parameters
@@ -542,7 +542,7 @@ class Transform(nn.Module):
         if mask is not None:  # keep the input where the sample's coin said no
             fresh = (isinstance(out, Tensor) and out is not x and out.shape == x.shape  # the kernel's own tensor
                      and not _shares_memory(out, x))
-            out = F.select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x, out=out if fresh else None)
+            out = select(mask.reshape(-1, *([1] * (x.dim() - 1))), out, x, out=out if fresh else None)
             if out_labels is not None and out_labels is not labels:
                 out_labels = torch.where(mask.reshape(-1, *([1] * (labels.dim() - 1))), out_labels, labels)
         return out, out_labels
@@ -723,7 +723,7 @@ class CompiledHalf:
     signature per batch shape (:func:`plan_signature`), eagerly otherwise.
 
     - The **first batch of a shape runs eagerly**: it builds the constants the step uses
-      (:func:`dctnet.functional._cached` never stores while dynamo traces), so the graph reads them as
+      (:func:`dctnet.kernels.cache.cached` never stores while dynamo traces), so the graph reads them as
       inputs instead of building them inside itself — under CUDA graphs an output kept across calls
       would be overwritten at the next replay, and a store would change the next call's guards (a
       recompile). The graph is compiled for a signature that two batches in a row share (normally

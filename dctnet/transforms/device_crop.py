@@ -15,11 +15,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
+from dctnet.kernels import dct as F
 from dctnet import image as IM
 from dctnet import resize as RS
 from dctnet.batch import JpegBatch, PackedJpegBatch, PlaneGroup, SparseJpegBatch, as_jpeg_batch
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 __all__ = ["crops_to_coefficients", "crops_to_rgb", "native_chroma"]
 
@@ -134,7 +134,7 @@ def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, 
     grid). ``chroma="native"``: ``(y, c)`` with ``y (B, h/8, w/8, 64)`` and 4:2:0 chroma
     ``c (B, 2, h/16, w/16, 64)``, the input of ``chroma="native"`` stems; the chroma is the 2×2 box
     average of the upsampled chroma, computed exactly in the DCT domain
-    (:func:`dctnet.functional.box_downsample_dct`) — a JPEG encoder's 4:2:0 downsampling."""
+    (:func:`dctnet.kernels.dct.box_downsample_dct`) — a JPEG encoder's 4:2:0 downsampling."""
     if size[0] % 8 or size[1] % 8:
         raise ValueError(f"size must be a multiple of 8 for the DCT domain, got {size}")
     if chroma not in ("upsampled", "native"):
@@ -149,5 +149,5 @@ def crops_to_coefficients(batch: JpegBatch | PackedJpegBatch | SparseJpegBatch, 
 def native_chroma(x: Tensor) -> tuple[Tensor, Tensor]:
     """Coefficient image ``(B, 3, Hb, Wb, 64)`` → ``(y, c)``: luma ``(B, Hb, Wb, 64)`` and 4:2:0
     chroma ``(B, 2, Hb/2, Wb/2, 64)``, the 2×2 box average computed exactly in the DCT domain
-    (:func:`dctnet.functional.box_downsample_dct`)."""
+    (:func:`dctnet.kernels.dct.box_downsample_dct`)."""
     return x[:, 0], F.box_downsample_dct(x[:, 1:], 2, 2)

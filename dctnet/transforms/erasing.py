@@ -62,13 +62,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels.boxes import box_mask, image_geometry, snap_to_blocks
+from dctnet.kernels.cache import cached, select
+from dctnet.kernels.dct import block_dct
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.base import (Transform, _representation, group_capacity, group_chunks, kernel, may_overwrite,
                                     run_groups, to_device)
 from dctnet.transforms.model_input import Normalize
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["RandomErasing"]
 
@@ -165,13 +166,13 @@ def normal_noise(keys: Tensor, shape: Sequence[int], dtype: torch.dtype = torch.
 
 
 def _angle_offsets(device: torch.device) -> Tensor:
-    return F._cached(("noise_offsets", str(device)),
+    return cached(("noise_offsets", str(device)),
                      lambda: torch.tensor([math.pi / 2, 0.0], dtype=torch.float32).to(device, non_blocking=True))
 
 
 def _ycc_dc(rgb: Tensor) -> Tensor:
     """DC coefficients ``(..., 3)`` of constant blocks of RGB ``rgb (..., 3)`` in [0, 1]: ``8·(YCbCr − 128)``
-    with JFIF's matrix (that of :func:`dctnet.functional.rgb_to_ycbcr`), as scalar arithmetic (no
+    with JFIF's matrix (that of :func:`dctnet.kernels.color.rgb_to_ycbcr`), as scalar arithmetic (no
     constant tensors copied to the device)."""
     r, g, b = (rgb[..., i] * 255.0 for i in range(3))
     y = 0.299 * r + 0.587 * g + 0.114 * b - 128.0
@@ -181,12 +182,12 @@ def _ycc_dc(rgb: Tensor) -> Tensor:
 
 
 def _rgb_to_coefficients(rgb: Tensor) -> Tensor:
-    """:func:`dctnet.transforms.dct_kernels.coefficient_image_from_rgb` with the colour matrix as scalars."""
+    """:func:`dctnet.kernels.coefficients.coefficient_image_from_rgb` with the colour matrix as scalars."""
     r, g, b = (rgb[:, i] * 255.0 for i in range(3))
     ycc = torch.stack([0.299 * r + 0.587 * g + 0.114 * b - 128.0,
                        -0.168735892 * r - 0.331264108 * g + 0.5 * b,
                        0.5 * r - 0.418687589 * g - 0.081312411 * b], 1)
-    return F.block_dct(ycc)
+    return block_dct(ycc)
 
 
 # ---------------------------------------------------------------------- the transform
@@ -455,6 +456,6 @@ class RandomErasing(Transform):
                 value = torch.cat([dc[:, :, None], dc.new_zeros(batch, 3, 63)], -1)[:, :, None, None, :]
             else:
                 value = fill[:, k].to(x.dtype)[:, :, None, None]
-            # F.select: where with a broadcast mask is not vectorised on a CPU
-            x = F.select(inside, value, x, out=x if inplace else None)
+            # select: where with a broadcast mask is not vectorised on a CPU
+            x = select(inside, value, x, out=x if inplace else None)
         return x

@@ -48,9 +48,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
+from dctnet.kernels.boxes import box_mask, image_geometry, snap_to_blocks
+from dctnet.kernels.cache import select
 from dctnet.transforms.base import Transform, kernel, may_overwrite
-from dctnet.transforms.boxes import box_mask, image_geometry, snap_to_blocks
 
 __all__ = ["CutMix", "MixUp", "Mixup"]
 
@@ -148,7 +148,7 @@ def _blend_and_paste(x: Tensor, xp: Tensor, params: dict[str, Tensor], inplace: 
             out = x * w_x + xp * w_p
     if paste:
         pasted = (params["cutmix"] & mixed)[:, None]
-        out = F.select(box_mask(x, torch.where(pasted, params["boxes"], 0), coefficients=coefficients), xp, out)
+        out = select(box_mask(x, torch.where(pasted, params["boxes"], 0), coefficients=coefficients), xp, out)
     return out
 
 

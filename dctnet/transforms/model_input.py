@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.transforms.base import (Transform, coefficient_shape, kernel, may_overwrite, pixel_shape, to_coefficients,
                                     to_pixels)
 
@@ -21,7 +21,7 @@ __all__ = ["Normalize", "SelectFrequencies", "ToCoefficients", "ToRGB"]
 
 class Normalize(Transform):
     """Per-(channel, frequency) standardisation with statistics ``(3, 64)`` — from
-    :func:`dctnet.data.compute_stats`, or a file saved by :meth:`save`. ``mean`` and ``std`` are
+    :func:`dctnet.data.compute_stats` (``Normalize(*stats)``), or a file saved by :meth:`save`. ``mean`` and ``std`` are
     buffers (float32 by default): in the ``state_dict``, moved and cast by ``.to()``."""
 
     keeps_coefficients = False  # standardised values: torchvision's DCT-domain kernels no longer apply
@@ -79,7 +79,7 @@ class ToRGB(Transform):
     (normalised only: erasing may have written values outside [0, 1] on purpose).
 
     Normalisation rule (the same as :func:`dctnet.models.swap_stem` folds into a DCT stem): a model's
-    normalisation is :func:`dctnet.transforms.normalization.input_mean_std` of it — its timm
+    normalisation is :func:`dctnet.kernels.normalization.input_mean_std` of it — its timm
     ``pretrained_cfg`` mean/std, else ImageNet's. ``ToRGB.for_model(model)`` applies that rule;
     ``ToRGB(mean, std)`` takes explicit statistics; ``ToRGB()`` is ImageNet's
     (:data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`), right for torchvision models and timm models with

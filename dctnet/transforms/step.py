@@ -30,8 +30,8 @@ from dctnet.transforms.base import CompiledHalf, Compose, Transform, round_to_le
 from dctnet.transforms.device_crop import crops_to_rgb, native_chroma
 from dctnet.transforms.transfer import move_plan
 from dctnet.transforms.model_input import Normalize, ToCoefficients, ToRGB
-from dctnet.transforms import dct_kernels as TF
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
+from dctnet.kernels import coefficients as TF
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD, input_mean_std
 
 __all__ = ["DeviceStep", "normalize_input"]
 
@@ -110,7 +110,7 @@ class DeviceStep(nn.Module):
     def for_model(cls, model: Any, size: tuple[int, int], **kwargs: Any) -> "DeviceStep":
         """A step with the normalisation ``model`` expects (an ``nn.Module`` or an architecture name):
         its timm ``pretrained_cfg`` mean/std, else ImageNet's
-        (:func:`dctnet.transforms.normalization.input_mean_std`) — ``input="rgb"`` unless given."""
+        (:func:`dctnet.kernels.normalization.input_mean_std`) — ``input="rgb"`` unless given."""
         mean, std = input_mean_std(model)
         return cls(size, **{"input": "rgb", "mean": mean, "std": std, **kwargs})
 

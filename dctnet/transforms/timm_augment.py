@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from dctnet.transforms.base import image_size
-from dctnet.transforms.normalization import IMAGENET_MEAN
+from dctnet.kernels.normalization import IMAGENET_MEAN
 from dctnet.transforms.policy_base import Policy
 
 __all__ = ["ThreeAugment", "TimmAugment", "TimmConfig"]

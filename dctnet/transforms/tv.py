@@ -6,7 +6,7 @@
 ===========================  ===================================================
 v2 functional / transform    DCT-domain kernel
 ===========================  ===================================================
-horizontal_flip, vertical_flip  exact flips (:func:`dctnet.transforms.dct_kernels.hflip` …)
+horizontal_flip, vertical_flip  exact flips (:func:`dctnet.kernels.coefficients.hflip` …)
 adjust_brightness / contrast / saturation  exact up to torchvision's clamp (ColorJitter)
 rgb_to_grayscale (3 channels) zero chroma (Grayscale(num_output_channels=3))
 jpeg                         requantization with libjpeg's tables (v2.JPEG)
@@ -38,14 +38,14 @@ from torchvision.transforms.v2 import _auto_augment as _tv_auto_augment
 from torchvision.transforms.v2 import functional as TVF
 from torchvision.transforms.v2.functional import _utils as _tv_utils
 
-from dctnet.transforms import dct_kernels as TF
+from dctnet.kernels import coefficients as TF
 
 __all__ = ["DCTImage"]
 
 
 class DCTImage(tv_tensors.TVTensor):
     """A coefficient image ``(..., 3, Hb, Wb, 64)`` (Y, Cb, Cr on the luma grid; see
-    :mod:`dctnet.transforms.dct_kernels`) that torchvision v2 transforms dispatch on."""
+    :mod:`dctnet.kernels.coefficients`) that torchvision v2 transforms dispatch on."""
 
     @classmethod
     def _wrap(cls, tensor: torch.Tensor) -> "DCTImage":

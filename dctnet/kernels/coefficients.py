@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
+from dctnet.kernels.color import rgb_to_ycbcr, ycbcr_to_rgb
+from dctnet.kernels.dct import ZIGZAG, block_dct, block_idct
 from dctnet.quality import IJG_STD_TABLES
 
 __all__ = [
@@ -165,17 +166,15 @@ def coefficient_image_to_rgb(x: Tensor, *, clamp: bool = True) -> Tensor:
     images the two agree)."""
     if x.shape[1] == 1:
         x = torch.cat([x, x.new_zeros(x.shape[0], 2, *x.shape[2:])], dim=1)
-    rgb = F.ycbcr_to_rgb(F.block_idct(x) + 128.0, dim=1)
+    rgb = ycbcr_to_rgb(block_idct(x) + 128.0, dim=1)
     return (rgb.clamp(0.0, 255.0) if clamp else rgb) / 255.0
 
-
-#: the decoder-like (clamped) :func:`coefficient_image_to_rgb`
 
 
 def coefficient_image_from_rgb(rgb: Tensor) -> Tensor:
     """Float RGB ``(B, 3, H, W)`` in [0, 1] (H, W multiples of 8) → coefficient image."""
-    ycc = F.rgb_to_ycbcr(rgb * 255.0, dim=1) - 128.0
-    return F.block_dct(ycc)
+    ycc = rgb_to_ycbcr(rgb * 255.0, dim=1) - 128.0
+    return block_dct(ycc)
 
 
 def square_indices(k: int) -> Tensor:
@@ -185,4 +184,4 @@ def square_indices(k: int) -> Tensor:
 
 def zigzag_first(k: int) -> Tensor:
     """Natural indices of the first ``k`` frequencies in zigzag order."""
-    return torch.tensor(F.ZIGZAG[:k], dtype=torch.long)
+    return torch.tensor(ZIGZAG[:k], dtype=torch.long)
