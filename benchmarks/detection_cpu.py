@@ -65,7 +65,7 @@ class Arms:
         ops = TD.build_detection_ops(d.ops) if d.ops else TD.detection_preset(d.preset, d.hflip_prob)
         resize = [TD.DetectorResize.from_model(model, train=True)] if d.resize else []
         self.step = TD.DetectionStep([*ops, *resize], seed=self.seed)
-        tfm = TD.torchvision_ops(d.ops) if d.ops else TRD.torchvision_preset(d.preset, d.hflip_prob)
+        tfm = TD.torchvision_ops(d.ops) if d.ops else TD.torchvision_detection_preset(d.preset, d.hflip_prob)
         self.pillow = TRD._PillowCoco(self.coco, tfm)
         #: the model's own resize (train mode: it draws its min_size from torch's generator, after the ops)
         self.transform = model.transform.train() if d.resize else None

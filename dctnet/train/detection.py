@@ -156,61 +156,8 @@ class _PillowCoco(torch.utils.data.Dataset):
         return image, target
 
 
-class PadIfSmaller:
-    """torchvision's segmentation references' ``PadIfSmaller`` (their v2 extras) for the ``rgb``
-    arm: bottom/right padding up to ``size``, images with 0, masks with 255."""
-
-    def __init__(self, size: int) -> None:
-        self.size = int(size)
-
-    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        from torchvision import tv_tensors  # optional dependency (the baseline's)
-        from torchvision.transforms.v2 import functional as TVF  # (as above)
-
-        h, w = sample["image"].shape[-2:]
-        padding = [0, 0, max(self.size - w, 0), max(self.size - h, 0)]
-        if not any(padding):
-            return sample
-        out = dict(sample)
-        for k, v in sample.items():
-            if isinstance(v, (tv_tensors.Image, tv_tensors.Mask, tv_tensors.BoundingBoxes)):
-                out[k] = TVF.pad(v, padding=padding, fill=255 if isinstance(v, tv_tensors.Mask) else 0)
-        return out
-
-
-def torchvision_segmentation_preset(recipe: Recipe, train: bool) -> Any:
-    """torchvision's segmentation references' presets with torchvision's own ops (the ``rgb`` arm)."""
-    from torchvision.transforms import v2  # optional dependency (the baseline's)
-
-    d = recipe.detect
-    if not train:
-        return v2.Resize(d.base_size)
-    ops = [v2.RandomResize(int(0.5 * d.base_size), int(2.0 * d.base_size))]
-    if d.hflip_prob > 0:
-        ops.append(v2.RandomHorizontalFlip(d.hflip_prob))
-    return v2.Compose([*ops, PadIfSmaller(d.crop_size), v2.RandomCrop(d.crop_size)])
-
-
 def _list_collate(items):
     return [i[0] for i in items], [i[1] for i in items]
-
-
-def torchvision_preset(name: str, hflip_prob: float) -> Any:
-    """torchvision's own ops of a detection preset (the ``rgb`` arm), ending in ``SanitizeBoundingBoxes``."""
-    from torchvision import tv_tensors  # optional dependency (the baseline's)
-    from torchvision.transforms import v2  # (as above)
-
-    flip = v2.RandomHorizontalFlip(hflip_prob)
-    ops = {"hflip": [flip],
-           "multiscale": [v2.RandomShortestSize((480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800), 1333), flip],
-           "ssdlite": [v2.RandomIoUCrop(), flip],
-           # the references' v2 path: the zoom-out fills images with the mean (8-bit levels) and masks with 0
-           "ssd": [v2.RandomPhotometricDistort(), v2.RandomZoomOut(fill={tv_tensors.Image: [123.0, 117.0, 104.0],
-                                                                        tv_tensors.Mask: 0}), v2.RandomIoUCrop(), flip]}
-    if name not in ops:
-        raise ValueError(f"detect.preset {name!r} with input 'rgb': its FixedSizeCrop lives in torchvision's "
-                         "references, not in the torchvision package; use input 'device-rgb' or another preset")
-    return v2.Compose([*ops[name], TD.torchvision_sanitize()])
 
 
 class DetectionTrainer:
@@ -368,12 +315,14 @@ class DetectionTrainer:
         if self.plan_a:
             dataset, collate = ds, lambda items: collate_detection(items, pin_memory=pin)
         elif self.segmentation:
-            dataset, collate = _PillowCoco(ds, torchvision_segmentation_preset(r, train), r.train.seed), _list_collate
+            tfm = TD.torchvision_segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob,
+                                                     train=train)
+            dataset, collate = _PillowCoco(ds, tfm, r.train.seed), _list_collate
         else:
             tfm = None
             if train:
                 tfm = (TD.torchvision_ops(r.detect.ops) if r.detect.ops else
-                       torchvision_preset(r.detect.preset, r.detect.hflip_prob))
+                       TD.torchvision_detection_preset(r.detect.preset, r.detect.hflip_prob))
             dataset, collate = _PillowCoco(ds, tfm, r.train.seed), _list_collate
         return torch.utils.data.DataLoader(
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,

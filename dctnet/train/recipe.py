@@ -28,6 +28,7 @@ from torch import nn
 from dctnet.models import build_model, default_stem, stems_for
 from dctnet.models.surgery import check_stem, check_swap, family, stem_error
 from dctnet.transforms import build_transform, is_mixer_spec
+from dctnet.transforms.detection.presets import DETECTION_PRESETS
 from dctnet.train.recipe_tasks import misplaced_fields
 
 __all__ = ["Recipe", "RecipeError", "load_recipe", "parse_overrides"]
@@ -168,15 +169,12 @@ class TrainConfig:
     ema: EmaConfig = field(default_factory=EmaConfig)
 
 
-#: torchvision's detection references' training presets (DetectionPresetTrain's data_augmentation)
-DETECTION_PRESETS = ("hflip", "lsj", "multiscale", "ssd", "ssdlite")
-
-
 @dataclass
 class DetectConfig:
     """Detection recipes (``data.source: coco``): the training geometry and the detector's own resize."""
 
-    preset: Literal["hflip", "lsj", "multiscale", "ssd", "ssdlite"] = "hflip"  # torchvision's --data-augmentation
+    # torchvision's --data-augmentation: a name of dctnet.transforms.detection's preset table (its DETECTION_PRESETS)
+    preset: Literal[DETECTION_PRESETS] = "hflip"
     hflip_prob: float = 0.5
     masks: bool = False               # instance masks in the targets (Mask R-CNN)
     # torchvision's references' --use-copypaste: SimpleCopyPaste over each training batch (lsj preset;

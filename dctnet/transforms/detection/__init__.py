@@ -34,13 +34,16 @@ torchvision's detectors take — views into one batch tensor padded to the batch
 
 The package, by role: :mod:`.geometry` (host geometry, box maths), :mod:`.ops` and :mod:`.crop_ops`
 (the ops), :mod:`.plan` (a batch's drawn plan), :mod:`.apply` (the device half), :mod:`.copy_paste`,
-:mod:`.step` (the device step) and :mod:`.presets` (presets, the torchvision bridge).
+:mod:`.step` (the device step), :mod:`.presets` (each preset once, as an op list that builds both arms)
+and :mod:`.bridge` (op lists into dctnet's ops or torchvision v2's).
 """
 
 from __future__ import annotations
 
 from dctnet.transforms.detection.apply import _selects as _selects  # (tests read it)
 from dctnet.transforms.detection.apply import apply_plan, semantic_maps
+from dctnet.transforms.detection.bridge import (ReferencePadIfSmaller, build_detection_ops, per_box_fields,
+                                                torchvision_ops, torchvision_sanitize)
 from dctnet.transforms.detection.copy_paste import SimpleCopyPaste
 from dctnet.transforms.detection.crop_ops import (FixedSizeCrop, PadIfSmaller, RandomCrop, RandomIoUCrop,
                                                   RandomResizedCrop, RandomZoomOut)
@@ -49,16 +52,19 @@ from dctnet.transforms.detection.ops import (DetectionOp, DetectorResize, Random
                                              RandomPhotometricDistort, RandomResize, RandomRotation, RandomShortestSize,
                                              RandomVerticalFlip, Resize, SanitizeBoundingBoxes, ScaleJitter)
 from dctnet.transforms.detection.plan import DetectionCompose, DetectionPlan, plan_of
-from dctnet.transforms.detection.presets import (build_detection_ops, detection_preset, per_box_fields,
-                                                 segmentation_preset, torchvision_ops, torchvision_sanitize)
+from dctnet.transforms.detection.presets import (DETECTION_PRESETS, PRESETS, detection_preset, preset_specs,
+                                                 segmentation_preset, torchvision_detection_preset,
+                                                 torchvision_segmentation_preset)
 from dctnet.transforms.detection.step import DetectionStep, coefficient_mosaics
 
 __all__ = [
-    "BOX_FIELDS", "DetectionCompose", "DetectionOp", "DetectionPlan", "DetectionStep", "DetectorResize",
-    "FixedSizeCrop", "Geometry", "PadIfSmaller", "RandomAffine", "RandomCrop", "RandomHorizontalFlip",
-    "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize", "RandomResizedCrop", "RandomRotation",
-    "RandomShortestSize", "RandomVerticalFlip", "RandomZoomOut", "Resize", "SanitizeBoundingBoxes",
-    "ScaleJitter", "SimpleCopyPaste", "apply_plan", "build_detection_ops", "coefficient_mosaics",
-    "detection_preset", "per_box_fields", "plan_of", "resized_output_size", "sample_generator",
-    "segmentation_preset", "semantic_maps", "torchvision_ops", "torchvision_sanitize",
+    "BOX_FIELDS", "DETECTION_PRESETS", "PRESETS", "DetectionCompose", "DetectionOp", "DetectionPlan",
+    "DetectionStep", "DetectorResize", "FixedSizeCrop", "Geometry", "PadIfSmaller", "RandomAffine",
+    "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize",
+    "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomVerticalFlip", "RandomZoomOut",
+    "ReferencePadIfSmaller", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan",
+    "build_detection_ops", "coefficient_mosaics", "detection_preset", "per_box_fields", "plan_of",
+    "preset_specs", "resized_output_size", "sample_generator", "segmentation_preset", "semantic_maps",
+    "torchvision_detection_preset", "torchvision_ops", "torchvision_sanitize",
+    "torchvision_segmentation_preset",
 ]

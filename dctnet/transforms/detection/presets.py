@@ -1,115 +1,120 @@
-"""Presets and the torchvision bridge: torchvision's detection and segmentation references' presets,
-recipe op lists (``detect.ops``) built into ops, and torchvision v2's own classes for the ``rgb`` arm."""
+"""torchvision's references' presets, each declared once as a named op list (:data:`PRESETS`:
+torchvision's class names and arguments, :class:`Arg` standing for the preset's own arguments) that
+builds both arms: dctnet's ops for the device arms (:func:`detection_preset`,
+:func:`segmentation_preset`) and torchvision v2's for the ``rgb`` arm
+(:func:`torchvision_detection_preset`, :func:`torchvision_segmentation_preset`), through
+:mod:`.bridge`. A recipe's ``detect.preset`` takes the names in :data:`DETECTION_PRESETS`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from torch import Tensor
+from dctnet.transforms.detection.bridge import build_detection_ops, torchvision_ops
+from dctnet.transforms.detection.ops import DetectionOp
 
-from dctnet.transforms.detection.crop_ops import (FixedSizeCrop, PadIfSmaller, RandomCrop, RandomIoUCrop,
-                                                  RandomResizedCrop, RandomZoomOut)
-from dctnet.transforms.detection.ops import (DetectionOp, RandomAffine, RandomHorizontalFlip, RandomPhotometricDistort,
-                                             RandomResize, RandomRotation, RandomShortestSize, RandomVerticalFlip, Resize,
-                                             SanitizeBoundingBoxes, ScaleJitter)
+#: the references' ``mean`` in 8-bit levels (``fill=mean``: the lsj crop's padding, the ssd zoom-out)
+MEAN = (123.0, 117.0, 104.0)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A preset's argument in its op list: its value, or ``int(scale · value)`` when ``scale`` is set."""
+
+    name: str
+    scale: float | None = None
+
+    def value(self, args: dict[str, Any]) -> Any:
+        v = args[self.name]
+        return v if self.scale is None else int(self.scale * v)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named op list: ``train`` (and ``eval``) the ops in order, ``{"name": <torchvision's class
+    name>, **its arguments}``; an op with ``"when": ARG`` is there only when that argument is
+    positive. ``task`` ``"detection"``: the ops end in ``SanitizeBoundingBoxes`` (as the references'
+    v2 path); ``"segmentation"``: they do not."""
+
+    task: str
+    train: tuple[dict[str, Any], ...]
+    eval: tuple[dict[str, Any], ...] = ()
+
+
+_FLIP = {"name": "RandomHorizontalFlip", "p": Arg("hflip_prob")}
+
+#: every preset, by name
+PRESETS: dict[str, Preset] = {
+    # torchvision's detection references' training presets (DetectionPresetTrain's data_augmentation)
+    "hflip": Preset("detection", (_FLIP,)),
+    "lsj": Preset("detection", ({"name": "ScaleJitter", "target_size": (1024, 1024)},
+                                {"name": "FixedSizeCrop", "size": (1024, 1024), "fill": Arg("mean")}, _FLIP)),
+    "multiscale": Preset("detection", ({"name": "RandomShortestSize", "max_size": 1333,
+                                        "min_size": (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)}, _FLIP)),
+    # (their v2 path fills the zoom-out's images with the mean and masks with 0)
+    "ssd": Preset("detection", ({"name": "RandomPhotometricDistort"}, {"name": "RandomZoomOut", "fill": Arg("mean")},
+                                {"name": "RandomIoUCrop"}, _FLIP)),
+    "ssdlite": Preset("detection", ({"name": "RandomIoUCrop"}, _FLIP)),
+    # torchvision's segmentation references' presets (SegmentationPresetTrain, SegmentationPresetEval); their
+    # PadIfSmaller pads images with 0 and masks with 255
+    "segmentation": Preset(
+        "segmentation",
+        train=({"name": "RandomResize", "min_size": Arg("base_size", 0.5), "max_size": Arg("base_size", 2.0)},
+               {**_FLIP, "when": "hflip_prob"}, {"name": "PadIfSmaller", "size": Arg("crop_size")},
+               {"name": "RandomCrop", "size": Arg("crop_size")}),
+        eval=({"name": "Resize", "size": Arg("base_size")},)),
+}
+
+#: the detection presets' names: a recipe's ``detect.preset``
+DETECTION_PRESETS = tuple(name for name, p in PRESETS.items() if p.task == "detection")
+
+
+def preset_specs(name: str, task: str = "detection", *, train: bool = True, **args: Any) -> list[dict[str, Any]]:
+    """Preset ``name``'s op list with its arguments ``args`` filled in (the ops of one arm or the other
+    are built from it: :func:`~.bridge.build_detection_ops`, :func:`~.bridge.torchvision_ops`)."""
+    preset = PRESETS.get(name)
+    if preset is None or preset.task != task:
+        known = ", ".join(n for n, p in PRESETS.items() if p.task == task)
+        raise ValueError(f"unknown {task} preset {name!r} (known: {known})")
+    specs = []
+    for spec in preset.train if train else preset.eval:
+        when = spec.get("when")
+        if when is not None and not args[when] > 0:
+            continue
+        specs.append({k: v.value(args) if isinstance(v, Arg) else v for k, v in spec.items() if k != "when"})
+    return specs
+
+
+def detection_preset(name: str, hflip_prob: float = 0.5, mean: Sequence[float] = MEAN) -> list[DetectionOp]:
+    """torchvision's detection references' training presets (``DetectionPresetTrain``), then
+    ``SanitizeBoundingBoxes`` as their v2 path ends: ``hflip``, ``lsj``, ``multiscale``, ``ssd``,
+    ``ssdlite`` (their v2 path fills the ``ssd`` zoom-out with the mean and masks with 0)."""
+    return build_detection_ops(preset_specs(name, hflip_prob=hflip_prob, mean=list(mean)))
+
+
+def torchvision_detection_preset(name: str, hflip_prob: float = 0.5, mean: Sequence[float] = MEAN) -> Any:
+    """:func:`detection_preset` with torchvision v2's own classes (the ``rgb`` arm): ``ValueError`` for
+    ``lsj``, whose ``FixedSizeCrop`` lives in torchvision's references, not in the torchvision package."""
+    try:
+        return torchvision_ops(preset_specs(name, hflip_prob=hflip_prob, mean=list(mean)))
+    except ValueError as exc:
+        raise ValueError(f"detect.preset {name!r} with input 'rgb': {exc} (or another preset)") from None
 
 
 def segmentation_preset(base_size: int = 520, crop_size: int = 480, hflip_prob: float = 0.5, *,
                         train: bool = True) -> list[DetectionOp]:
     """torchvision's segmentation references' presets: training ``RandomResize(0.5·base, 2·base)``,
     a flip, ``PadIfSmaller(crop)`` (images 0, masks 255) and ``RandomCrop(crop)``; eval ``Resize(base)``."""
-    if not train:
-        return [Resize(base_size)]
-    ops: list[DetectionOp] = [RandomResize(int(0.5 * base_size), int(2.0 * base_size))]
-    if hflip_prob > 0:
-        ops.append(RandomHorizontalFlip(hflip_prob))
-    return [*ops, PadIfSmaller(crop_size), RandomCrop(crop_size)]
+    specs = preset_specs("segmentation", "segmentation", train=train, base_size=base_size, crop_size=crop_size,
+                         hflip_prob=hflip_prob)
+    return build_detection_ops(specs, sanitize=False)
 
 
-def build_detection_ops(specs: Sequence[dict[str, Any]]) -> list[DetectionOp]:
-    """Training ops from specs ``{"name": <torchvision's class name>, **its arguments}`` (a recipe's
-    ``detect.ops``), in order, ending in ``SanitizeBoundingBoxes`` (appended unless last), as the
-    presets end."""
-    table = {cls.__name__: cls for cls in (RandomHorizontalFlip, RandomVerticalFlip, Resize, RandomShortestSize,
-                                           ScaleJitter, FixedSizeCrop, RandomResizedCrop, RandomResize, PadIfSmaller,
-                                           RandomCrop, RandomZoomOut, RandomIoUCrop, RandomAffine, RandomRotation,
-                                           RandomPhotometricDistort, SanitizeBoundingBoxes)}
-    ops: list[DetectionOp] = []
-    for i, spec in enumerate(specs):
-        if not isinstance(spec, dict) or "name" not in spec:
-            raise ValueError(f"op {i}: a mapping with a name, got {spec!r}")
-        args = {k: v for k, v in spec.items() if k != "name"}
-        cls = table.get(spec["name"])
-        if cls is None:
-            raise ValueError(f"op {i}: unknown detection op {spec['name']!r} (known: {', '.join(sorted(table))})")
-        try:
-            ops.append(cls(**args))
-        except TypeError as exc:
-            raise ValueError(f"op {i} ({spec['name']}): {exc}") from None
-    if not ops or not isinstance(ops[-1], SanitizeBoundingBoxes):
-        ops.append(SanitizeBoundingBoxes())
-    return ops
-
-
-#: ops whose ``fill`` torchvision v2 takes per type: the image's (8-bit levels), masks 0 as the references
-_FILLED = ("RandomZoomOut", "RandomAffine", "RandomRotation", "RandomCrop")
-
-
-def torchvision_ops(specs: list[dict[str, Any]]) -> Any:
-    """torchvision v2's own classes for a recipe's ``detect.ops`` (the ``rgb`` arm), ending in
-    ``SanitizeBoundingBoxes``: the same names and arguments; ``ValueError`` for an op torchvision's
-    package lacks (the references' ``FixedSizeCrop``, ``RandomResize``, ``PadIfSmaller``)."""
-    from torchvision import tv_tensors  # optional dependency (the rgb baseline's own ops)
-    from torchvision.transforms import v2  # (as above)
-
-    ops = []
-    for i, spec in enumerate(specs):
-        name = spec["name"]
-        cls = getattr(v2, name, None)
-        if cls is None or name in ("RandomResize",):  # v2.RandomResize exists but is not the references' op
-            raise ValueError(f"op {i} ({name}) is torchvision's references', not in the torchvision package: "
-                             "input 'rgb' cannot run it; use 'device-rgb'")
-        args = {k: v for k, v in spec.items() if k != "name"}
-        if name == "SanitizeBoundingBoxes":  # every per-box field dropped with its box, as the appended one
-            args.setdefault("labels_getter", per_box_fields)
-        if name in _FILLED and "fill" in args:
-            args["fill"] = {tv_tensors.Image: args["fill"], tv_tensors.Mask: 0}
-        ops.append(cls(**args))
-    if not ops or not isinstance(ops[-1], v2.SanitizeBoundingBoxes):
-        ops.append(torchvision_sanitize())
-    return v2.Compose(ops)
-
-
-def per_box_fields(sample: dict[str, Any]) -> tuple[Tensor, ...]:
-    """What v2's ``SanitizeBoundingBoxes`` drops with the boxes: ``labels`` and the other per-box
-    fields a COCO target carries (``iscrowd``, ``area``) — its default getter finds ``labels`` only,
-    which leaves the others misaligned; ``box_index`` too when a sample carries it (each box's
-    index in the file, to count what was dropped). A module-level function: DataLoader workers pickle it."""
-    return tuple(sample[k] for k in ("labels", "iscrowd", "area", "box_index") if k in sample)
-
-
-def torchvision_sanitize() -> Any:
-    """torchvision v2's ``SanitizeBoundingBoxes`` keeping every per-box field aligned (:func:`per_box_fields`)."""
-    from torchvision.transforms import v2  # optional dependency (the rgb baseline's own ops)
-
-    return v2.SanitizeBoundingBoxes(labels_getter=per_box_fields)
-
-
-def detection_preset(name: str, hflip_prob: float = 0.5,
-                     mean: Sequence[float] = (123.0, 117.0, 104.0)) -> list[DetectionOp]:
-    """torchvision's detection references' training presets (``DetectionPresetTrain``), then
-    ``SanitizeBoundingBoxes`` as their v2 path ends: ``hflip``, ``lsj``, ``multiscale``, ``ssd``,
-    ``ssdlite`` (their v2 path fills the ``ssd`` zoom-out with the mean and masks with 0)."""
-    flip = RandomHorizontalFlip(p=hflip_prob)
-    presets = {
-        "hflip": [flip],
-        "lsj": [ScaleJitter(target_size=(1024, 1024)), FixedSizeCrop(size=(1024, 1024), fill=list(mean)), flip],
-        "multiscale": [RandomShortestSize(min_size=(480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800),
-                                          max_size=1333), flip],
-        "ssdlite": [RandomIoUCrop(), flip],
-    }
-    presets["ssd"] = [RandomPhotometricDistort(), RandomZoomOut(fill=list(mean)), RandomIoUCrop(), flip]
-    if name not in presets:
-        raise ValueError(f"unknown detection preset {name!r} (known: {', '.join(presets)})")
-    return [*presets[name], SanitizeBoundingBoxes()]
+def torchvision_segmentation_preset(base_size: int = 520, crop_size: int = 480, hflip_prob: float = 0.5, *,
+                                    train: bool = True) -> Any:
+    """:func:`segmentation_preset` with torchvision v2's own classes and the references' ``PadIfSmaller``
+    (the ``rgb`` arm)."""
+    specs = preset_specs("segmentation", "segmentation", train=train, base_size=base_size, crop_size=crop_size,
+                         hflip_prob=hflip_prob)
+    return torchvision_ops(specs, references=True, sanitize=False)
