@@ -42,7 +42,7 @@ from dctnet import resize as RS  # noqa: E402
 from dctnet.data.coco import CocoDataset, collate_detection  # noqa: E402
 from dctnet.hostmem import keep_freed_host_memory  # noqa: E402
 from dctnet.models.detection import build_detector  # noqa: E402
-from dctnet.train import detection as TRD  # noqa: E402
+from dctnet.train.detection_inputs import PillowCoco  # noqa: E402
 from dctnet.train.recipe import load_recipe  # noqa: E402
 from dctnet.transforms import detection as TD  # noqa: E402
 
@@ -66,7 +66,7 @@ class Arms:
         resize = [TD.DetectorResize.from_model(model, train=True)] if d.resize else []
         self.step = TD.DetectionStep([*ops, *resize], seed=self.seed)
         tfm = TD.torchvision_ops(d.ops) if d.ops else TD.torchvision_detection_preset(d.preset, d.hflip_prob)
-        self.pillow = TRD._PillowCoco(self.coco, tfm)
+        self.pillow = PillowCoco(self.coco, tfm)
         #: the model's own resize (train mode: it draws its min_size from torch's generator, after the ops)
         self.transform = model.transform.train() if d.resize else None
         self.describe = f"{r.model.arch}, {'ops ' + str([o['name'] for o in d.ops]) if d.ops else 'preset ' + d.preset}" \

@@ -27,7 +27,6 @@ and device step (all of it on a CPU-only run), or the rgb arm's model resize.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,130 +36,27 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dctnet import functional as F
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
 from dctnet.models.detection import (backbone_state, build_detector, build_segmenter, dct_detector, detections_to_image,
                                      prepare_detector, roi_pool_scales, set_roi_pool_scales)
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
-from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results, mean_iou
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
+from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.precision import amp_dtype, autocast, use_channels_last
 from dctnet.train.process import start_process
 from dctnet.train.records import append_skipped, epoch_skipped, progress_bar, skip_note
 from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
-from dctnet.train.rng import rng_state, seeded_draws, set_rng_state
+from dctnet.train.detection_inputs import (PillowCoco, StampedCollate, box_drops, list_collate, semantic_dir,
+                                           split_paths, time_resize)
+from dctnet.train.rng import rng_state, set_rng_state
+from dctnet.train.segmentation import SegmentationTask
 from dctnet.transforms import detection as TD
 
 __all__ = ["DetectionTrainer", "train_detection"]
 
 
-def _semantic_dir(recipe: Recipe, split: str) -> Path | None:
-    """The split's folder of class-index PNGs (``semantic``), or None."""
-    spec = getattr(recipe.data, split)
-    if "semantic" not in spec:
-        return None
-    return Path(spec["semantic"]) if os.path.isabs(spec["semantic"]) else Path(recipe.data.root) / spec["semantic"]
-
-
-def _split(recipe: Recipe, split: str) -> tuple[Path, Path]:
-    spec = getattr(recipe.data, split)
-    root = Path(recipe.data.root)
-    return tuple(Path(p) if os.path.isabs(p) else root / p for p in (spec["images"], spec["annotations"]))
-
-
-def _time_resize(transform: nn.Module, clock: list[float]) -> None:
-    """Add the host CPU of each call of ``transform.resize`` (a ``GeneralizedRCNNTransform``'s, per
-    image in the model's forward) to ``clock[0]``: the rgb arm's last input op, which the device arm's
-    step does itself (:class:`~dctnet.transforms.detection.DetectorResize`)."""
-    own = transform.resize
-
-    def resize(image, target=None):
-        t0 = time.thread_time()
-        try:
-            return own(image, target)
-        finally:
-            clock[0] += time.thread_time() - t0
-
-    transform.resize = resize
-
-
-class _StampedCollate:
-    """A DataLoader collate that also returns its worker's id and CPU seconds so far, so the host
-    CPU of the input pipeline can be read off the batches (0 workers: the main thread's)."""
-
-    def __init__(self, collate) -> None:
-        self.collate = collate
-
-    def __call__(self, items):
-        info = torch.utils.data.get_worker_info()
-        return self.collate(items), (info.id if info else -1, time.process_time() if info else 0.0)
-
-
-def box_drops(boxes: Any, size: tuple[int, int], kept: Any) -> tuple[int, int, int]:
-    """One training sample's box accounting: ``(boxes, dropped, dropped past the image)`` — its file's
-    boxes ``(N, 4)`` XYXY in an image of ``size (H, W)``, of which the geometry and
-    ``SanitizeBoundingBoxes`` kept those at indices ``kept``; the last counts the dropped boxes that
-    ran past their image in the file (sanitizing drops those wherever no crop cuts them back in).
-    Host arrays or tensors (never the device's: no sync)."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    h, w = size
-    lost = np.ones(len(b), bool)
-    lost[np.asarray(kept, dtype=np.int64)] = False
-    past = (b[:, 0] < 0) | (b[:, 1] < 0) | (b[:, 2] > w) | (b[:, 3] > h)
-    return len(b), int(lost.sum()), int((lost & past).sum())
-
-
-class _PillowCoco(torch.utils.data.Dataset):
-    """The torchvision arm's dataset: Pillow's decode of each image of a :class:`CocoDataset` (its
-    targets as ``tv_tensors``), then torchvision v2's ops of the preset, in the DataLoader worker."""
-
-    def __init__(self, coco: CocoDataset, transforms: Any, seed: int = 0) -> None:
-        self.coco, self.transforms, self.seed = coco, transforms, int(seed)
-
-    def __len__(self) -> int:
-        return len(self.coco)
-
-    def __getitem__(self, key):
-        # torchvision's ops draw from the process's generators: seeded per sample from (seed, epoch,
-        # index), the same draws whatever the workers, and after --resume
-        epoch, index = key if isinstance(key, tuple) else (0, key)
-        with seeded_draws(self.seed, epoch, index):
-            return self._item(index)
-
-    def _item(self, index: int):
-        from PIL import Image  # optional dependency (Pillow: the baseline's decoder)
-        from torchvision import tv_tensors  # optional dependency (the baseline's)
-        from torchvision.transforms.v2 import functional as TVF  # (as above)
-
-        path = self.coco.paths[index]
-        with Image.open(path) as im:
-            image = TVF.pil_to_tensor(im.convert("RGB"))
-        h, w = image.shape[-2:]
-        semantic = self.coco._semantic(index, h, w) if self.coco.semantic is not None else None
-        t = self.coco._target(index, h, w, semantic)
-        sample = {"image": tv_tensors.Image(image), "labels": t["labels"], "iscrowd": t["iscrowd"], "area": t["area"],
-                  "boxes": tv_tensors.BoundingBoxes(t["boxes"].float(), format="XYXY", canvas_size=(h, w)),
-                  "box_index": torch.arange(len(t["boxes"]))}  # (which boxes the ops keep: per_box_fields)
-        if "masks" in t:
-            sample["masks"] = tv_tensors.Mask(t["masks"])
-        if "semantic" in t:
-            sample["semantic"] = tv_tensors.Mask(t["semantic"])
-        if self.transforms is not None:
-            sample = self.transforms(sample)
-        image = TVF.to_dtype(sample.pop("image"), torch.float32, scale=True).as_subclass(torch.Tensor)
-        target = {k: (v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v) for k, v in sample.items()}
-        target.update(image_id=t["image_id"], size=t["size"],
-                      box_drops=box_drops(t["boxes"], (h, w), target.pop("box_index")))
-        return image, target
-
-
-def _list_collate(items):
-    return [i[0] for i in items], [i[1] for i in items]
-
-
-class DetectionTrainer:
+class DetectionTrainer(SegmentationTask):
     """Builds what a detection recipe names and trains it: ``DetectionTrainer(recipe).fit()``."""
 
     def __init__(self, recipe: Recipe, *, resume: bool = False, log=None) -> None:
@@ -174,11 +70,46 @@ class DetectionTrainer:
         self._worker_cpu: dict[int, dict[int, float]] = {}
         #: a semantic segmentation recipe (torchvision's segmentation models, class-index PNGs)
         self.segmentation = r.segmentation
+        self._build_data(r)
+        self._build_model(r)
+        train_ops, eval_ops = self._build_ops(r)
+        self._place_model(r)
+        self.sampler = EpochSampler(len(self.train_set), shuffle=True, seed=r.train.seed, drop_last=True)
+        self.val_sampler = EpochSampler(len(self.val_set), shuffle=False)
+        self.train_loader = self._loader(self.train_set, self.sampler, train=True)
+        self.val_loader = self._loader(self.val_set, self.val_sampler, train=False)
+        self.step = TD.DetectionStep(train_ops, seed=r.train.seed, exact=r.data.decode == "exact",
+                                     copy_paste=TD.SimpleCopyPaste() if r.detect.copy_paste else None)
+        self.eval_step = TD.DetectionStep(eval_ops, seed=r.train.seed, exact=r.data.decode == "exact")
+        self._build_optimizer(r)
+        self.steps_per_epoch = len(self.train_loader)
+        if not self.steps_per_epoch:
+            raise ValueError(f"data.train: {len(self.train_set)} images make no full batch of data.batch_size "
+                             f"{r.data.batch_size}; lower data.batch_size")
+        if r.train.max_steps:
+            self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
+        self.total_steps = max(1, r.optim.epochs * self.steps_per_epoch)
+        self.start_epoch, self.records = 0, []
+        self.room_checked = False  # free space for the checkpoint (after the first step)
+        if resume and (self.out / "last.pt").exists():
+            self._load(self.out / "last.pt")
+        if self.rank == 0:
+            r.dump(self.out / "recipe.yaml")
+            (self.out / "pipeline.txt").write_text(self.describe() + "\n")
+            self._note_excluded()
+            self.log(self.summary())
+            for ds in (self.train_set, self.val_set):
+                for line in ds.box_warnings():
+                    self.log(f"warning: {line}")
+
+    def _build_data(self, r: Recipe) -> None:
+        """The COCO splits: images without a usable box left out (detect.drop_unannotated), the first
+        N kept (limits), every file checked once (on_error)."""
         masks = "instance" if r.detect.masks else "none"
         common = dict(seed=r.train.seed, on_error=r.data.on_error, warnings=r.data.warnings)
-        self.train_set = CocoDataset(*_split(r, "train"), semantic=_semantic_dir(r, "train"),
+        self.train_set = CocoDataset(*split_paths(r, "train"), semantic=semantic_dir(r, "train"),
                                      masks="instance" if r.detect.copy_paste else masks, **common)
-        self.val_set = CocoDataset(*_split(r, "val"), semantic=_semantic_dir(r, "val"), masks=masks, **common)
+        self.val_set = CocoDataset(*split_paths(r, "val"), semantic=semantic_dir(r, "val"), masks=masks, **common)
         #: (split, path, reason) of the images data.on_error: skip left out before training (a full decode
         #: found them unusable) and of the samples skipped since the last epoch's record
         self.excluded: list[tuple[str, str, str]] = []
@@ -197,8 +128,11 @@ class DetectionTrainer:
             if not len(ds):  # (an empty "images" list, or every file unusable): nothing to train or evaluate on
                 unannotated = (f", {self.unannotated} without a usable box (detect.drop_unannotated: false keeps "
                                "them)") if split == "train" and self.unannotated else ""
-                raise ValueError(f"data.{split}: {_split(r, split)[1]} lists no usable image "
+                raise ValueError(f"data.{split}: {split_paths(r, split)[1]} lists no usable image "
                                  f"({len(refused)} left out as unusable{unannotated})")
+
+    def _build_model(self, r: Recipe) -> None:
+        """torchvision's detector or segmenter, and model.init's weights."""
         num_classes = r.model.num_classes or len(self.train_set.classes) + 1
         torch.manual_seed(r.train.seed)
         name = r.model.arch.split(":", 1)[1]
@@ -226,6 +160,10 @@ class DetectionTrainer:
                                  "a ResNet / MobileNetV3 classifier's backbone)")
             missing, _ = self.model.load_state_dict(state, strict=False)
             self.log(f"model.init {r.model.init}: {len(state)} tensors loaded, {len(missing)} left at their init")
+
+    def _build_ops(self, r: Recipe) -> tuple[list, list]:
+        """The train and eval geometry, and the model prepared for it (its resize off where the
+        device step resizes; the DCT stem for input dct)."""
         if self.segmentation:  # the segmentation references' presets; the model takes the batch as it is
             train_ops = TD.segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob)
             eval_ops = TD.segmentation_preset(r.detect.base_size, train=False)
@@ -244,7 +182,11 @@ class DetectionTrainer:
         #: host CPU seconds of the rgb arm's model resize (its transform's), counted with the input pipeline
         self.model_resize_cpu = [0.0]
         if not self.prepared and not self.segmentation:
-            _time_resize(self.model.transform, self.model_resize_cpu)
+            time_resize(self.model.transform, self.model_resize_cpu)
+        return train_ops, eval_ops
+
+    def _place_model(self, r: Recipe) -> None:
+        """The model on its device (channels_last, autocast's dtype, the loss scaler, DDP)."""
         self.model.to(self.device)
         if use_channels_last(r, self.model, self.device):  # weights only: cudnn.benchmark would re-tune every image size
             self.model.to(memory_format=torch.channels_last)
@@ -255,13 +197,9 @@ class DetectionTrainer:
         if self.world_size > 1:
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if
                                                            self.device.type == "cuda" else None)
-        self.sampler = EpochSampler(len(self.train_set), shuffle=True, seed=r.train.seed, drop_last=True)
-        self.val_sampler = EpochSampler(len(self.val_set), shuffle=False)
-        self.train_loader = self._loader(self.train_set, self.sampler, train=True)
-        self.val_loader = self._loader(self.val_set, self.val_sampler, train=False)
-        self.step = TD.DetectionStep(train_ops, seed=r.train.seed, exact=r.data.decode == "exact",
-                                     copy_paste=TD.SimpleCopyPaste() if r.detect.copy_paste else None)
-        self.eval_step = TD.DetectionStep(eval_ops, seed=r.train.seed, exact=r.data.decode == "exact")
+
+    def _build_optimizer(self, r: Recipe) -> None:
+        """SGD or AdamW over the classification trainer's parameter groups."""
         # as the classification trainer's: no weight decay on norms and biases, a DCT stem at lr · stem_lr_mult
         # (each group's scale of the scheduled rate kept in the group: the schedule sets lr · lr_scale)
         params = optimizer_groups(self.model, r, 1.0)
@@ -275,25 +213,6 @@ class DetectionTrainer:
                                        fused=fused)
         else:
             self.opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=r.optim.weight_decay, fused=fused)
-        self.steps_per_epoch = len(self.train_loader)
-        if not self.steps_per_epoch:
-            raise ValueError(f"data.train: {len(self.train_set)} images make no full batch of data.batch_size "
-                             f"{r.data.batch_size}; lower data.batch_size")
-        if r.train.max_steps:
-            self.steps_per_epoch = min(self.steps_per_epoch, r.train.max_steps)
-        self.total_steps = max(1, r.optim.epochs * self.steps_per_epoch)
-        self.start_epoch, self.records = 0, []
-        self.room_checked = False  # free space for the checkpoint (after the first step)
-        if resume and (self.out / "last.pt").exists():
-            self._load(self.out / "last.pt")
-        if self.rank == 0:
-            r.dump(self.out / "recipe.yaml")
-            (self.out / "pipeline.txt").write_text(self.describe() + "\n")
-            self._note_excluded()
-            self.log(self.summary())
-            for ds in (self.train_set, self.val_set):
-                for line in ds.box_warnings():
-                    self.log(f"warning: {line}")
 
     def describe(self) -> str:
         arm = ("device-rgb (plan A): coefficients read in DataLoader workers; geometry drawn on the host, decode, "
@@ -317,16 +236,16 @@ class DetectionTrainer:
         elif self.segmentation:
             tfm = TD.torchvision_segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob,
                                                      train=train)
-            dataset, collate = _PillowCoco(ds, tfm, r.train.seed), _list_collate
+            dataset, collate = PillowCoco(ds, tfm, r.train.seed), list_collate
         else:
             tfm = None
             if train:
                 tfm = (TD.torchvision_ops(r.detect.ops) if r.detect.ops else
                        TD.torchvision_detection_preset(r.detect.preset, r.detect.hflip_prob))
-            dataset, collate = _PillowCoco(ds, tfm, r.train.seed), _list_collate
+            dataset, collate = PillowCoco(ds, tfm, r.train.seed), list_collate
         return torch.utils.data.DataLoader(
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,
-            collate_fn=_StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,
+            collate_fn=StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,
             generator=torch.Generator().manual_seed(r.train.seed),  # (workers' base seed: not the main stream)
             pin_memory=pin and not self.plan_a)  # (plan A's collate pins its own)
 
@@ -461,49 +380,6 @@ class DetectionTrainer:
     def _model_input(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         """What the detector takes: the step's images, or (input dct) their coefficient mosaics."""
         return TD.coefficient_mosaics(images) if self.dct else images
-
-    def _normalised(self, images: list[torch.Tensor]) -> torch.Tensor:
-        """A segmentation batch: the images (one size: the crop) stacked, ImageNet-normalised as the
-        segmentation references' ``Normalize``."""
-        x = torch.stack(images)
-        # built once per device and dtype (a torch.tensor(..., device=) per step is a blocking copy)
-        mean = F._constant("imagenet_mean", IMAGENET_MEAN, x).reshape(1, 3, 1, 1)
-        std = F._constant("imagenet_std", IMAGENET_STD, x).reshape(1, 3, 1, 1)
-        return (x - mean) / std
-
-    def _segmentation_losses(self, images, targets) -> dict[str, torch.Tensor]:
-        """The segmentation references' criterion: cross-entropy ignoring 255 on ``out``, plus half
-        of it on ``aux`` when the model has an auxiliary head."""
-        out = self.net(self._normalised(images))
-        y = torch.stack([t["semantic"] for t in targets]).long()
-        losses = {"loss_out": nn.functional.cross_entropy(out["out"], y, ignore_index=255)}
-        if "aux" in out:
-            losses["loss_aux"] = 0.5 * nn.functional.cross_entropy(out["aux"], y, ignore_index=255)
-        return losses
-
-    @torch.no_grad()
-    def _evaluate_segmentation(self) -> dict[str, float]:
-        """mIoU and pixel accuracy of the val split at the eval size (the references' ``Resize(base)``,
-        compared with the resized class map, 255 ignored), confusion matrices summed over ranks."""
-        k = self.num_classes
-        # one bin past the k·k cells takes the ignored pixels: counted with index_add_ (a masked index or
-        # bincount would read the device's values back for every image)
-        counts = torch.zeros(k * k + 1, dtype=torch.int64, device=self.device)
-        cost = {"cpu": 0.0, "n": 0.0}
-        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
-            for image, target in zip(images, targets):  # one at a time: eval sizes differ
-                pred = self.model(self._normalised([image]))["out"].argmax(1)[0]
-                truth = target["semantic"].long()
-                cell = torch.where(truth != 255, truth * k + pred, k * k).reshape(-1)
-                counts.index_add_(0, cell, torch.ones_like(cell))
-        confusion = counts[:k * k].reshape(k, k)
-        if dist.is_initialized():
-            dist.all_reduce(confusion)
-        with log_point(self.device):  # the evaluation's result
-            confusion = confusion.cpu()
-            total = confusion.sum().clamp(min=1)
-            result = {"mIoU": mean_iou(confusion), "pixel_acc": float(confusion.diag().sum() / total)}
-        return {**result, "val_data_cpu_us_per_sample": cost["cpu"] / max(cost["n"], 1) * 1e6}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
