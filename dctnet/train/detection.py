@@ -41,6 +41,7 @@ from dctnet.models.detection import (backbone_state, build_detector, build_segme
                                      prepare_detector, roi_pool_scales, set_roi_pool_scales)
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
 from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results
+from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.precision import amp_dtype, autocast, use_channels_last
 from dctnet.train.process import start_process
@@ -193,6 +194,14 @@ class DetectionTrainer(SegmentationTask):
         #: autocast's dtype (train.amp: bf16 on CUDA by default), loss scaling for fp16
         self.amp_dtype = amp_dtype(r, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
+        #: model EMA (train.ema), averaged after each optimizer update, evaluated beside the model
+        self.ema: ModelEma | None = None
+        self.updates = 0  # optimizer updates so far (the EMA's clock)
+        if r.train.ema.decay > 0:
+            e = r.train.ema
+            decay = adjusted_decay(e.decay, world_size=self.world_size, batch_size=r.data.batch_size, every=e.every,
+                                   epochs=r.optim.epochs) if e.adjust else e.decay
+            self.ema = ModelEma(self.model, decay, warmup=e.warmup, every=e.every)
         self.net: nn.Module = self.model
         if self.world_size > 1:
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if
@@ -349,10 +358,14 @@ class DetectionTrainer(SegmentationTask):
                 nn.utils.clip_grad_norm_(self.model.parameters(), r.optim.grad_clip)
             self.scaler.step(self.opt)
             self.scaler.update()
+            self.updates += 1
+            if self.ema is not None:
+                self.ema.step(self.model, self.updates)
             if not self.room_checked:  # the checkpoint's size is known after a step: a full disk stops the run now
                 self.room_checked = True
                 if self.rank == 0 and r.train.checkpoint:
-                    check_room(self.out / "last.pt", state_bytes([self.model.state_dict(), self.opt.state_dict()]))
+                    check_room(self.out / "last.pt", state_bytes([self.model.state_dict(), self.opt.state_dict(),
+                                                                  self.ema.state() if self.ema else None]))
             for k, v in (*losses.items(), ("loss", loss)):
                 sums[k] = sums[k] + v.detach().double() if k in sums else v.detach().double()
             steps += 1
@@ -382,23 +395,26 @@ class DetectionTrainer(SegmentationTask):
         return TD.coefficient_mosaics(images) if self.dct else images
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, model: nn.Module | None = None, suffix: str = "") -> dict[str, float]:
+        """The val split's metrics for ``model`` (default: the trained model; the EMA's with suffix
+        ``_ema``: keys ``bbox_AP_ema`` …, predictions in ``predictions_val_ema.json``)."""
         self.net.eval()
+        model = self.model if model is None else model
         if self.segmentation:
-            return self._evaluate_segmentation()
+            return {f"{k}{suffix}": v for k, v in self._evaluate_segmentation(model).items()}
         ds, results, cost = self.val_set, [], {"cpu": 0.0, "n": 0.0}
         iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
-            outputs = self.model(self._model_input(images))
+            outputs = model(self._model_input(images))
             with log_point(self.device):  # predictions leave the device per batch (COCO evaluation runs on the host)
                 results += self._coco_results(images, targets, outputs)
         results = gather_results(results)
         metrics: dict[str, float] = {}
         if self.rank == 0:
             metrics = evaluate_coco(ds.coco, results, iou_types=iou_types, image_ids=ds.ids,
-                                    out=self.out / "predictions_val.json")
+                                    out=self.out / f"predictions_val{suffix}.json")
             metrics["val_data_cpu_us_per_sample"] = cost["cpu"] / max(cost["n"], 1) * 1e6
-        return metrics
+        return {f"{k}{suffix}": v for k, v in metrics.items()}
 
     def _coco_results(self, images, targets, outputs) -> list[dict[str, Any]]:
         """A batch's predictions as COCO results in the files' pixels (host values)."""
@@ -425,6 +441,9 @@ class DetectionTrainer(SegmentationTask):
             record = {"epoch": epoch + 1, **self.train_epoch(epoch)}
             if (epoch + 1) % r.train.eval_every == 0 or epoch + 1 == r.optim.epochs:
                 record.update(self.evaluate())
+                if self.ema is not None:  # (the EMA pools at the scales the model inferred from its first batch)
+                    set_roi_pool_scales(self.ema.module, roi_pool_scales(self.model))
+                    record.update(self.evaluate(self.ema.module, "_ema"))
             mine, self.skipped = self.skipped, []
             record.update(epoch_skipped(mine, epoch, self.out / "skipped.txt", self.rank))
             record["epoch_seconds"] = time.perf_counter() - t0
@@ -435,6 +454,8 @@ class DetectionTrainer(SegmentationTask):
                     self._save(self.out / "last.pt", epoch)
                 ap = f", val bbox AP {record['bbox_AP']:.3f} AP50 {record['bbox_AP50']:.3f}" if "bbox_AP" in record else ""
                 ap += f", val mIoU {record['mIoU']:.3f}" if "mIoU" in record else ""
+                ap += f" (EMA {record['bbox_AP_ema']:.3f})" if "bbox_AP_ema" in record else ""
+                ap += f" (EMA {record['mIoU_ema']:.3f})" if "mIoU_ema" in record else ""
                 skip = skip_note(record, self.out / "skipped.txt")
                 if record["train_boxes_dropped_past_image"]:
                     skip += (f"; {record['train_boxes_dropped_past_image']} boxes dropped for running past their "
@@ -448,7 +469,8 @@ class DetectionTrainer(SegmentationTask):
         with log_point(self.device):  # the checkpoint, once an epoch: the state comes to the host
             write_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "epoch": epoch,
                               "scaler": self.scaler.state_dict(), "records": self.records, "rng": rng_state(),
-                              "roi_pool_scales": roi_pool_scales(self.model),
+                              "roi_pool_scales": roi_pool_scales(self.model), "updates": self.updates,
+                              "ema": self.ema.state() if self.ema is not None else None,
                               "recipe": self.recipe.to_dict()}, path)  # (atomic; a failed write names the path)
 
     def _load(self, path: Path) -> None:
@@ -461,6 +483,11 @@ class DetectionTrainer(SegmentationTask):
             set_rng_state(state["rng"])
         # the RoI poolers' scales, inferred from the stopped run's first batch (not in the state_dict)
         set_roi_pool_scales(self.model, state.get("roi_pool_scales", {}))
+        self.updates = int(state.get("updates", 0))
+        if self.ema is not None:
+            if state.get("ema") is None:
+                raise ValueError(f"--resume: {path} has no EMA (train.ema was off when it was written)")
+            self.ema.load(state["ema"])
         self.start_epoch = int(state["epoch"]) + 1
         self.records = list(state.get("records", []))
         self.log(f"resumed from {path} at epoch {self.start_epoch + 1}")

@@ -34,20 +34,26 @@ def split_paths(recipe: Recipe, split: str) -> tuple[Path, Path]:
     return tuple(Path(p) if os.path.isabs(p) else root / p for p in (spec["images"], spec["annotations"]))
 
 
+class _TimedResize:
+    """A transform's own ``resize``, timed (an object, not a closure: a deep copy of the model — its
+    EMA — then calls its own transform's resize, not the original's)."""
+
+    def __init__(self, own: Any, clock: list[float]) -> None:
+        self.own, self.clock = own, clock
+
+    def __call__(self, image, target=None):
+        t0 = time.thread_time()
+        try:
+            return self.own(image, target)
+        finally:
+            self.clock[0] += time.thread_time() - t0
+
+
 def time_resize(transform: nn.Module, clock: list[float]) -> None:
     """Add the host CPU of each call of ``transform.resize`` (a ``GeneralizedRCNNTransform``'s, per
     image in the model's forward) to ``clock[0]``: the rgb arm's last input op, which the device arm's
     step does itself (:class:`~dctnet.transforms.detection.DetectorResize`)."""
-    own = transform.resize
-
-    def resize(image, target=None):
-        t0 = time.thread_time()
-        try:
-            return own(image, target)
-        finally:
-            clock[0] += time.thread_time() - t0
-
-    transform.resize = resize
+    transform.resize = _TimedResize(transform.resize, clock)
 
 
 class StampedCollate:

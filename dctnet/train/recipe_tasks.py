@@ -45,7 +45,7 @@ FIELD_TASKS: dict[str, frozenset[str]] = {
     **{f"train.{k}": _ALL for k in ("seed", "out", "amp", "channels_last", "device", "eval_every", "checkpoint",
                                     "progress", "log_every", "torch_threads", "max_steps")},
     "train.compile": _C,
-    **{f"train.ema.{k}": _C for k in ("decay", "every", "warmup", "adjust")},
+    **{f"train.ema.{k}": _ALL for k in ("decay", "every", "warmup", "adjust")},
     **{f"detect.{k}": _D for k in ("preset", "masks", "copy_paste", "ops", "backbone", "returned_layers",
                                    "anchor_sizes", "model_args", "min_size", "max_size", "resize")},
     "detect.hflip_prob": _DS, "detect.drop_unannotated": _DS,

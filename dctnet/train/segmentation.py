@@ -42,7 +42,7 @@ class SegmentationTask:
         return losses
 
     @torch.no_grad()
-    def _evaluate_segmentation(self) -> dict[str, float]:
+    def _evaluate_segmentation(self, model: nn.Module) -> dict[str, float]:
         """mIoU and pixel accuracy of the val split at the eval size (the references' ``Resize(base)``,
         compared with the resized class map, 255 ignored), confusion matrices summed over ranks."""
         k = self.num_classes
@@ -52,7 +52,7 @@ class SegmentationTask:
         cost = {"cpu": 0.0, "n": 0.0}
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
             for image, target in zip(images, targets):  # one at a time: eval sizes differ
-                pred = self.model(self._normalised([image]))["out"].argmax(1)[0]
+                pred = model(self._normalised([image]))["out"].argmax(1)[0]
                 truth = target["semantic"].long()
                 cell = torch.where(truth != 255, truth * k + pred, k * k).reshape(-1)
                 counts.index_add_(0, cell, torch.ones_like(cell))
