@@ -349,6 +349,9 @@ def _folder_error(src: str) -> ValueError:
     return ValueError(f"{src}: no class folders (<class>/*.jpg) and no .tar shards in it; {SOURCES}")
 
 
+_Item = tuple[str, Callable[[], dict[str, bytes]]]  # (description, reader of {ext: bytes})
+
+
 def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLike, *, shard_size: int = 1000,
                  seed: int = 0, prefix: str = "shard") -> dict[str, Any]:
     """Write WebDataset tar shards (``KEY.jpg`` + ``KEY.cls``) holding the samples of ``source`` in
@@ -371,50 +374,94 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
     if shard_size < 1:
         raise ValueError(f"shard_size must be at least 1, got {shard_size}")
     out = Path(out)
-    items: list[tuple[str, Any]] = []  # (description, reader of {ext: bytes})
-    classes: list[str] = []
+    # the source is read (and its errors raised) before the output folder is checked
+    items, classes = _source_items(source, out)
+    _check_write_folder(out, prefix)
+    order = global_order(len(items), seed)
+    out.mkdir(parents=True, exist_ok=True)
+    shards: list[str] = []
+    for s in range(0, len(order), shard_size):
+        name = out / f"{prefix}-{s // shard_size:06d}.tar"
+        _write_one_shard(name, items, order, range(s, min(s + shard_size, len(order))))
+        shards.append(str(name))
+    (out / "order.json").write_text(json.dumps([items[i][0] for i in order.tolist()]))
+    if classes:
+        (out / "classes.txt").write_text("\n".join(classes) + "\n")
+    return {"shards": shards, "samples": len(order), "classes": classes}
+
+
+def _source_items(source: str | os.PathLike | Sequence[str], out: Path) -> tuple[list[_Item], list[str]]:
+    """The samples of :func:`write_shards`'s ``source`` as ``(description, reader)`` pairs, each
+    reader returning the sample's ``{ext: bytes}`` when called, and the source's class names."""
     src = source if isinstance(source, (str, os.PathLike)) else None
     hf = _hf_source(source)
     if hf is not None:  # a saved Hugging Face dataset or parquet files: rows as samples, ClassLabel names as classes
         classes = list(hf.classes)
-        for i in range(len(hf)):
-            def read_row(i=i) -> dict[str, bytes]:
-                data, name = hf.image_source(i)
-                if data is None:
-                    raise JpegError("no image bytes", name)
-                data = Path(data).read_bytes() if isinstance(data, str) else bytes(data)
-                return {"jpg": data, "cls": str(int(hf.targets[i])).encode()}
-            items.append((hf.sample_name(i), read_row))
-    elif src is not None and os.path.isdir(src) and not _is_shard_folder(src):
-        if not any(e.is_dir() for e in os.scandir(src)):
-            raise _folder_error(str(src))
-        folder = ImageFolderDataset(src)
-        classes = list(folder.classes)
-        for path, label in folder.samples:
-            ext = Path(path).suffix.lower().lstrip(".")
-            ext = "jpg" if ext not in IMAGE_EXTS else ext
-            items.append((path, lambda p=path, y=label, e=ext: {e: Path(p).read_bytes(), "cls": str(y).encode()}))
+        return _hf_items(hf), classes
+    if src is not None and os.path.isdir(src) and not _is_shard_folder(src):
+        return _folder_items(src)
+    if src is not None and os.path.isdir(src):  # a folder of .tar shards (what this function writes)
+        paths = sorted(str(t) for t in Path(src).glob("*.tar"))
     else:
-        if src is not None and os.path.isdir(src):  # a folder of .tar shards (what this function writes)
-            paths = sorted(str(t) for t in Path(src).glob("*.tar"))
-        else:
-            paths = sorted(glob.glob(str(src))) if src is not None else [str(p) for p in source]  # type: ignore[union-attr]
-        if not paths:
-            raise FileNotFoundError(f"no image folder or tar shards at {source!r}: {SOURCES}")
-        if any(Path(p).resolve().parent == out.resolve() for p in paths):
-            # the new shards would lie beside their sources: a folder or *.tar glob then reads each sample twice
-            raise ValueError(f"{out} holds the source shards: write the new ones into another folder")
-        classes = _shard_classes(paths)
-        for path, groups in _tar_index(paths):
-            for members in groups:
-                def read(p=path, ms=members) -> dict[str, bytes]:
-                    with open(p, "rb") as f:
-                        got = {}
-                        for m in ms:
-                            f.seek(m.offset_data)
-                            got[_key_of(m.name)[1]] = f.read(m.size)
-                        return got
-                items.append((f"{path}:{_key_of(members[0].name)[0]}", read))
+        paths = sorted(glob.glob(str(src))) if src is not None else [str(p) for p in source]  # type: ignore[union-attr]
+    if not paths:
+        raise FileNotFoundError(f"no image folder or tar shards at {source!r}: {SOURCES}")
+    if any(Path(p).resolve().parent == out.resolve() for p in paths):
+        # the new shards would lie beside their sources: a folder or *.tar glob then reads each sample twice
+        raise ValueError(f"{out} holds the source shards: write the new ones into another folder")
+    classes = _shard_classes(paths)  # its classes.txt read before the shards are indexed
+    return _tar_items(paths), classes
+
+
+def _hf_items(hf: Any) -> list[_Item]:
+    """One reader per row of the Hugging Face dataset ``hf``: its image column's stored bytes (or
+    the file they name) and its label."""
+    items: list[_Item] = []
+    for i in range(len(hf)):
+        def read_row(i=i) -> dict[str, bytes]:
+            data, name = hf.image_source(i)
+            if data is None:
+                raise JpegError("no image bytes", name)
+            data = Path(data).read_bytes() if isinstance(data, str) else bytes(data)
+            return {"jpg": data, "cls": str(int(hf.targets[i])).encode()}
+        items.append((hf.sample_name(i), read_row))
+    return items
+
+
+def _folder_items(src: str | os.PathLike) -> tuple[list[_Item], list[str]]:
+    """One reader per image of the ImageFolder ``src`` (the file's bytes under its own extension,
+    ``jpg`` for one that is no image extension) and the folder's classes."""
+    if not any(e.is_dir() for e in os.scandir(src)):
+        raise _folder_error(str(src))
+    folder = ImageFolderDataset(src)
+    items: list[_Item] = []
+    for path, label in folder.samples:
+        ext = Path(path).suffix.lower().lstrip(".")
+        ext = "jpg" if ext not in IMAGE_EXTS else ext
+        items.append((path, lambda p=path, y=label, e=ext: {e: Path(p).read_bytes(), "cls": str(y).encode()}))
+    return items, list(folder.classes)
+
+
+def _tar_items(paths: list[str]) -> list[_Item]:
+    """One reader per sample of the tar shards ``paths``: every member of the sample, read at its
+    indexed offset (no tar walk per sample)."""
+    items: list[_Item] = []
+    for path, groups in _tar_index(paths):
+        for members in groups:
+            def read(p=path, ms=members) -> dict[str, bytes]:
+                with open(p, "rb") as f:
+                    got = {}
+                    for m in ms:
+                        f.seek(m.offset_data)
+                        got[_key_of(m.name)[1]] = f.read(m.size)
+                    return got
+            items.append((f"{path}:{_key_of(members[0].name)[0]}", read))
+    return items
+
+
+def _check_write_folder(out: Path, prefix: str) -> None:
+    """Refuse an ``out`` that already holds a written set: ``{prefix}-*.tar`` shards, or another
+    split's ``order.json`` / ``classes.txt``."""
     old = sorted(out.glob(f"{prefix}-*.tar")) if out.is_dir() else []
     if old:  # a training glob would read them with the new ones — or they are the sources being read
         raise ValueError(f"{out} already holds {len(old)} {prefix}-*.tar shards (e.g. {old[0].name}): write into an "
@@ -428,23 +475,18 @@ def write_shards(source: str | os.PathLike | Sequence[str], out: str | os.PathLi
                          + (f" ({', '.join(others)})" if others else "")
                          + f", which writing {prefix}-*.tar there would overwrite: write each split into its own folder "
                          "(e.g. shards/train and shards/val)")
-    order = global_order(len(items), seed)
-    out.mkdir(parents=True, exist_ok=True)
-    shards: list[str] = []
-    for s in range(0, len(order), shard_size):
-        name = out / f"{prefix}-{s // shard_size:06d}.tar"
-        tmp = name.with_suffix(".tar.tmp")
-        with tarfile.open(tmp, "w") as tar:
-            for pos in range(s, min(s + shard_size, len(order))):
-                members = items[order[pos]][1]()
-                for ext in sorted(members, key=lambda e: (e not in IMAGE_EXTS, e)):  # the image first
-                    data = members[ext]
-                    info = tarfile.TarInfo(f"{pos:09d}.{ext}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-        os.replace(tmp, name)
-        shards.append(str(name))
-    (out / "order.json").write_text(json.dumps([items[i][0] for i in order.tolist()]))
-    if classes:
-        (out / "classes.txt").write_text("\n".join(classes) + "\n")
-    return {"shards": shards, "samples": len(order), "classes": classes}
+
+
+def _write_one_shard(name: Path, items: list[_Item], order: np.ndarray, positions: range) -> None:
+    """Write the samples at ``positions`` of ``order`` into the shard ``name``, keyed by position.
+    It is written under a ``.tar.tmp`` name and renamed, so a shard present is a complete one."""
+    tmp = name.with_suffix(".tar.tmp")
+    with tarfile.open(tmp, "w") as tar:
+        for pos in positions:
+            members = items[order[pos]][1]()
+            for ext in sorted(members, key=lambda e: (e not in IMAGE_EXTS, e)):  # the image first
+                data = members[ext]
+                info = tarfile.TarInfo(f"{pos:09d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, name)
