@@ -60,6 +60,7 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
         return
     mode = "r+b" if resume and data_path.exists() else "wb"
     with open(data_path, mode) as fd, open(idx_path, mode) as fi, open(tab_path, mode) as ft:
+        # drop whatever was written after the last progress record (a crash mid-chunk)
         for f, size in ((fd, offset), (fi, done * INDEX_DTYPE.itemsize), (ft, done * 4 * 64 * 2)):
             f.truncate(size)
             f.seek(size)
@@ -71,16 +72,7 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
             rec[:] = 0
             rec["part"], rec["label"], rec["offset"] = rank, label, offset
             try:
-                if hf is not None:  # a Hugging Face dataset's row: its stored bytes (or path)
-                    data, _ = hf.image_source(i)
-                    if data is None:
-                        raise JpegError("no image bytes", name_i)
-                    coeffs = read_coefficients(data, max_pixels=max_pixels, name=name_i, warnings=warnings)
-                elif len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
-                    coeffs = read_coefficients(_read_member(path, src[i][2], src[i][3]), max_pixels=max_pixels,
-                                               name=name_i, warnings=warnings)
-                else:
-                    coeffs = read_coefficients(path, max_pixels=max_pixels, warnings=warnings)
+                coeffs = _read_sample(src, i, name_i, hf, max_pixels, warnings)
             except (JpegError, OSError) as exc:
                 if on_error == "raise":
                     raise
@@ -89,41 +81,68 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
                     bad.write(json.dumps({"index": i, "path": name_i, "reason": str(exc)}) + "\n")
                 tables = np.zeros((4, 64), np.uint16)
             else:
-                chunks, tables, nv, ne = _encode_sample(coeffs, fmt)
-                nbytes = 0
-                # format.record_checksum of the bytes as written, streamed over the chunks
-                digest = xxhash.xxh3_64(seed=xxhash.xxh3_64_intdigest(tables))
-                for ch in chunks:
-                    fd.write(ch)
-                    digest.update(ch)
-                    nbytes += len(ch)
-                rec["checksum"] = digest.intdigest()
-                pad = -nbytes % 8
-                fd.write(b"\0" * pad)
-                rec["nbytes"], rec["nvalues"], rec["nescapes"] = nbytes, nv, ne
-                rec["ncomp"], rec["color"] = coeffs.num_components, COLOR_SPACES.index(coeffs.color_space)
-                rec["orient"] = coeffs.exif_orientation or 0
-                rec["height"], rec["width"] = coeffs.height, coeffs.width
-                for c, ((h, v), blk) in enumerate(zip(coeffs.sampling, coeffs.blocks)):
-                    rec["sampling"][0, c] = (h, v)
-                    rec["blocks"][0, c] = blk
-                offset += nbytes + pad
+                tables, written = _write_sample(fd, rec, coeffs, fmt)
+                offset += written
             fi.write(rec.tobytes())
             ft.write(tables.tobytes())
             done += 1
             if done % CHUNK == 0 or i == hi - 1:
-                for f in (fd, fi, ft):
-                    f.flush()
-                    os.fsync(f.fileno())
-                tmp = prog_path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"done": done, "offset": offset}))
-                os.replace(tmp, prog_path)  # progress never claims more than is on disk
+                _save_progress((fd, fi, ft), prog_path, done, offset)
                 if progress and rank == 0:
                     rate = (i + 1 - lo) / max(time.time() - t0, 1e-9)
                     print(f"\r  rank 0: {done}/{hi - lo} images, {rate:.0f}/s", end="", file=sys.stderr, flush=True)
     (out / f"{name}.done").write_text("")
     if progress and rank == 0:
         print(file=sys.stderr)
+
+
+def _read_sample(src: list[tuple], i: int, name_i: str, hf: HFDataset | None, max_pixels: int | None,
+                 warnings: str):
+    """The DCT coefficients of sample ``i`` of ``src`` (named ``name_i`` in errors): a Hugging
+    Face row, a tar-shard member or an image file."""
+    if hf is not None:  # a Hugging Face dataset's row: its stored bytes (or path)
+        data, _ = hf.image_source(i)
+        if data is None:
+            raise JpegError("no image bytes", name_i)
+        return read_coefficients(data, max_pixels=max_pixels, name=name_i, warnings=warnings)
+    if len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
+        return read_coefficients(_read_member(src[i][0], src[i][2], src[i][3]), max_pixels=max_pixels,
+                                 name=name_i, warnings=warnings)
+    return read_coefficients(src[i][0], max_pixels=max_pixels, warnings=warnings)
+
+
+def _write_sample(fd, rec: np.ndarray, coeffs, fmt: str) -> tuple[np.ndarray, int]:
+    """Append the encoded ``coeffs`` to the data file ``fd`` (padded to 8 bytes) and fill their
+    index record ``rec``; returns the sample's quantisation tables and the bytes written."""
+    chunks, tables, nv, ne = _encode_sample(coeffs, fmt)
+    nbytes = 0
+    # format.record_checksum of the bytes as written, streamed over the chunks
+    digest = xxhash.xxh3_64(seed=xxhash.xxh3_64_intdigest(tables))
+    for ch in chunks:
+        fd.write(ch)
+        digest.update(ch)
+        nbytes += len(ch)
+    rec["checksum"] = digest.intdigest()
+    pad = -nbytes % 8
+    fd.write(b"\0" * pad)
+    rec["nbytes"], rec["nvalues"], rec["nescapes"] = nbytes, nv, ne
+    rec["ncomp"], rec["color"] = coeffs.num_components, COLOR_SPACES.index(coeffs.color_space)
+    rec["orient"] = coeffs.exif_orientation or 0
+    rec["height"], rec["width"] = coeffs.height, coeffs.width
+    for c, ((h, v), blk) in enumerate(zip(coeffs.sampling, coeffs.blocks)):
+        rec["sampling"][0, c] = (h, v)
+        rec["blocks"][0, c] = blk
+    return tables, nbytes + pad
+
+
+def _save_progress(files, prog_path: Path, done: int, offset: int) -> None:
+    """Sync the part ``files`` to disk, then record ``done`` and ``offset`` in ``prog_path``."""
+    for f in files:
+        f.flush()
+        os.fsync(f.fileno())
+    tmp = prog_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"done": done, "offset": offset}))
+    os.replace(tmp, prog_path)  # progress never claims more than is on disk
 
 
 
