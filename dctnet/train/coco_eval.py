@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["COCO_STATS", "coco_results", "evaluate_coco", "gather_results", "mean_iou"]
+__all__ = ["COCO_STATS", "batch_results", "coco_results", "evaluate_coco", "gather_results", "mean_iou"]
 
 #: the names of COCOeval's 12 summary numbers, in its order (``stats``), as metrics keys
 COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
@@ -44,6 +44,31 @@ def coco_results(image_id: int, boxes: Tensor, scores: Tensor, labels: Tensor, c
             rle["counts"] = rle["counts"].decode("ascii")
             r["segmentation"] = rle
     return out
+
+
+def batch_results(ds: Any, images: Sequence[Tensor], targets: Sequence[dict[str, Any]],
+                  outputs: Sequence[dict[str, Tensor]], *, in_canvas: bool, clamp: bool) -> list[dict[str, Any]]:
+    """A batch's predictions as COCO results in the files' pixels (host values): ``ds`` the val split
+    (a :class:`dctnet.data.CocoDataset`), ``images[b]`` the model's input ``(3, h, w)``. ``in_canvas``:
+    a prepared detector's predictions, in the input's canvas with masks unpasted, mapped to the file
+    (:func:`dctnet.models.detection.detections_to_image`: masks pasted once, at the file's size, as
+    torchvision's); ``clamp``: boxes kept to the file (a DCT detector's mosaic is its canvas rounded
+    up to 8)."""
+    from dctnet.models.detection import detections_to_image  # (torchvision: detection only)
+
+    results: list[dict[str, Any]] = []
+    for image, target, out in zip(images, targets, outputs):
+        size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
+        if in_canvas:
+            out = detections_to_image(out, tuple(image.shape[-2:]), size)
+            if clamp:
+                boxes = out["boxes"].clone()
+                boxes[:, 0::2] = boxes[:, 0::2].clamp(0, size[1])
+                boxes[:, 1::2] = boxes[:, 1::2].clamp(0, size[0])
+                out["boxes"] = boxes
+        results += coco_results(target["image_id"], out["boxes"], out["scores"], out["labels"], ds.category_ids,
+                                out.get("masks"))
+    return results
 
 
 def gather_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -37,10 +37,10 @@ import torch.distributed as dist
 from torch import nn
 
 from dctnet.data import CocoDataset, EpochSampler, collate_detection
-from dctnet.models.detection import (backbone_state, build_detector, build_segmenter, dct_detector, detections_to_image,
-                                     prepare_detector, roi_pool_scales, set_roi_pool_scales)
+from dctnet.models.detection import (backbone_state, build_detector, build_segmenter, dct_detector, prepare_detector,
+                                     roi_pool_scales, set_roi_pool_scales)
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
-from dctnet.train.coco_eval import coco_results, evaluate_coco, gather_results
+from dctnet.train.coco_eval import batch_results, evaluate_coco, gather_results
 from dctnet.train.ema import ModelEma, adjusted_decay
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.precision import amp_dtype, autocast, use_channels_last
@@ -407,7 +407,8 @@ class DetectionTrainer(SegmentationTask):
         for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
             outputs = model(self._model_input(images))
             with log_point(self.device):  # predictions leave the device per batch (COCO evaluation runs on the host)
-                results += self._coco_results(images, targets, outputs)
+                results += batch_results(self.val_set, images, targets, outputs, in_canvas=self.prepared,
+                                         clamp=self.dct)
         results = gather_results(results)
         metrics: dict[str, float] = {}
         if self.rank == 0:
@@ -415,23 +416,6 @@ class DetectionTrainer(SegmentationTask):
                                     out=self.out / f"predictions_val{suffix}.json")
             metrics["val_data_cpu_us_per_sample"] = cost["cpu"] / max(cost["n"], 1) * 1e6
         return {f"{k}{suffix}": v for k, v in metrics.items()}
-
-    def _coco_results(self, images, targets, outputs) -> list[dict[str, Any]]:
-        """A batch's predictions as COCO results in the files' pixels (host values)."""
-        ds, results = self.val_set, []
-        for image, target, out in zip(images, targets, outputs):
-            size = tuple(ds.coco.imgs[target["image_id"]][k] for k in ("height", "width"))
-            if self.prepared:  # predictions are in the step's canvas, masks unpasted: to the file's pixels
-                canvas = tuple(image.shape[-2:])
-                out = detections_to_image(out, canvas, size)  # (masks pasted at the file's size, as torchvision's)
-                if self.dct:  # the mosaic is the canvas rounded up to 8: boxes kept to the canvas part
-                    boxes = out["boxes"].clone()
-                    boxes[:, 0::2] = boxes[:, 0::2].clamp(0, size[1])
-                    boxes[:, 1::2] = boxes[:, 1::2].clamp(0, size[0])
-                    out["boxes"] = boxes
-            results += coco_results(target["image_id"], out["boxes"], out["scores"], out["labels"], ds.category_ids,
-                                    out.get("masks"))
-        return results
 
     def fit(self) -> dict[str, Any]:
         r = self.recipe
