@@ -17,8 +17,8 @@ LAYERS = [
     ("dctnet._jpeg", "dctnet.codec", "dctnet.distributed", "dctnet.hostmem", "dctnet.quality", "dctnet.readback",
      "dctnet.synthetic"),
     # pure batched tensor maths: DCT and colour, pixel ops, geometry, whole images, libjpeg's integer
-    # decode, resizing (dctnet.functional: the old path of the DCT maths, re-exported)
-    ("dctnet.kernels", "dctnet.exact", "dctnet.image", "dctnet.resize", "dctnet.functional"),
+    # decode, resizing
+    ("dctnet.kernels", "dctnet.exact", "dctnet.image", "dctnet.resize"),
     # the CPU side (datasets, loaders, the batch contract they produce) and the layers
     ("dctnet.batch", "dctnet.data", "dctnet.nn"),
     # models built from the layers; the device-side transforms

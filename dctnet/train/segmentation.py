@@ -9,10 +9,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dctnet import functional as F
+from dctnet.kernels.cache import constant
+from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD
 from dctnet.readback import log_point
 from dctnet.train.coco_eval import mean_iou
-from dctnet.transforms.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["SegmentationTask"]
 
@@ -27,8 +27,8 @@ class SegmentationTask:
         segmentation references' ``Normalize``."""
         x = torch.stack(images)
         # built once per device and dtype (a torch.tensor(..., device=) per step is a blocking copy)
-        mean = F._constant("imagenet_mean", IMAGENET_MEAN, x).reshape(1, 3, 1, 1)
-        std = F._constant("imagenet_std", IMAGENET_STD, x).reshape(1, 3, 1, 1)
+        mean = constant("imagenet_mean", IMAGENET_MEAN, x).reshape(1, 3, 1, 1)
+        std = constant("imagenet_std", IMAGENET_STD, x).reshape(1, 3, 1, 1)
         return (x - mean) / std
 
     def _segmentation_losses(self, images, targets) -> dict[str, torch.Tensor]:

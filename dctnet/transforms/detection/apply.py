@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from dctnet import resize as RS
-from dctnet.transforms import pixel as P
+from dctnet.kernels import pixel as P
 from dctnet.transforms.detection.plan import DetectionPlan
 from dctnet.transforms.device_crop import crops_to_rgb
 from dctnet.transforms.transfer import move_plan

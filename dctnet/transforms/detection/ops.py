@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dctnet.transforms import geometry as G
+from dctnet.kernels import geometry as G
 from dctnet.transforms.detection.geometry import (Geometry, _affine_boxes, _expanded_size, _forward_affine, _keep,
                                                   _resize_boxes, resized_output_size)
 

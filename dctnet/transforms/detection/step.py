@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dctnet import functional as F
+from dctnet.kernels.dct import coefficient_mosaic
 from dctnet.transforms.base import to_coefficients
 from dctnet.transforms.detection.apply import _gather, apply_plan
 from dctnet.transforms.detection.copy_paste import SimpleCopyPaste
@@ -22,7 +22,7 @@ def coefficient_mosaics(images: Sequence[Tensor]) -> list[Tensor]:
     """The step's images (``(3, h_b, w_b)`` in [0, 1], sizes may differ) as what a DCT detector
     takes (:func:`dctnet.models.detection.dct_detector`): coefficient mosaics ``(3, H_b, W_b)``,
     ``H_b, W_b`` = ``h_b, w_b`` rounded up to multiples of 8 (the new rows and columns repeat the
-    edge, as JPEG encoders pad), block DCT of YCbCr (:func:`dctnet.functional.coefficient_mosaic`).
+    edge, as JPEG encoders pad), block DCT of YCbCr (:func:`dctnet.kernels.dct.coefficient_mosaic`).
 
     Each image is padded to its own blocks (a handful of small copies, like the detector's own
     batching), then one forward DCT runs over the batch padded to its largest image."""
@@ -34,7 +34,7 @@ def coefficient_mosaics(images: Sequence[Tensor]) -> list[Tensor]:
     for b, (im, (hb, wb)) in enumerate(zip(images, sizes)):
         padded = torch.nn.functional.pad(im[None], (0, wb - im.shape[-1], 0, hb - im.shape[-2]), mode="replicate")
         batch[b, :, :hb, :wb] = padded[0]
-    mosaic = F.coefficient_mosaic(to_coefficients(batch))
+    mosaic = coefficient_mosaic(to_coefficients(batch))
     return [mosaic[b, :, :hb, :wb] for b, (hb, wb) in enumerate(sizes)]
 
 
