@@ -253,17 +253,9 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
     policy = dict(seed=r.train.seed, on_error=r.data.on_error)
     excluded: list[tuple[str, str, str]] = []  # (split, path, reason): files left out before training
     warned: list[tuple[str, str, str]] = []    # (split, path, warnings): files used, read with warnings
+    folders = {}
     if r.data.source not in ("cache", "shards", "hf"):  # an image folder (or the generated synthetic one)
-        # which files are usable is decided once, by a full decode of each under data.warnings, for
-        # every epoch, every rank and both arms (the torchvision baseline decodes with Pillow, which
-        # reads PNG data under a .jpg name and fills in corrupt data without a word)
-        threads = max(1, available_cpus() // world_size)
-        folders = {}
-        for split, box in (("train", crop), ("val", center)):
-            folders[split] = D.ImageFolderDataset(root / getattr(r.data, split), crop=box, warnings=r.data.warnings,
-                                                  **policy)
-            excluded += [(split, path, reason) for path, reason in folders[split].check(threads=threads)]
-            warned += [(split, path, "; ".join(w)) for path, w in folders[split].warned.items()]
+        folders = _checked_folders(r, root, crop, center, world_size, policy, excluded, warned)
     if r.model.input == "rgb":
         usable = None
         if r.data.source not in ("cache", "shards", "hf"):
@@ -274,51 +266,12 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         pipe.excluded, pipe.warned = excluded, warned
         return pipe
     pin = device.type == "cuda"
-    if r.data.source == "cache":
-        # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
-        # host moves only each window's blocks, or only the compressed records
-        kw = dict(verify=r.data.verify, checksums=r.data.cache_checksums, device_expand=pin, **policy)
-        train_ds = D.CacheDataset(root / r.data.train, crop=crop, **kw)
-        val_ds = D.CacheDataset(root / r.data.val, crop=center, **kw)
-    elif r.data.source == "shards":
-        train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
-                                     interleave=r.data.interleave, buffer=r.data.buffer, warnings=r.data.warnings,
-                                     **policy)
-        val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
-                                   world_size=world_size, warnings=r.data.warnings, **policy)
-    elif r.data.source == "hf":
-        train_ds, val_ds = _hf_datasets(r, root, crop, center, rank, world_size, policy, excluded, warned)
-    else:
-        train_ds, val_ds = folders["train"], folders["val"]
+    train_ds, val_ds = _coefficient_datasets(r, root, crop, center, rank, world_size, policy, pin, folders,
+                                             excluded, warned)
     if isinstance(train_ds, (D.TarShardDataset, D.HFStreamDataset)):
-        if r.data.limit_train or r.data.limit_val:
-            raise ValueError("data.limit_train / limit_val need indexable data; shards are streamed (use a cache)")
-        if r.data.repeated_aug > 1:
-            raise ValueError("data.repeated_aug needs indexable data (a folder or a cache); shards are streamed")
-        classes = [str(c) for c in range(r.model.num_classes)] if r.model.num_classes else None
-        if getattr(train_ds, "classes", None):  # a streamed HF dataset's ClassLabel names
-            if list(getattr(val_ds, "classes", [])) != list(train_ds.classes):
-                raise ValueError(f"train and val splits have different classes under {root}")
-            classes = list(train_ds.classes)
-        if classes is None:
-            raise ValueError(f"data.source: {r.data.source} needs model.num_classes (the data carry labels, not class names)")
-        train = D.ThreadLoader(train_ds, r.data.batch_size, threads=r.data.threads, drop_last=True, pin_memory=pin)
-        val = D.ThreadLoader(val_ds, r.data.batch_size, threads=r.data.threads, pin_memory=pin)
+        train, val, classes = _stream_loaders(r, root, train_ds, val_ds, pin)
     else:
-        if list(getattr(val_ds, "classes", train_ds.classes)) != list(train_ds.classes):
-            raise ValueError(f"train and val splits have different classes under {root}")
-        classes = list(train_ds.classes)
-        if r.data.repeated_aug > 1:  # DeiT's / torchvision's RASampler: every repeat its own crop
-            train_sampler = D.RepeatedAugSampler(limited_indices(len(train_ds), r.data.limit_train), r.data.repeated_aug,
-                                                 seed=r.train.seed, rank=rank, world_size=world_size)
-        else:
-            train_sampler = D.SubsetSampler(limited_indices(len(train_ds), r.data.limit_train), seed=r.train.seed,
-                                            rank=rank, world_size=world_size, drop_last=True)
-        val_sampler = D.SubsetSampler(limited_indices(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
-                                      world_size=world_size)
-        train = D.ThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
-                               drop_last=True, pin_memory=pin)
-        val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
+        train, val, classes = _indexed_loaders(r, root, train_ds, val_ds, rank, world_size, pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
     pipe.excluded, pipe.warned = excluded, warned
     if input_stats(r):
@@ -326,6 +279,84 @@ def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_si
         for op in _noise_erasers(pipe.augment):  # their noise: N(0, 1) in what the model is fed
             op.noise_in(pipe.normalize)
     return pipe
+
+
+def _checked_folders(r: Recipe, root, crop, center, world_size: int, policy: dict,
+                     excluded: list, warned: list) -> dict[str, D.ImageFolderDataset]:
+    """The train and val image folders, each file checked by a full decode; the files left out
+    are added to ``excluded`` and those read with warnings to ``warned``."""
+    # which files are usable is decided once, by a full decode of each under data.warnings, for
+    # every epoch, every rank and both arms (the torchvision baseline decodes with Pillow, which
+    # reads PNG data under a .jpg name and fills in corrupt data without a word)
+    threads = max(1, available_cpus() // world_size)
+    folders = {}
+    for split, box in (("train", crop), ("val", center)):
+        folders[split] = D.ImageFolderDataset(root / getattr(r.data, split), crop=box, warnings=r.data.warnings,
+                                              **policy)
+        excluded += [(split, path, reason) for path, reason in folders[split].check(threads=threads)]
+        warned += [(split, path, "; ".join(w)) for path, w in folders[split].warned.items()]
+    return folders
+
+
+def _coefficient_datasets(r: Recipe, root, crop, center, rank: int, world_size: int, policy: dict, pin: bool,
+                          folders: dict, excluded: list, warned: list) -> tuple[object, object]:
+    """The train and val datasets of DCT coefficients for ``data.source``: a cache, tar shards,
+    Hugging Face data, or the checked image ``folders``."""
+    if r.data.source == "cache":
+        # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
+        # host moves only each window's blocks, or only the compressed records
+        kw = dict(verify=r.data.verify, checksums=r.data.cache_checksums, device_expand=pin, **policy)
+        return D.CacheDataset(root / r.data.train, crop=crop, **kw), D.CacheDataset(root / r.data.val, crop=center, **kw)
+    if r.data.source == "shards":
+        train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
+                                     interleave=r.data.interleave, buffer=r.data.buffer, warnings=r.data.warnings,
+                                     **policy)
+        val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
+                                   world_size=world_size, warnings=r.data.warnings, **policy)
+        return train_ds, val_ds
+    if r.data.source == "hf":
+        return _hf_datasets(r, root, crop, center, rank, world_size, policy, excluded, warned)
+    return folders["train"], folders["val"]
+
+
+def _stream_loaders(r: Recipe, root, train_ds, val_ds, pin: bool) -> tuple[D.ThreadLoader, D.ThreadLoader, list[str]]:
+    """Loaders over streamed datasets (tar shards, streamed Hugging Face data) and their class
+    names; the options that need indexable data are refused."""
+    if r.data.limit_train or r.data.limit_val:
+        raise ValueError("data.limit_train / limit_val need indexable data; shards are streamed (use a cache)")
+    if r.data.repeated_aug > 1:
+        raise ValueError("data.repeated_aug needs indexable data (a folder or a cache); shards are streamed")
+    classes = [str(c) for c in range(r.model.num_classes)] if r.model.num_classes else None
+    if getattr(train_ds, "classes", None):  # a streamed HF dataset's ClassLabel names
+        if list(getattr(val_ds, "classes", [])) != list(train_ds.classes):
+            raise ValueError(f"train and val splits have different classes under {root}")
+        classes = list(train_ds.classes)
+    if classes is None:
+        raise ValueError(f"data.source: {r.data.source} needs model.num_classes (the data carry labels, not class names)")
+    train = D.ThreadLoader(train_ds, r.data.batch_size, threads=r.data.threads, drop_last=True, pin_memory=pin)
+    val = D.ThreadLoader(val_ds, r.data.batch_size, threads=r.data.threads, pin_memory=pin)
+    return train, val, classes
+
+
+def _indexed_loaders(r: Recipe, root, train_ds, val_ds, rank: int, world_size: int,
+                     pin: bool) -> tuple[D.ThreadLoader, D.ThreadLoader, list[str]]:
+    """Loaders over indexable datasets (a cache, an image folder, Hugging Face rows), sampled by
+    rank within ``data.limit_train`` / ``limit_val``, and their class names."""
+    if list(getattr(val_ds, "classes", train_ds.classes)) != list(train_ds.classes):
+        raise ValueError(f"train and val splits have different classes under {root}")
+    classes = list(train_ds.classes)
+    if r.data.repeated_aug > 1:  # DeiT's / torchvision's RASampler: every repeat its own crop
+        train_sampler = D.RepeatedAugSampler(limited_indices(len(train_ds), r.data.limit_train), r.data.repeated_aug,
+                                             seed=r.train.seed, rank=rank, world_size=world_size)
+    else:
+        train_sampler = D.SubsetSampler(limited_indices(len(train_ds), r.data.limit_train), seed=r.train.seed,
+                                        rank=rank, world_size=world_size, drop_last=True)
+    val_sampler = D.SubsetSampler(limited_indices(len(val_ds), r.data.limit_val), shuffle=False, rank=rank,
+                                  world_size=world_size)
+    train = D.ThreadLoader(train_ds, r.data.batch_size, sampler=train_sampler, threads=r.data.threads,
+                           drop_last=True, pin_memory=pin)
+    val = D.ThreadLoader(val_ds, r.data.batch_size, sampler=val_sampler, threads=r.data.threads, pin_memory=pin)
+    return train, val, classes
 
 
 def _noise_erasers(augment: T.Compose | None) -> list[T.RandomErasing]:
