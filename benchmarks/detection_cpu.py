@@ -43,6 +43,7 @@ from dctnet.data.coco import CocoDataset, collate_detection  # noqa: E402
 from dctnet.hostmem import keep_freed_host_memory  # noqa: E402
 from dctnet.models.detection import build_detector  # noqa: E402
 from dctnet.train.detection_inputs import PillowCoco  # noqa: E402
+from dctnet.train.rng import SeededDraws  # noqa: E402
 from dctnet.train.recipe import load_recipe  # noqa: E402
 from dctnet.transforms import detection as TD  # noqa: E402
 
@@ -66,7 +67,7 @@ class Arms:
         resize = [TD.DetectorResize.from_model(model, train=True)] if d.resize else []
         self.step = TD.DetectionStep([*ops, *resize], seed=self.seed)
         tfm = TD.torchvision_ops(d.ops) if d.ops else TD.torchvision_detection_preset(d.preset, d.hflip_prob)
-        self.pillow = PillowCoco(self.coco, tfm)
+        self.pillow = SeededDraws(PillowCoco(self.coco, tfm), 0)  # (the trainer's seeded draws)
         #: the model's own resize (train mode: it draws its min_size from torch's generator, after the ops)
         self.transform = model.transform.train() if d.resize else None
         self.describe = f"{r.model.arch}, {'ops ' + str([o['name'] for o in d.ops]) if d.ops else 'preset ' + d.preset}" \

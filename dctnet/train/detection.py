@@ -41,7 +41,7 @@ from dctnet.models.detection import (backbone_state, build_detector, build_segme
                                      roi_pool_scales, set_roi_pool_scales)
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
 from dctnet.train.coco_eval import batch_results, evaluate_coco, gather_results
-from dctnet.train.ema import ModelEma, adjusted_decay
+from dctnet.train.ema import ModelEma, recipe_ema
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.precision import amp_dtype, autocast, use_channels_last
 from dctnet.train.process import start_process
@@ -50,7 +50,7 @@ from dctnet.readback import log_point
 from dctnet.train.recipe import Recipe
 from dctnet.train.detection_inputs import (PillowCoco, StampedCollate, box_drops, list_collate, semantic_dir,
                                            split_paths, time_resize)
-from dctnet.train.rng import rng_state, set_rng_state
+from dctnet.train.rng import SeededDraws, rng_state, set_rng_state
 from dctnet.train.segmentation import SegmentationTask
 from dctnet.transforms import detection as TD
 
@@ -195,13 +195,8 @@ class DetectionTrainer(SegmentationTask):
         self.amp_dtype = amp_dtype(r, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
         #: model EMA (train.ema), averaged after each optimizer update, evaluated beside the model
-        self.ema: ModelEma | None = None
+        self.ema: ModelEma | None = recipe_ema(self.model, r, self.world_size)
         self.updates = 0  # optimizer updates so far (the EMA's clock)
-        if r.train.ema.decay > 0:
-            e = r.train.ema
-            decay = adjusted_decay(e.decay, world_size=self.world_size, batch_size=r.data.batch_size, every=e.every,
-                                   epochs=r.optim.epochs) if e.adjust else e.decay
-            self.ema = ModelEma(self.model, decay, warmup=e.warmup, every=e.every)
         self.net: nn.Module = self.model
         if self.world_size > 1:
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if
@@ -245,13 +240,15 @@ class DetectionTrainer(SegmentationTask):
         elif self.segmentation:
             tfm = TD.torchvision_segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob,
                                                      train=train)
-            dataset, collate = PillowCoco(ds, tfm, r.train.seed), list_collate
+            dataset, collate = PillowCoco(ds, tfm), list_collate
         else:
             tfm = None
             if train:
                 tfm = (TD.torchvision_ops(r.detect.ops) if r.detect.ops else
                        TD.torchvision_detection_preset(r.detect.preset, r.detect.hflip_prob))
-            dataset, collate = PillowCoco(ds, tfm, r.train.seed), list_collate
+            dataset, collate = PillowCoco(ds, tfm), list_collate
+        if not self.plan_a:  # torchvision's draws seeded per (seed, epoch, index): any workers, and --resume
+            dataset = SeededDraws(dataset, r.train.seed)
         return torch.utils.data.DataLoader(
             dataset, batch_size=r.data.batch_size, sampler=sampler, num_workers=r.data.workers,
             collate_fn=StampedCollate(collate), persistent_workers=r.data.workers > 0, drop_last=False,

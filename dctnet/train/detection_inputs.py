@@ -15,7 +15,6 @@ from torch import nn
 
 from dctnet.data import CocoDataset
 from dctnet.train.recipe import Recipe
-from dctnet.train.rng import seeded_draws
 
 __all__ = ["PillowCoco", "StampedCollate", "box_drops", "list_collate", "semantic_dir", "split_paths", "time_resize"]
 
@@ -84,22 +83,17 @@ def box_drops(boxes: Any, size: tuple[int, int], kept: Any) -> tuple[int, int, i
 
 class PillowCoco(torch.utils.data.Dataset):
     """The torchvision arm's dataset: Pillow's decode of each image of a :class:`CocoDataset` (its
-    targets as ``tv_tensors``), then torchvision v2's ops of the preset, in the DataLoader worker."""
+    targets as ``tv_tensors``), then torchvision v2's ops of the preset, in the DataLoader worker.
+    Its ops draw from the process's generators: wrap it in :class:`dctnet.train.rng.SeededDraws`
+    for draws seeded per sample from (seed, epoch, index)."""
 
-    def __init__(self, coco: CocoDataset, transforms: Any, seed: int = 0) -> None:
-        self.coco, self.transforms, self.seed = coco, transforms, int(seed)
+    def __init__(self, coco: CocoDataset, transforms: Any) -> None:
+        self.coco, self.transforms = coco, transforms
 
     def __len__(self) -> int:
         return len(self.coco)
 
-    def __getitem__(self, key):
-        # torchvision's ops draw from the process's generators: seeded per sample from (seed, epoch,
-        # index), the same draws whatever the workers, and after --resume
-        epoch, index = key if isinstance(key, tuple) else (0, key)
-        with seeded_draws(self.seed, epoch, index):
-            return self._item(index)
-
-    def _item(self, index: int):
+    def __getitem__(self, index: int):
         from PIL import Image  # optional dependency (Pillow: the baseline's decoder)
         from torchvision import tv_tensors  # optional dependency (the baseline's)
         from torchvision.transforms.v2 import functional as TVF  # (as above)

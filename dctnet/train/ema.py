@@ -13,11 +13,12 @@ torchvision's rescaling of the decay for that and for the global batch and epoch
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ModelEma", "adjusted_decay"]
+__all__ = ["ModelEma", "adjusted_decay", "recipe_ema"]
 
 
 def adjusted_decay(decay: float, *, world_size: int, batch_size: int, every: int, epochs: int) -> float:
@@ -110,3 +111,14 @@ class ModelEma(nn.Module):
     def load(self, state: dict) -> None:
         self.module.load_state_dict(state["module"])
         self.updates = int(state["updates"])
+
+
+def recipe_ema(model: nn.Module, recipe: Any, world_size: int) -> ModelEma | None:
+    """The EMA a recipe's ``train.ema`` asks for over ``model`` (None when its decay is 0): the decay
+    rescaled by torchvision's rule when ``adjust`` is set — one rule for every task's trainer."""
+    e = recipe.train.ema
+    if e.decay <= 0:
+        return None
+    decay = adjusted_decay(e.decay, world_size=world_size, batch_size=recipe.data.batch_size, every=e.every,
+                           epochs=recipe.optim.epochs) if e.adjust else e.decay
+    return ModelEma(model, decay, warmup=e.warmup, every=e.every)

@@ -31,7 +31,7 @@ from dctnet.data.shards import TarShardDataset
 from dctnet.data.shuffle_quality import shards_quality
 from dctnet.train.recipe_model import build_recipe_model
 from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_bytes, write_checkpoint
-from dctnet.train.ema import ModelEma, adjusted_decay
+from dctnet.train.ema import ModelEma, recipe_ema
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.pipeline import Pipeline, build_pipeline
 from dctnet.train.plot import plot_metrics
@@ -104,12 +104,7 @@ class Trainer:
         smoothing = 0.0 if self.pipe.targets_smoothed else r.optim.label_smoothing
         self.criterion = nn.CrossEntropyLoss(label_smoothing=smoothing)
         #: model EMA (train.ema), averaged after optimizer updates, evaluated beside the model
-        self.ema: ModelEma | None = None
-        if r.train.ema.decay > 0:
-            e = r.train.ema
-            decay = adjusted_decay(e.decay, world_size=self.world_size, batch_size=r.data.batch_size, every=e.every,
-                                   epochs=r.optim.epochs) if e.adjust else e.decay
-            self.ema = ModelEma(model, decay, warmup=e.warmup, every=e.every)
+        self.ema: ModelEma | None = recipe_ema(model, r, self.world_size)
         self.updates = 0  # optimizer updates so far (the EMA's clock)
         self.train_model: nn.Module = model
         if self.world_size > 1:
