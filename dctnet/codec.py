@@ -83,7 +83,7 @@ DEFAULT_MAX_PIXELS = 89_478_485
 DEFAULT_MAX_BYTES = 1 << 30
 
 
-def _limit(name: str, value: int | None) -> int:
+def guard_limit(name: str, value: int | None) -> int:
     """A guard value for the extension: ``None``/0 = off; negatives are refused, not wrapped."""
     if value is None:
         return 0
@@ -318,8 +318,8 @@ def read_header(src: Source, *, max_pixels: int | None = DEFAULT_MAX_PIXELS, max
         ValueError: a negative limit.
         OSError: the path cannot be read.
     """
-    return JpegHeader(_jpeg.read(_prepare(src), None, _jpeg.WARN_ACCEPT, _limit("max_pixels", max_pixels),
-                                 _limit("max_bytes", max_bytes), True, name))
+    return JpegHeader(_jpeg.read(_prepare(src), None, _jpeg.WARN_ACCEPT, guard_limit("max_pixels", max_pixels),
+                                 guard_limit("max_bytes", max_bytes), True, name))
 
 
 def read_coefficients(src: Source, *, warnings: str = "raise", max_pixels: int | None = DEFAULT_MAX_PIXELS,
@@ -351,8 +351,8 @@ def read_coefficients(src: Source, *, warnings: str = "raise", max_pixels: int |
         ValueError: ``out`` is too small or misaligned; a negative limit.
         OSError: the path cannot be read, or is not a regular file (a FIFO is refused, not waited on).
     """
-    return JpegCoefficients(_jpeg.read(_prepare(src), out, warn_mode(warnings), _limit("max_pixels", max_pixels),
-                                       _limit("max_bytes", max_bytes), False, name))
+    return JpegCoefficients(_jpeg.read(_prepare(src), out, warn_mode(warnings), guard_limit("max_pixels", max_pixels),
+                                       guard_limit("max_bytes", max_bytes), False, name))
 
 
 def available_cpus() -> int:
@@ -385,7 +385,7 @@ def read_coefficients_batch(srcs: Iterable[Source], *, threads: int | None = Non
         threads = available_cpus()
     threads = max(1, min(int(threads), n))
     results: list[Any] = [None] * n
-    limit, byte_limit = _limit("max_pixels", max_pixels), _limit("max_bytes", max_bytes)
+    limit, byte_limit = guard_limit("max_pixels", max_pixels), guard_limit("max_bytes", max_bytes)
     mode = warn_mode(warnings)
     chunk = max(1, min(16, n // (threads * 8)))
     counter = itertools.count(0, chunk)  # next() on itertools.count is atomic under the GIL

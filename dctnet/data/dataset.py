@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dctnet.codec import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, _limit, read_coefficients,
+from dctnet.codec import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, JpegError, guard_limit, read_coefficients,
                           read_coefficients_batch, warn_mode)
 from dctnet.data.crop import FullImage, crop_frames, draw_boxes, mcu_windows
 from dctnet.data.collate import collate
@@ -311,7 +311,8 @@ class ImageFolderDataset(CropDataset):
         ``skipped`` as ``(index, path, reason)`` — a decode failure then plans and decodes the
         rest again, as the batch without it. Batches with EXIF rotations to apply take
         :meth:`load_batch` + collate: a rotation needs a file's whole planes, not its windows."""
-        limits = (warn_mode(self.warnings), _limit("max_pixels", self.max_pixels), _limit("max_bytes", DEFAULT_MAX_BYTES))
+        limits = (warn_mode(self.warnings), guard_limit("max_pixels", self.max_pixels),
+                  guard_limit("max_bytes", DEFAULT_MAX_BYTES))
         paths = [self.samples[i][0] for _, i in keys]
         # every file read once and its header parsed, in one GIL-free C call (FIFOs refused); the
         # bytes stay in `files` for the decode below

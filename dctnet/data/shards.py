@@ -44,7 +44,7 @@ __all__ = ["TarShardDataset", "WdsDecode", "wds_decode"]
 IMAGE_EXTS = ("jpg", "jpeg")
 
 
-def _key_of(name: str) -> tuple[str, str]:
+def key_of(name: str) -> tuple[str, str]:
     base = os.path.basename(name)
     stem, _, ext = base.partition(".")
     return os.path.join(os.path.dirname(name), stem), ext.lower()
@@ -73,7 +73,7 @@ def _iter_tar(path: str, only: Sequence[str] | None = None, start: int = 0, stop
         for member in tar:
             if not member.isfile():
                 continue
-            key, ext = _key_of(member.name)
+            key, ext = key_of(member.name)
             if key != key_now:
                 if current is not None:
                     yield current
@@ -122,7 +122,7 @@ def shard_index(path: str) -> tuple[int, np.ndarray | None]:
             for member in tar:
                 if not member.isfile():
                     continue
-                key = _key_of(member.name)[0]
+                key = key_of(member.name)[0]
                 if key != current:
                     # a long name's or pax header's offset: where a reader must start to get the member
                     offsets.append(member.offset)
@@ -287,7 +287,7 @@ def _tar_index(shards: Sequence[str]) -> list[tuple[str, list[tarfile.TarInfo]]]
             for m in tar:
                 if not m.isfile():
                     continue
-                key = _key_of(m.name)[0]
+                key = key_of(m.name)[0]
                 if current is not None and key != current:
                     groups.append(members)
                     members = []
@@ -453,9 +453,9 @@ def _tar_items(paths: list[str]) -> list[_Item]:
                     got = {}
                     for m in ms:
                         f.seek(m.offset_data)
-                        got[_key_of(m.name)[1]] = f.read(m.size)
+                        got[key_of(m.name)[1]] = f.read(m.size)
                     return got
-            items.append((f"{path}:{_key_of(members[0].name)[0]}", read))
+            items.append((f"{path}:{key_of(members[0].name)[0]}", read))
     return items
 
 

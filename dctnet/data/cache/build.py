@@ -22,10 +22,10 @@ from dctnet.data import sparse as S
 from dctnet.data.dataset import ImageFolderDataset
 from dctnet.data.hf import HFDataset, hf_files
 from dctnet.data.plan import COLOR_SPACES
-from dctnet.data.shards import IMAGE_EXTS, _key_of
+from dctnet.data.shards import IMAGE_EXTS, key_of
 from dctnet.distributed import placement
-from dctnet.data.cache.format import (BAD, CHECKSUM, FORMAT_VERSION, INDEX_DTYPE, CacheError, _file_hash, _part_name,
-                                      _read_member, index_checksum)
+from dctnet.data.cache.format import (BAD, CHECKSUM, FORMAT_VERSION, INDEX_DTYPE, CacheError, file_hash, part_name,
+                                      read_member, index_checksum)
 
 
 CHUNK = 64  # samples between progress records
@@ -49,7 +49,7 @@ def _build_range(src: list[tuple[str, int]], out: Path, fmt: str, rank: int, wor
     ``hf``: the Hugging Face dataset whose rows they are."""
     n = len(src)
     lo, hi = rank * n // world, (rank + 1) * n // world
-    name = _part_name(rank, world)
+    name = part_name(rank, world)
     data_path, idx_path, tab_path, prog_path = (out / f"{name}.bin", out / f"{name}.idx", out / f"{name}.tab",
                                                 out / f"{name}.progress.json")
     done, offset = 0, 0
@@ -106,7 +106,7 @@ def _read_sample(src: list[tuple], i: int, name_i: str, hf: HFDataset | None, ma
             raise JpegError("no image bytes", name_i)
         return read_coefficients(data, max_pixels=max_pixels, name=name_i, warnings=warnings)
     if len(src[i]) > 2:  # a tar-shard member: (shard, label, offset, size, key)
-        return read_coefficients(_read_member(src[i][0], src[i][2], src[i][3]), max_pixels=max_pixels,
+        return read_coefficients(read_member(src[i][0], src[i][2], src[i][3]), max_pixels=max_pixels,
                                  name=name_i, warnings=warnings)
     return read_coefficients(src[i][0], max_pixels=max_pixels, warnings=warnings)
 
@@ -231,7 +231,7 @@ def _scan_shards(shards: list[str]) -> list[tuple[str, int, int, int, str]]:
             for m in tar.getmembers():
                 if not m.isfile():
                     continue
-                key, ext = _key_of(m.name)
+                key, ext = key_of(m.name)
                 g = groups.setdefault(key, {})
                 if ext in IMAGE_EXTS:
                     g["image"] = (m.offset_data, m.size)
@@ -343,15 +343,15 @@ def build_cache(src: str | os.PathLike | ImageFolderDataset, out: str | os.PathL
 def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str], root: str, fmt: str,
               parts: int, hash_sources: bool, shards: list[str] | None = None, shard_pattern: str | None = None,
               hf: dict[str, Any] | None = None) -> None:
-    index = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
-    tables = np.concatenate([np.fromfile(partial / f"{_part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
+    index = np.concatenate([np.fromfile(partial / f"{part_name(r, parts)}.idx", INDEX_DTYPE) for r in range(parts)])
+    tables = np.concatenate([np.fromfile(partial / f"{part_name(r, parts)}.tab", np.uint16) for r in range(parts)])
     if len(index) != len(samples):
         raise CacheError(f"build incomplete: {len(index)} of {len(samples)} samples in {partial}")
     np.save(partial / "index.npy", index)
     np.save(partial / "tables.npy", tables.reshape(-1, 4, 64))
     bad = []
     for r in range(parts):
-        f = partial / f"{_part_name(r, parts)}.bad.jsonl"
+        f = partial / f"{part_name(r, parts)}.bad.jsonl"
         if f.exists():
             bad += [json.loads(line) for line in f.read_text().splitlines()]
     sources, shard_meta = [], None
@@ -359,13 +359,13 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
         for path, label in samples:
             st = os.stat(path)
             sources.append({"path": os.path.relpath(path, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                            "label": label, "hash": _file_hash(path) if hash_sources else None})
+                            "label": label, "hash": file_hash(path) if hash_sources else None})
     else:
         shard_meta = []
         for shard in shards:
             st = os.stat(shard)
             shard_meta.append({"path": os.path.relpath(shard, root), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                               "hash": _file_hash(shard) if hash_sources else None})
+                               "hash": file_hash(shard) if hash_sources else None})
         for shard, label, *rest in samples:
             if hf is not None:  # a Hugging Face dataset's row i (its bytes are in the data files above)
                 sources.append({"path": shard, "label": label, "row": rest[0], "size": 0})
@@ -374,18 +374,18 @@ def _finalize(partial: Path, out: Path, samples: list[tuple], classes: list[str]
             sources.append({"path": f"{os.path.relpath(shard, root)}:{key}", "shard": os.path.relpath(shard, root),
                             "offset": offset, "size": size, "label": label})
     src_bytes = sum(s["size"] for s in (shard_meta if hf is not None else sources))
-    data_bytes = sum((partial / f"{_part_name(r, parts)}.bin").stat().st_size for r in range(parts))
+    data_bytes = sum((partial / f"{part_name(r, parts)}.bin").stat().st_size for r in range(parts))
     import dctnet  # the package's version: dctnet/__init__ imports this module's layer
 
     meta = {"format_version": FORMAT_VERSION, "format": fmt, "dctnet": dctnet.__version__, "libjpeg": libjpeg_version(),
             "checksums": {"algorithm": CHECKSUM, "index": index_checksum(index)}, "root": root, "classes": classes,
-            "parts": [f"{_part_name(r, parts)}.bin" for r in range(parts)],
+            "parts": [f"{part_name(r, parts)}.bin" for r in range(parts)],
             "num_samples": len(samples), "bad": sorted(bad, key=lambda b: b["index"]), "sources": sources,
             "source_bytes": src_bytes, "data_bytes": data_bytes, "created": time.time(), "shards": shard_meta,
             "shard_pattern": shard_pattern, "hf": hf}
     for r in range(parts):  # build bookkeeping is not part of the cache
         for suffix in (".idx", ".tab", ".progress.json", ".done", ".bad.jsonl"):
-            (partial / f"{_part_name(r, parts)}{suffix}").unlink(missing_ok=True)
+            (partial / f"{part_name(r, parts)}{suffix}").unlink(missing_ok=True)
     (partial / "build.json").unlink(missing_ok=True)
     tmp = partial / "meta.json.tmp"
     tmp.write_text(json.dumps(meta))

@@ -77,7 +77,7 @@ def index_checksum(index: np.ndarray) -> str:
     return xxhash.xxh3_64_hexdigest(np.ascontiguousarray(index).view(np.uint8))
 
 
-def _file_hash(path: str) -> str | None:
+def file_hash(path: str) -> str | None:
     """blake2b of a regular file; ``None`` for anything else (never blocks on a FIFO)."""
     h = hashlib.blake2b(digest_size=16)
     try:
@@ -89,7 +89,7 @@ def _file_hash(path: str) -> str | None:
     return h.hexdigest()
 
 
-def _part_name(rank: int, world: int) -> str:
+def part_name(rank: int, world: int) -> str:
     return f"part-{rank:05d}-of-{world:05d}"
 
 
@@ -102,7 +102,7 @@ _MAX_SIDE = 65535  # JPEG's limit on either image dimension
 _HEX64 = re.compile(r"[0-9a-f]{16}")
 
 
-def _load_meta(path: Path, checksums: bool = True) -> dict[str, Any]:
+def load_meta(path: Path, checksums: bool = True) -> dict[str, Any]:
     """``meta.json``, checked for the fields and types the reader relies on. A version-1 cache (no
     checksums) is refused unless ``checksums`` is off, and the message says both ways out."""
     f = path / "meta.json"
@@ -159,7 +159,7 @@ def _load_meta(path: Path, checksums: bool = True) -> dict[str, Any]:
     return meta
 
 
-def _load_array(f: Path, dtype: np.dtype, shape_tail: tuple[int, ...], n: int) -> np.ndarray:
+def load_array(f: Path, dtype: np.dtype, shape_tail: tuple[int, ...], n: int) -> np.ndarray:
     try:
         arr = np.load(f, mmap_mode="r", allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - a damaged header fails in many ways inside numpy's parser
@@ -236,7 +236,7 @@ def validate_index(index: np.ndarray, fmt: str, part_sizes: Sequence[int]) -> tu
     return first
 
 
-def _read_member(shard: str, offset: int, size: int) -> bytes:
+def read_member(shard: str, offset: int, size: int) -> bytes:
     """One member of an uncompressed tar shard, by its data offset and size (as the index records)."""
     with open(shard, "rb") as f:
         return os.pread(f.fileno(), size, offset)

@@ -25,8 +25,8 @@ from dctnet.data.sample import CoefficientSample
 from dctnet.data.collate import collate
 from dctnet.data.plan import (COLOR_SPACES, COPY_RANGE, GATHER_ITEM, BatchPlan, batch_storage, gather_collated,
                               gather_items, plan_batch, set_windows)
-from dctnet.data.cache.format import (BAD, INDEX_DTYPE, INDEX_DTYPE_V1, OK, CacheError, CacheRecordError, _file_hash,
-                                      _load_array, _load_meta, _read_member, index_checksum, validate_index)
+from dctnet.data.cache.format import (BAD, INDEX_DTYPE, INDEX_DTYPE_V1, OK, CacheError, CacheRecordError, file_hash,
+                                      load_array, load_meta, read_member, index_checksum, validate_index)
 
 
 # ---------------------------------------------------------------- the cache's C gathers, checked
@@ -115,15 +115,15 @@ class Cache:
         self.root = Path(meta["root"] if root is None else root)
         self.checksums = bool(checksums)
         n = meta["num_samples"]
-        if meta["format_version"] == 1:  # no checksums (refused by _load_meta unless they are off)
-            old = _load_array(path / "index.npy", INDEX_DTYPE_V1, (), n)
+        if meta["format_version"] == 1:  # no checksums (refused by load_meta unless they are off)
+            old = load_array(path / "index.npy", INDEX_DTYPE_V1, (), n)
             self.index = np.zeros(n, INDEX_DTYPE)
             for name in INDEX_DTYPE_V1.names:
                 self.index[name] = old[name]
             self.checksums = False
         else:
-            self.index = _load_array(path / "index.npy", INDEX_DTYPE, (), n)
-        self.tables = _load_array(path / "tables.npy", np.dtype("<u2"), (4, 64), n)
+            self.index = load_array(path / "index.npy", INDEX_DTYPE, (), n)
+        self.tables = load_array(path / "tables.npy", np.dtype("<u2"), (4, 64), n)
         self._map_parts()
         found = validate_index(self.index, self.format, [len(p) for p in self._parts])
         if found is not None:
@@ -396,7 +396,7 @@ def source_bytes(meta: dict[str, Any], root: str | os.PathLike, i: int) -> bytes
     if meta.get("hf"):
         return _hf_rows(meta["hf"], str(root)).image_source(int(s["row"]))[0] or b""
     if "offset" in s:
-        return _read_member(os.path.join(root, s["shard"]), s["offset"], s["size"])
+        return read_member(os.path.join(root, s["shard"]), s["offset"], s["size"])
     return os.path.join(root, s["path"])
 
 
@@ -448,7 +448,7 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
         hint = " (an unfinished build: rerun it with resume=True / --resume)" if path.name.endswith(".partial") or \
             path.with_name(path.name + ".partial").exists() else ""
         raise CacheError(f"{path} is not a finished dctnet cache: no meta.json{hint}")
-    meta = _load_meta(path, checksums)
+    meta = load_meta(path, checksums)
     if format is not None and meta["format"] != format:
         raise CacheError(f"{path}: built as {meta['format']!r}, {format!r} requested")
     root = Path(source) if source is not None else Path(meta["root"])
@@ -465,11 +465,11 @@ def open_cache(path: str | os.PathLike, *, source: str | os.PathLike | None = No
                 missing.append(s["path"])
                 continue
             if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
-                if verify == "hash" and s["hash"] and st.st_size == s["size"] and _file_hash(str(p)) == s["hash"]:
+                if verify == "hash" and s["hash"] and st.st_size == s["size"] and file_hash(str(p)) == s["hash"]:
                     continue  # touched but identical
                 what = f"size {s['size']} -> {st.st_size}" if st.st_size != s["size"] else "modified time"
                 changed.append(f"{s['path']} ({what})")
-            elif verify == "hash" and s["hash"] and _file_hash(str(p)) != s["hash"]:
+            elif verify == "hash" and s["hash"] and file_hash(str(p)) != s["hash"]:
                 changed.append(f"{s['path']} (content)")
         known = {s["path"] for s in files}
         if not root.is_dir():
