@@ -557,7 +557,7 @@ def test_the_c_checksums_equal_pythons(cache_pair):
     every record of a dense and a sparse cache (what the build wrote into the index, and what
     format.record_checksum computes), and on random bytes of every length class XXH3 treats
     apart (0, 1-3, 4-8, 9-16, 17-128, 129-240 bytes, longer, and past a 1 KB stripe block)."""
-    from dctnet.data.cache.read import record_checksums
+    from dctnet.data.cache.gather import record_checksums
     from dctnet.data.plan import GATHER_ITEM
 
     for fmt, out in cache_pair.items():
@@ -586,7 +586,7 @@ def test_each_c_gather_checks_the_records_it_reads(cache_pair, fmt):
     """gather_planes, gather_packed and copy_ranges with the records' checksums: the right sums read
     exactly what the unchecked calls read and report nothing; a wrong sum reports its item, whose
     outputs are zeroed, and the others are read as ever; sums=None is the unchecked call."""
-    from dctnet.data.cache.read import copy_records_checked, gather_packed_checked, gather_planes_checked
+    from dctnet.data.cache.gather import copy_records_checked, gather_packed_checked, gather_planes_checked
 
     cache = D.open_cache(cache_pair[fmt], verify="none")
     index = np.asarray(cache.index)

@@ -8,7 +8,7 @@ import glob
 import math
 from pathlib import Path
 
-from dctnet.data.hf import hf_files, split_path
+from dctnet.data.hf_open import hf_files, split_path
 from dctnet.synthetic import make_labelled_dataset
 from dctnet.train.recipe import Recipe
 from dctnet.kernels.normalization import data_config

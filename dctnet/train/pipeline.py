@@ -31,7 +31,7 @@ from torch import Tensor
 
 from dctnet import data as D
 from dctnet.codec import available_cpus
-from dctnet.data.hf import split_path
+from dctnet.data.hf_open import split_path
 from dctnet import transforms as T
 from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders

@@ -33,7 +33,8 @@ index once all have finished.
 
 from dctnet.data.cache.build import build_cache
 from dctnet.data.cache.format import INDEX_DTYPE, CacheError, CacheRecordError, validate_index
-from dctnet.data.cache.read import Cache, CacheDataset, CachedCoefficients, open_cache, source_bytes
+from dctnet.data.cache.read import Cache, CachedCoefficients
+from dctnet.data.cache.dataset import CacheDataset, open_cache, source_bytes
 
 __all__ = ["Cache", "CacheDataset", "CacheError", "CacheRecordError", "CachedCoefficients", "INDEX_DTYPE", "build_cache",
            "open_cache", "source_bytes", "validate_index"]
