@@ -204,7 +204,7 @@ def test_a_reader_enters_a_shard_at_its_sample(tmp_path):
     long member names (GNU/pax headers) included."""
     import gzip
 
-    from dctnet.data.shards import _iter_tar, shard_index
+    from dctnet.data.tar import iter_tar, shard_index
 
     (tmp_path / "plain").mkdir()
     path = tmp_path / "plain" / "long.tar"
@@ -217,14 +217,14 @@ def test_a_reader_enters_a_shard_at_its_sample(tmp_path):
                 tar.addfile(info, io.BytesIO(data))
     zipped = tmp_path / "long.tar.gz"
     zipped.write_bytes(gzip.compress(path.read_bytes()))
-    whole = list(_iter_tar(str(path)))
+    whole = list(iter_tar(str(path)))
     n, offsets = shard_index(str(path))
     assert n == 7 and offsets is not None and shard_index(str(zipped)) == (7, None)
     for a, b in ((0, 7), (1, 4), (3, 7), (6, 7), (2, 3)):
-        part = list(_iter_tar(str(path), start=a, stop=b, offset=int(offsets[a])))
+        part = list(iter_tar(str(path), start=a, stop=b, offset=int(offsets[a])))
         assert [s["__key__"] for s in part] == [s["__key__"] for s in whole[a:b]]
         assert [s["jpg"] for s in part] == [s["jpg"] for s in whole[a:b]]
-        zpart = list(_iter_tar(str(zipped), start=a, stop=b))
+        zpart = list(iter_tar(str(zipped), start=a, stop=b))
         assert [(s["__key__"], s["cls"]) for s in zpart] == [(s["__key__"], s["cls"]) for s in whole[a:b]]
     # a dataset over both reads all 14 samples once over 4 readers (runs cross into each shard's middle)
     ds = D.TarShardDataset([str(path), str(zipped)], seed=1, buffer=2)

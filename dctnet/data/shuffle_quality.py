@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dctnet.data.shards import iter_labels
+from dctnet.data.tar import iter_labels
 
 __all__ = ["ShuffleQuality", "batch_stats", "labels_of", "loader_batches", "shard_class_counts", "shards_quality",
            "stream_quality", "uniform_stats"]
@@ -117,7 +117,7 @@ def stream_quality(reader_labels: Callable[[int, int], Iterable[int]], readers: 
                    mode: str = "round-robin", batches: int = 20, seed: int = 0) -> ShuffleQuality:
     """The shuffle quality of a stream's first ``batches`` batches: ``reader_labels(me, total)``
     yields reader ``me``'s labels in its order (e.g. from ``TarShardDataset.raw_split`` with
-    :func:`dctnet.data.shards.iter_labels`), ``readers`` readers combined as ``mode``
+    :func:`dctnet.data.tar.iter_labels`), ``readers`` readers combined as ``mode``
     (:func:`loader_batches`). The uniform baseline takes ``class_counts`` when known, else
     ``num_classes`` balanced classes (the classes seen in the batches when neither is given)."""
     streams = [islice(reader_labels(me, readers), batches * batch_size) for me in range(readers)]
@@ -159,7 +159,7 @@ def shards_quality(dataset: Any, batch_size: int, readers: int, *, mode: str = "
                    batches: int = 20) -> ShuffleQuality:
     """:func:`stream_quality` of a :class:`dctnet.data.TarShardDataset` as its loader will read it
     (its epoch, seed, interleave and buffer; ``readers`` readers over all ranks), from the shards'
-    label members only (:func:`dctnet.data.shards.iter_labels`)."""
+    label members only (:func:`dctnet.data.tar.iter_labels`)."""
     key = dataset.decode.label_key
 
     def labels(path: str, start: int, stop: int):  # samples start..stop of a shard: a reader's run may cut it

@@ -22,7 +22,7 @@ from dctnet.data import sparse as S
 from dctnet.data.dataset import ImageFolderDataset
 from dctnet.data.hf import HFDataset, hf_files
 from dctnet.data.plan import COLOR_SPACES
-from dctnet.data.shards import IMAGE_EXTS, key_of
+from dctnet.data.tar import IMAGE_EXTS, key_of
 from dctnet.distributed import placement
 from dctnet.data.cache.format import (BAD, CHECKSUM, FORMAT_VERSION, INDEX_DTYPE, CacheError, file_hash, part_name,
                                       read_member, index_checksum)
