@@ -71,7 +71,7 @@ MUTANTS = [
            ("tests/test_functional.py",)),
     Mutant("resize: bicubic's a = −0.75 (grid_sample's) for PIL's −0.5", "dctnet/resize.py",
            "    a = -0.5\n", "    a = -0.75\n", ("tests/test_functional.py",)),
-    Mutant("policy: torchvision's rotation sign", "dctnet/transforms/policy_base.py",
+    Mutant("policy: torchvision's rotation sign", "dctnet/kernels/policy.py",
            "angle = torch.where(is_[\"Rotate\"], -torch.remainder(arg, 360.0), zero)",
            "angle = torch.where(is_[\"Rotate\"], torch.remainder(arg, 360.0), zero)", ("tests/test_policies.py",)),
     Mutant("policy: RandAugment's TranslateX/Y ranges swapped", "dctnet/transforms/auto_augment.py",

@@ -343,7 +343,8 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
     bit for bit, as the fixed-size groups, which run the general kernels on every row. The draw holds
     every warp axis and both kinds of blend chunk, or the test would prove nothing."""
     from dctnet.kernels import pil as KP
-    from dctnet.transforms import policy_base as PB
+    from dctnet.kernels import policy as KPol
+    from dctnet.transforms import slots as PB
 
     policy = T.TimmAugment("rand-m9-mstd0.5-inc1")
     step = T.Compose([policy], seed=0)
@@ -372,14 +373,14 @@ def test_exact_groups_split_pil_warps_by_axis_bit_for_bit():
             span = 0.7 if "Shear" in name else 1.3 * size[1 if axes == "x" else 0]
             arg = (torch.rand(16, generator=g, dtype=torch.float64) - 0.5) * span
             arg[:3] = torch.tensor([0.0, 0.5, -0.25], dtype=torch.float64)  # identity, half and quarter pixels
-            data = PB._pil_warp_data([name], torch.zeros(16, dtype=torch.long), arg, size)
+            data = KPol.pil_warp_data([name], torch.zeros(16, dtype=torch.long), arg, size)
             fill = torch.tensor([0.5, 0.4, 0.3])
             one_axis = KP.pil_bicubic_affine(img, data, fill, axes)
             torch.testing.assert_close(one_axis, KP.pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
             assert (one_axis == fill.view(1, 3, 1, 1)).any() and (one_axis != fill.view(1, 3, 1, 1)).any()
         # rotations: exact groups gather the 16 taps one by one, fixed groups a row of four at a time
-        data = PB._pil_warp_data(["PilRotate"], torch.zeros(16, dtype=torch.long),
-                                 torch.linspace(-30.0, 30.0, 16, dtype=torch.float64), size)
+        data = KPol.pil_warp_data(["PilRotate"], torch.zeros(16, dtype=torch.long),
+                                  torch.linspace(-30.0, 30.0, 16, dtype=torch.float64), size)
         torch.testing.assert_close(KP.pil_bicubic_affine(img, data, fill, one_by_one=True),
                                    KP.pil_bicubic_affine(img, data, fill), atol=0, rtol=0)
 
@@ -415,7 +416,7 @@ def test_exact_mixers_skip_the_half_nobody_uses_bit_for_bit(make, want):
 
 def test_a_compose_writes_only_into_its_own_intermediates(monkeypatch):
     """Exact groups write a policy's and erasing's rows into the batch in place, and Mixup and ToRGB
-    compute in place, when the Compose made that batch (dctnet.transforms.base.may_overwrite) instead
+    compute in place, when the Compose made that batch (dctnet.transforms.groups.may_overwrite) instead
     of copying it: never into the caller's input, nor into the input of a transform nested in a
     RandomChoice, whose caller still reads it. The outputs and targets are those of each transform
     run alone on a copy, over mixup and CutMix batches."""
@@ -428,7 +429,7 @@ def test_a_compose_writes_only_into_its_own_intermediates(monkeypatch):
         flags.append(overwrite)
         return run_groups(x, groups, kernel, overwrite=overwrite)
 
-    for module in ("dctnet.transforms.policy_base", "dctnet.transforms.erasing"):
+    for module in ("dctnet.transforms.slots", "dctnet.transforms.erasing"):
         monkeypatch.setattr(f"{module}.run_groups", recording)
     x, labels = crops(12, 32, seed=9)
     step = T.Compose([T.RandomHorizontalFlip(), T.TimmAugment("rand-m9-mstd0.5-inc1"),

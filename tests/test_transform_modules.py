@@ -477,16 +477,18 @@ def test_every_op_on_both_representations_has_a_kernel_for_each(name):
 
 
 def test_kernels_do_not_tell_representations_apart_by_shape():
-    """The transform modules tell a batch's representation apart in one place (base._representation,
-    base._shape_representation); kernels are chosen by registration, not by ``x.dim() == 4/5`` in
-    their code (the public converters to_pixels / to_coefficients, which take either, aside)."""
+    """The transform modules tell a batch's representation apart in one place
+    (representation.representation, representation.shape_representation); kernels are chosen by
+    registration, not by ``x.dim() == 4/5`` in their code (the public converters to_pixels /
+    to_coefficients, which take either, aside)."""
     import re
 
     root = Path(__file__).resolve().parents[1] / "dctnet" / "transforms"
     pattern = re.compile(r"\.dim\(\)\s*[=!]=\s*[45]\b|len\((?:x\.)?shape\)\s*[=!]=\s*[45]\b")
-    allowed = {("base.py", "to_pixels"), ("base.py", "to_coefficients"), ("base.py", "_as_public"),
-               ("base.py", "_check_input"), ("base.py", "image_size"), ("base.py", "pixel_shape"),
-               ("base.py", "coefficient_shape"), ("base.py", "_shape_representation")}
+    allowed = {("representation.py", "to_pixels"), ("representation.py", "to_coefficients"),
+               ("transform.py", "_as_public"), ("transform.py", "check_input"), ("representation.py", "image_size"),
+               ("representation.py", "pixel_shape"), ("representation.py", "coefficient_shape"),
+               ("representation.py", "shape_representation")}
     found = []
     for path in sorted(root.glob("*.py")):
         if path.name in ("tv.py", "detection.py"):  # torchvision's types; boxes and targets

@@ -3,14 +3,20 @@
 - the kernels they run are :mod:`dctnet.kernels`: :mod:`~dctnet.kernels.pixel` on RGB batches
   ``(B, 3, H, W)`` (torchvision's ops, per sample), :mod:`~dctnet.kernels.coefficients` on coefficient
   images ``(B, 3, Hb, Wb, 64)``, :mod:`~dctnet.kernels.geometry` and :mod:`~dctnet.kernels.pil` for the warps;
-- :mod:`dctnet.transforms.base` — the ``Transform`` base (draw + apply, pixel/coefficient domains),
-  ``Compose``, the per-step generator;
+- the engine, by role (every name re-exported by :mod:`dctnet.transforms.base`):
+  :mod:`~dctnet.transforms.transform` (``Transform``: draw + apply, kernels registered per
+  representation), :mod:`~dctnet.transforms.representation` (pixels and coefficient images),
+  :mod:`~dctnet.transforms.rng` (the per-step generator), :mod:`~dctnet.transforms.groups` (fixed-size
+  groups of rows, in-place writes), :mod:`~dctnet.transforms.compose` (``Compose``),
+  :mod:`~dctnet.transforms.compiled` (``compile_step``), :mod:`~dctnet.transforms.recipe_ops` (the live
+  registry of op classes);
 - :mod:`dctnet.transforms.augment` — flips, colour, grayscale, chroma rotation, requantization,
   frequency dropout;
 - :mod:`dctnet.transforms.model_input` — what the model takes: ``ToRGB``, ``ToCoefficients``,
   per-(c,u,v) ``Normalize``, ``SelectFrequencies``;
 - :mod:`dctnet.transforms.auto_augment`, :mod:`dctnet.transforms.timm_augment` — torchvision's and
-  timm's policies, per sample (their slot runner: :mod:`dctnet.transforms.policy_base`);
+  timm's policies, per sample (their base :mod:`dctnet.transforms.policy_base`, the slot scheduler
+  :mod:`dctnet.transforms.slots`, the kernels :mod:`dctnet.kernels.policy`);
 - :mod:`dctnet.transforms.mixing`, :mod:`dctnet.transforms.erasing` — timm's / torchvision's mixing and
   erasing (boxes: :mod:`dctnet.kernels.boxes`);
 - :mod:`dctnet.transforms.registry` — transforms by name, for recipes, and what is generated from each

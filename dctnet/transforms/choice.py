@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dctnet.transforms.base import Transform, _in_domain, _representation
+from dctnet.transforms.base import Transform, in_domain, representation
 from dctnet.transforms.counterparts import counterpart as counterpart_of
 
 __all__ = ["RandomApply", "RandomChoice", "RandomOrder"]
@@ -90,9 +90,9 @@ class _Container(Transform):
         order; for an apply, the children run in order and each keeps or not)."""
         labels = self._prepare_labels(labels)
         for k, (t, p) in enumerate(zip(self.transforms, children)):
-            inp = _in_domain(x, t.domain)
+            inp = in_domain(x, t.domain)
             out, out_labels = t.execute(inp, labels, p)
-            out = _in_domain(out, _representation(x))  # back to the batch's representation
+            out = in_domain(out, representation(x))  # back to the batch's representation
             m = keep[k]
             x = torch.where(m.reshape(-1, *([1] * (x.dim() - 1))), out.to(x.dtype), x)
             if out_labels is not None and labels is not None and out_labels is not labels:

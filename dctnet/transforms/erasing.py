@@ -67,8 +67,8 @@ from dctnet.kernels.boxes import box_mask, image_geometry, snap_to_blocks
 from dctnet.kernels.cache import cached, select
 from dctnet.kernels.dct import block_dct
 from dctnet.kernels.normalization import IMAGENET_MEAN, IMAGENET_STD
-from dctnet.transforms.base import (Transform, _representation, group_capacity, group_chunks, kernel, may_overwrite,
-                                    run_groups, to_device)
+from dctnet.transforms.base import (Transform, group_capacity, group_chunks, kernel, may_overwrite,
+                                    representation, run_groups, to_device)
 from dctnet.transforms.model_input import Normalize
 
 __all__ = ["RandomErasing"]
@@ -408,7 +408,7 @@ class RandomErasing(Transform):
     def execute(self, x, labels, prepared):
         if self.p == 0.0:
             return x, labels
-        erase = self._kernel("apply", _representation(x))
+        erase = self._kernel("apply", representation(x))
         groups = [(None, ch) for ch in prepared]
         # each group's rows are run_groups' own copy: erased where they lie
         return run_groups(x, groups, lambda sub, _, ch: erase(sub, None, ch, inplace=True)[0],
