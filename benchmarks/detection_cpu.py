@@ -5,7 +5,7 @@ images with the same draws.
 
 - ``rgb``: Pillow's decode, torchvision v2's ops of the recipe (its ``detect.ops``, or the preset's),
   then the model's own ``GeneralizedRCNNTransform.resize`` (when ``detect.resize``; the detector is
-  built from the recipe, as :class:`dctnet.train.detection.DetectionTrainer` builds it) — what the
+  built from the recipe, as :class:`dctnet.train.detection.DetectionTask` builds it) — what the
   trainer's rgb arm runs per image, less the normalisation both arms' models do.
 - ``device-rgb``: the coefficient read (:class:`dctnet.data.CocoDataset`), the collate, the host
   plan (``DetectionStep.plan``) and the device step (``DetectionStep.apply``) on the CPU: decode,

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(recipe: str, arm: str, seed: int, out: Path, sets: list[str], reuse: bool) -> dict:
     run_dir = out / f"{arm}-seed{seed}"
-    metrics = run_dir / "metrics.json"
+    metrics = run_dir / "metrics.jsonl"
     t0 = time.perf_counter()
     if not (reuse and metrics.exists()):
         cmd = [sys.executable, "-m", "dctnet", "train", recipe, "--set", f"model.input={arm}",
@@ -38,7 +38,7 @@ def run(recipe: str, arm: str, seed: int, out: Path, sets: list[str], reuse: boo
             cmd += ["--set", s]
         subprocess.run(cmd, check=True, cwd=ROOT)
     minutes = (time.perf_counter() - t0) / 60
-    records = json.loads(metrics.read_text())
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     last = records[-1]
     evaluated = [r for r in records if "bbox_AP50" in r]
     best = max(evaluated, key=lambda r: r["bbox_AP50"])

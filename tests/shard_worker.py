@@ -16,7 +16,7 @@ def main() -> None:
     from dctnet.train.trainer import Trainer
 
     trainer = Trainer(load_recipe(recipe_path))
-    pipe, seen = trainer.pipe, {}
+    pipe, seen = trainer.task.pipe, {}
     step = pipe.train_step
 
     def recorded(batch):  # called once per batch the training loop takes, as it takes it

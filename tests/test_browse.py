@@ -75,14 +75,14 @@ def test_classification_eval_and_the_rgb_arm(tmp_path, shapes):
 def test_detection_samples_and_their_boxes(tmp_path):
     from pycocotools.coco import COCO
 
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     over = [f"data.root={TREES}", "data.workers=0", "detect.preset=ssdlite", f"train.out={tmp_path / 'run'}"]
     recipe = load_recipe(ROOT / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml", over)
     coco = browse(recipe, split="train", n=4, out=tmp_path / "b")
-    trainer = DetectionTrainer(load_recipe(ROOT / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml", over),
+    trainer = Trainer(load_recipe(ROOT / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml", over),
                                log=lambda m: None)
-    images, targets = next(trainer._batches(trainer.train_loader, trainer.step, 0, {"cpu": 0.0, "n": 0.0}))
+    images, targets = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
     index = COCO()
     index.dataset = coco
     index.createIndex()
@@ -102,7 +102,7 @@ def test_detection_masks_are_rle_of_the_steps_masks(tmp_path):
     from pycocotools import mask as mask_utils
 
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=3, val=1, size=(64, 96), seed=5)
     values = {"data": {"source": "coco", "root": str(tmp_path / "set"), "batch_size": 3, "workers": 0,
@@ -112,8 +112,8 @@ def test_detection_masks_are_rle_of_the_steps_masks(tmp_path):
               "detect": {"masks": True, "preset": "hflip", "min_size": 64, "max_size": 96},
               "train": {"out": str(tmp_path / "run")}}
     coco = browse(load_recipe(None, values), n=3, out=tmp_path / "b")
-    trainer = DetectionTrainer(load_recipe(None, values), log=lambda m: None)
-    _, targets = next(trainer._batches(trainer.train_loader, trainer.step, 0, {"cpu": 0.0, "n": 0.0}))
+    trainer = Trainer(load_recipe(None, values), log=lambda m: None)
+    _, targets = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
     anns = coco["annotations"]
     assert len(anns) == sum(len(t["boxes"]) for t in targets) > 0
     j = 0
@@ -127,7 +127,7 @@ def test_segmentation_samples_write_their_class_maps(tmp_path):
     from pycocotools import mask as mask_utils
 
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=3, val=1, size=(64, 96), seed=6, semantic=True)
     split = {s: {"images": s, "annotations": f"{s}.json", "semantic": f"{s}_semantic"} for s in ("train", "val")}
@@ -135,8 +135,8 @@ def test_segmentation_samples_write_their_class_maps(tmp_path):
               "model": {"arch": "torchvision:lraspp_mobilenet_v3_large", "input": "device-rgb", "num_classes": 4},
               "detect": {"base_size": 64, "crop_size": 56}, "train": {"out": str(tmp_path / "run")}}
     coco = browse(load_recipe(None, values), n=3, out=tmp_path / "b")
-    trainer = DetectionTrainer(load_recipe(None, values), log=lambda m: None)
-    _, targets = next(trainer._batches(trainer.train_loader, trainer.step, 0, {"cpu": 0.0, "n": 0.0}))
+    trainer = Trainer(load_recipe(None, values), log=lambda m: None)
+    _, targets = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
     for k, t in enumerate(targets):
         rebuilt = np.full(t["semantic"].shape, 255, np.uint8)
         for a in coco["annotations"]:

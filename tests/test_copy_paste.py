@@ -201,7 +201,7 @@ def test_dctnet_train_with_copy_paste(tmp_path):
     pytest.importorskip("pycocotools")
     from dctnet.synthetic import make_instance_set
     from dctnet.train import load_recipe
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=2, val=1, size=(64, 96), seed=3)
     spec = {"data": {"source": "coco", "root": str(tmp_path / "set"), "batch_size": 2, "workers": 0,
@@ -211,7 +211,7 @@ def test_dctnet_train_with_copy_paste(tmp_path):
             "detect": {"preset": "lsj", "copy_paste": True},
             "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
             "train": {"max_steps": 1, "out": str(tmp_path / "run")}}
-    trainer = DetectionTrainer(load_recipe(None, spec), log=lambda m: None)
-    assert "SimpleCopyPaste" in trainer.describe() and trainer.val_set.masks == "none"
+    trainer = Trainer(load_recipe(None, spec), log=lambda m: None)
+    assert "SimpleCopyPaste" in trainer.task.describe() and trainer.task.val_set.masks == "none"
     record = trainer.fit()
     assert np.isfinite(record["train_loss"]) and "bbox_AP" in record

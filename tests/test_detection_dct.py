@@ -124,7 +124,7 @@ def test_dctnet_train_runs_the_dct_arm_and_resumes(tmp_path):
     pytest.importorskip("pycocotools")
     from dctnet.synthetic import make_instance_set
     from dctnet.train import load_recipe
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=2, val=2, size=(64, 96), seed=3)
     spec = {"data": {"source": "coco", "root": str(tmp_path / "set"), "batch_size": 2, "workers": 0,
@@ -134,18 +134,18 @@ def test_dctnet_train_runs_the_dct_arm_and_resumes(tmp_path):
             "detect": {"min_size": 64, "max_size": 96},
             "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
             "train": {"max_steps": 1, "out": str(tmp_path / "run")}}
-    trainer = DetectionTrainer(load_recipe(None, spec), log=lambda m: None)
-    assert "dct-up stem" in trainer.describe()
+    trainer = Trainer(load_recipe(None, spec), log=lambda m: None)
+    assert "dct-up stem" in trainer.task.describe()
     record = trainer.fit()
     assert "bbox_AP" in record and math.isfinite(record["train_loss"])
     # a DCT detector's checkpoint starts another run with its learned stem (model.init)
     stem = trainer.model.backbone.body.conv1[1].proj.weight.detach().clone()
-    init = DetectionTrainer(load_recipe(None, {**spec, "model": {**spec["model"], "init": str(tmp_path / "run" / "last.pt")},
+    init = Trainer(load_recipe(None, {**spec, "model": {**spec["model"], "init": str(tmp_path / "run" / "last.pt")},
                                                "train": {**spec["train"], "out": str(tmp_path / "init")}}),
                             log=lambda m: None)
     assert torch.equal(init.model.backbone.body.conv1[1].proj.weight, stem)
     spec["optim"]["epochs"] = 2
-    again = DetectionTrainer(load_recipe(None, spec), resume=True, log=lambda m: None)
+    again = Trainer(load_recipe(None, spec), resume=True, log=lambda m: None)
     assert again.start_epoch == 1 and again.model.dctnet_stem == "dct-up"
     again.fit()
-    assert [r["epoch"] for r in json.loads((tmp_path / "run" / "metrics.json").read_text())] == [1, 2]
+    assert [r["epoch"] for r in [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]] == [1, 2]

@@ -45,26 +45,26 @@ def _pycocotools_ap(gt_path, predictions, image_ids, iou_type="bbox") -> float:
 @pytest.mark.skipif(not (TREES / "train.json").exists(), reason="needs ../shared/data/trees")
 @pytest.mark.parametrize("arm", ["device-rgb", "rgb"])
 def test_both_arms_train_evaluate_and_resume(tmp_path, arm):
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     recipe = load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm}))
-    trainer = DetectionTrainer(recipe, log=lambda m: None)
+    trainer = Trainer(recipe, log=lambda m: None)
     record = trainer.fit()
     for key in ("train_loss", "train_loss_classifier", "bbox_AP", "bbox_AP50", "bbox_AP75", "bbox_APs",
                 "data_cpu_us_per_sample", "lr", "epoch_seconds"):
         assert key in record, key
     assert record["data_cpu_us_per_sample"] > 0 and torch.isfinite(torch.tensor(record["train_loss"]))
-    records = json.loads((tmp_path / "metrics.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1]
     predictions = tmp_path / "predictions_val.json"
     results = json.loads(predictions.read_text())
-    val_ids = trainer.val_set.ids
+    val_ids = trainer.task.val_set.ids
     assert results and {r["image_id"] for r in results} <= set(val_ids)
     assert all(len(r["bbox"]) == 4 and r["category_id"] == 1 for r in results)
     ap, ap50 = _pycocotools_ap(TREES / "val.json", predictions, val_ids)
     assert record["bbox_AP"] == pytest.approx(ap, abs=1e-12) and record["bbox_AP50"] == pytest.approx(ap50, abs=1e-12)
     # predictions are in the files' pixels: inside each image (up to the detector's own clipping)
-    sizes = {i: (im["width"], im["height"]) for i, im in trainer.val_set.coco.imgs.items()}
+    sizes = {i: (im["width"], im["height"]) for i, im in trainer.task.val_set.coco.imgs.items()}
     for r in results:
         x, y, w, h = r["bbox"]
         W, H = sizes[r["image_id"]]
@@ -72,16 +72,16 @@ def test_both_arms_train_evaluate_and_resume(tmp_path, arm):
     if arm == "rgb":
         return  # (resuming is the same code for both arms)
     # --resume: the second epoch continues from last.pt
-    again = DetectionTrainer(load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm, "optim.epochs": 2})),
+    again = Trainer(load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm, "optim.epochs": 2})),
                              resume=True, log=lambda m: None)
     assert again.start_epoch == 1
     again.fit()
-    assert [r["epoch"] for r in json.loads((tmp_path / "metrics.json").read_text())] == [1, 2]
+    assert [r["epoch"] for r in [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]] == [1, 2]
 
 
 def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     textures = sorted(glob.glob(str(IMAGENETTE / "val" / "*" / "*.JPEG")))[:40:5] or None
     paths = make_instance_set(str(tmp_path / "set"), textures=textures, train=2, val=2, size=(64, 96), seed=3)
@@ -92,7 +92,7 @@ def test_mask_rcnn_on_a_generated_instance_set_reports_segm_ap(tmp_path):
         "detect": {"masks": True, "min_size": 64, "max_size": 96},
         "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16, "weight_decay": 0.0001},
         "train": {"max_steps": 1, "out": str(tmp_path / "run")}})
-    record = DetectionTrainer(recipe, log=lambda m: None).fit()
+    record = Trainer(recipe, log=lambda m: None).fit()
     assert "segm_AP" in record and "bbox_AP" in record and "train_loss_mask" in record
     results = json.loads((tmp_path / "run" / "predictions_val.json").read_text())
     if results:  # an untrained model may find nothing: then there is nothing to recompute
@@ -132,7 +132,7 @@ def test_torchrun_gathers_every_ranks_predictions(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    records = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 1  # written once (rank 0)
     results = json.loads((tmp_path / "run" / "predictions_val.json").read_text())
     with contextlib.redirect_stdout(io.StringIO()):
@@ -147,9 +147,9 @@ def test_torchrun_gathers_every_ranks_predictions(tmp_path):
 def test_segmentation_models_train_and_report_miou(tmp_path, arm):
     """A torchvision segmentation model on class-index PNGs (the generated set's), the segmentation
     references' presets in both arms; mIoU and pixel accuracy each epoch."""
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
-    record = DetectionTrainer(segmentation_recipe(tmp_path, arm, 2), log=lambda m: None).fit()
+    record = Trainer(segmentation_recipe(tmp_path, arm, 2), log=lambda m: None).fit()
     split = {s: {"images": s, "annotations": f"{s}.json", "semantic": f"{s}_semantic"} for s in ("train", "val")}
     assert 0.0 <= record["mIoU"] <= 1.0 and 0.0 <= record["pixel_acc"] <= 1.0 and "train_loss_out" in record
     with pytest.raises(RecipeError, match="num_classes"):
@@ -230,16 +230,16 @@ def test_build_detector_takes_another_resnet_its_stages_and_anchor_sizes():
 def test_without_the_detector_resize_the_model_takes_the_ops_sizes(tmp_path, arm):
     """detect.resize false: training crops and whole eval tiles reach the model at their own size,
     and the model's transform passes them through (both arms)."""
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     recipe = load_recipe(RECIPE, _small(tmp_path, **{"model.input": arm, "detect.resize": False,
                                                      "detect.ops": "[{name: RandomCrop, size: 160, pad_if_needed: true}]"}))
-    trainer = DetectionTrainer(recipe, log=lambda m: None)
+    trainer = Trainer(recipe, log=lambda m: None)
     cost = {"cpu": 0.0, "n": 0.0}
-    images, _ = next(trainer._batches(trainer.train_loader, trainer.step, 0, cost))
+    images, _ = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, cost))
     assert [tuple(i.shape) for i in images] == [(3, 160, 160)] * 2
-    val, _ = next(trainer._batches(trainer.val_loader, trainer.eval_step, 0, cost))
-    sizes = [(im["height"], im["width"]) for im in trainer.val_set.coco.imgs.values()][:2]
+    val, _ = next(trainer.task._batches(trainer.task.val_loader, trainer.task.eval_step, 0, cost))
+    sizes = [(im["height"], im["width"]) for im in trainer.task.val_set.coco.imgs.values()][:2]
     assert [tuple(i.shape[-2:]) for i in val] == sizes
     batched, _ = trainer.model.transform(images)
     assert [tuple(s) for s in batched.image_sizes] == [(160, 160)] * 2
@@ -287,13 +287,13 @@ def test_skipped_images_are_named_and_counted(tmp_path):
     """data.on_error: skip in a detection run, as in a classification run: images the full decode refuses
     before training (a truncated JPEG, a PNG named .jpg, a missing file) are named with their reasons in
     ``skipped.txt`` (epoch 0) and in the log; an image that goes bad during the run is skipped, named with
-    its epoch and counted in ``metrics.json`` (``train_skipped``, ``val_skipped``)."""
+    its epoch and counted in ``metrics.jsonl`` (``train_skipped``, ``val_skipped``)."""
     import io
 
     from PIL import Image
 
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=8, val=3, size=(96, 128), seed=4)
     meta = {s: json.loads((tmp_path / "set" / f"{s}.json").read_text()) for s in ("train", "val")}
@@ -313,7 +313,7 @@ def test_skipped_images_are_named_and_counted(tmp_path):
         "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
         "train": {"max_steps": 3, "out": str(tmp_path / "run"), "checkpoint": False}})
     logged: list[str] = []
-    trainer = DetectionTrainer(recipe, log=logged.append)
+    trainer = Trainer(recipe, log=logged.append)
     assert any("left out 3 unusable images" in m for m in logged), logged
     # the start summary, before any epoch: the usable images of each split, annotations, categories
     summary = next(m for m in logged if m.startswith("detection: "))
@@ -324,10 +324,10 @@ def test_skipped_images_are_named_and_counted(tmp_path):
         [("0", "train", str(train[0])), ("0", "train", str(train[1])), ("0", "val", str(val[0]))])
     assert all(r[3] for r in rows)  # each with its reason
     # a file that goes bad after the check: skipped where it is read, named with its epoch, counted
-    late = next(p for p in train[2:] if str(p) in trainer.train_set.paths)
+    late = next(p for p in train[2:] if str(p) in trainer.task.train_set.paths)
     late.write_bytes(late.read_bytes()[:200])
     record = trainer.fit()
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())[-1]
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
     assert record["train_skipped"] == metrics["train_skipped"] >= 1 and metrics["val_skipped"] == 0
     assert any(line.startswith(f"1\ttrain\t{late}\t") for line in (tmp_path / "run" / "skipped.txt").read_text().splitlines())
     assert any("skipped 1 train" in m or "skipped 2 train" in m for m in logged), logged
@@ -338,7 +338,7 @@ def test_a_detection_run_shows_a_progress_bar_on_a_terminal(tmp_path, monkeypatc
     steps); in logs and pipes it shows none (the epoch's line is printed anyway)."""
     import io
 
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -348,11 +348,11 @@ def test_a_detection_run_shows_a_progress_bar_on_a_terminal(tmp_path, monkeypatc
     recipe.train.log_every = 1
     screen = Terminal()
     monkeypatch.setattr("sys.stderr", screen)
-    DetectionTrainer(recipe, log=lambda m: None).fit()
+    Trainer(recipe, log=lambda m: None).fit()
     assert "epoch 1/1" in screen.getvalue() and "loss " in screen.getvalue()
     pipe = io.StringIO()
     monkeypatch.setattr("sys.stderr", pipe)
-    assert DetectionTrainer(segmentation_recipe(tmp_path / "again", "device-rgb", 1), log=lambda m: None)._progress(
+    assert Trainer(segmentation_recipe(tmp_path / "again", "device-rgb", 1), log=lambda m: None)._progress(
         1, "epoch") is None
 
 
@@ -454,7 +454,7 @@ def test_a_ground_truth_mask_rcnn_scores_segm_ap_one_in_both_arms(tmp_path):
     """Masks are pasted once, at the file's size, in both arms (torchvision's postprocess): a model
     whose predictions are the truth scores segm AP 1.0 in both, with the same masks — the device arm
     used to paste in the resized canvas and resample to the file, losing edge pixels."""
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     _box_mask_set(tmp_path / "set")
     predictions = {}
@@ -467,8 +467,8 @@ def test_a_ground_truth_mask_rcnn_scores_segm_ap_one_in_both_arms(tmp_path):
             "detect": {"masks": True, "min_size": 480, "max_size": 800},  # the detector upscales 301 → 480
             "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
             "train": {"out": str(tmp_path / arm)}})
-        trainer = DetectionTrainer(recipe, log=lambda m: None)
-        ds = trainer.val_set
+        trainer = Trainer(recipe, log=lambda m: None)
+        ds = trainer.task.val_set
         sizes = [(ds.coco.imgs[i]["height"], ds.coco.imgs[i]["width"]) for i in ds.ids]
         truth = [ds._target(i, h, w, None) for i, (h, w) in enumerate(sizes)]
         trainer.model = trainer.net = _TruthDetector(trainer.model.transform, truth)
@@ -484,7 +484,7 @@ def test_training_images_without_a_usable_box_are_left_out_as_the_references_do(
     references keep (``_coco_remove_images_without_annotations``: an annotation, and not every box at
     most 1 px wide or tall), the summary counts the others; the val split stays whole. false keeps all."""
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=6, val=2, size=(64, 80), seed=4)
     for split in ("train", "val"):
@@ -506,9 +506,9 @@ def test_training_images_without_a_usable_box_are_left_out_as_the_references_do(
         "detect": {"drop_unannotated": drop},
         "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16}, "train": {"out": str(tmp_path / "run")}})
     logged: list[str] = []
-    trainer = DetectionTrainer(recipe, log=logged.append)
-    assert len(kept) == 4 and len(trainer.val_set) == 2
-    assert trainer.train_set.ids == (kept if drop else sorted(im["id"] for im in gt["images"]))
+    trainer = Trainer(recipe, log=logged.append)
+    assert len(kept) == 4 and len(trainer.task.val_set) == 2
+    assert trainer.task.train_set.ids == (kept if drop else sorted(im["id"] for im in gt["images"]))
     summary = next(m for m in logged if m.startswith("detection: "))
     assert ("2 more left out without a usable box" in summary) == drop, summary
 
@@ -518,7 +518,7 @@ def test_boxes_dropped_for_running_past_their_image_are_counted_each_epoch(tmp_p
     record counts the boxes seen, those dropped and, of those, the ones past their image, the same in
     both arms (torchvision's own sanitize in the rgb arm), and the epoch's line says so."""
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=4, val=1, size=(64, 80), seed=4)
     path = tmp_path / "set" / "train.json"
@@ -536,7 +536,7 @@ def test_boxes_dropped_for_running_past_their_image_are_counted_each_epoch(tmp_p
             "detect": {"min_size": 64, "max_size": 80},
             "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
             "train": {"out": str(tmp_path / arm), "checkpoint": False, "eval_every": 5}})
-        records[arm] = DetectionTrainer(recipe, log=logged.append).fit()
+        records[arm] = Trainer(recipe, log=logged.append).fit()
         assert any("2 boxes dropped for running past their image" in m for m in logged), logged
     for arm, r in records.items():
         assert (r["train_boxes"], r["train_boxes_dropped_past_image"]) == (len(data["annotations"]), 2), arm
@@ -553,7 +553,7 @@ def test_the_reported_input_cpu_counts_the_device_step_and_the_models_resize(tmp
     from torchvision.models.detection.transform import GeneralizedRCNNTransform
 
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
     from dctnet.transforms.detection import DetectionStep
 
     def burn(seconds: float) -> None:
@@ -578,7 +578,7 @@ def test_the_reported_input_cpu_counts_the_device_step_and_the_models_resize(tmp
         "model": {"arch": "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", "input": arm},
         "detect": {"min_size": 64, "max_size": 80},
         "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16}, "train": {"out": str(tmp_path / "run")}})
-    record = DetectionTrainer(recipe, log=lambda m: None).train_epoch(0)
+    record = Trainer(recipe, log=lambda m: None).train_epoch(0)
     per_sample = 0.05e6 if arm == "rgb" else 0.025e6  # (rgb: a resize per image; plan A: a step per batch of 2)
     assert record["data_cpu_us_per_sample"] >= per_sample
 
@@ -590,7 +590,7 @@ def test_a_resumed_detection_run_ends_where_an_uninterrupted_one_does(tmp_path, 
     whatever the DataLoader workers, and the RoI poolers keep the scales they inferred from the stopped
     run's first batch (not in the state_dict: resumed without them, 284 of 330 tensors differed)."""
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=4, val=1, size=(64, 80), seed=4)
     split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
@@ -603,12 +603,12 @@ def test_a_resumed_detection_run_ends_where_an_uninterrupted_one_does(tmp_path, 
             "optim": {"epochs": epochs, "lr": 0.01, "lr_batch": 16},
             "train": {"out": str(tmp_path / name), "eval_every": 5}})
 
-    DetectionTrainer(recipe("a", 2), log=lambda m: None).fit()
-    stopped = DetectionTrainer(recipe("c", 2), log=lambda m: None)  # the same run, killed after its first epoch
-    stopped.records.append({"epoch": 1, **stopped.train_epoch(0)})
+    Trainer(recipe("a", 2), log=lambda m: None).fit()
+    stopped = Trainer(recipe("c", 2), log=lambda m: None)  # the same run, killed after its first epoch
+    stopped.history.append({"epoch": 1, **stopped.train_epoch(0)})
     stopped._save(stopped.out / "last.pt", 0)
     del stopped
-    DetectionTrainer(recipe("c", 2), resume=True, log=lambda m: None).fit()
+    Trainer(recipe("c", 2), resume=True, log=lambda m: None).fit()
     sa = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
     sc = torch.load(tmp_path / "c" / "last.pt", weights_only=True)["model"]
     differ = [k for k in sa if not torch.equal(sa[k], sc[k])]
@@ -621,7 +621,7 @@ def test_a_detection_recipe_with_train_ema_reports_ema_metrics_and_resumes_it(tm
     beside the model (bbox_AP_ema …, predictions_val_ema.json, pycocotools' own AP on them) and carried
     by last.pt; with decay 0 it would be the model itself, with 0.5 it differs from it."""
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(64, 80), seed=4)
     split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
@@ -634,7 +634,7 @@ def test_a_detection_recipe_with_train_ema_reports_ema_metrics_and_resumes_it(tm
             "optim": {"epochs": epochs, "lr": 0.01, "lr_batch": 16},
             "train": {"out": str(tmp_path / "run"), "ema": {"decay": 0.5}}})
 
-    trainer = DetectionTrainer(recipe(1), log=lambda m: None)
+    trainer = Trainer(recipe(1), log=lambda m: None)
     record = trainer.fit()
     assert {"bbox_AP_ema", "bbox_AP50_ema", "bbox_AP"} <= set(record)
     assert trainer.updates == 2 and trainer.ema is not None
@@ -642,8 +642,8 @@ def test_a_detection_recipe_with_train_ema_reports_ema_metrics_and_resumes_it(tm
     assert any(not torch.equal(ema[k], model[k]) for k in model if ema[k].is_floating_point())
     predictions = tmp_path / "run" / "predictions_val_ema.json"
     if json.loads(predictions.read_text()):  # (an untrained model may find nothing)
-        ap, _ = _pycocotools_ap(tmp_path / "set" / "val.json", predictions, trainer.val_set.ids)
+        ap, _ = _pycocotools_ap(tmp_path / "set" / "val.json", predictions, trainer.task.val_set.ids)
         assert record["bbox_AP_ema"] == pytest.approx(ap, abs=1e-12)
-    resumed = DetectionTrainer(recipe(2), resume=True, log=lambda m: None)
+    resumed = Trainer(recipe(2), resume=True, log=lambda m: None)
     assert resumed.updates == 2
     assert all(torch.equal(v, resumed.ema.module.state_dict()[k]) for k, v in ema.items())

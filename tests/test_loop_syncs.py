@@ -1,4 +1,4 @@
-"""No host sync in the training loops: ``Trainer.fit`` and ``DetectionTrainer.fit`` as a GPU would run
+"""No host sync in the training loops: ``Trainer.fit`` of every task as a GPU would run
 them, simulated on the CPU.
 
 Each shipped recipe (classification in all three arms, detection, and a segmentation recipe) is built
@@ -104,7 +104,7 @@ def simulated_cuda(monkeypatch):
 
 
 def _on_simulated_device(tracer: DeviceTracer, trainer: Any, *modules: Any) -> None:
-    trainer.device = SIM_DEVICE
+    trainer.device = trainer.task.device = SIM_DEVICE
     tracer.mark(*(m for m in modules if m is not None))
 
 
@@ -135,7 +135,7 @@ def test_training_loop_makes_no_host_sync(shapes, tmp_path, path, simulated_cuda
     """``Trainer.fit`` (3 steps, evaluation, the EMA's evaluation where the recipe keeps one, the
     checkpoint): every host read happens at a log point, a handful per epoch."""
     trainer = _classification_trainer(path, shapes, tmp_path)
-    pipe = trainer.pipe
+    pipe = trainer.task.pipe
     tracer = LoopTracer()
     _on_simulated_device(tracer, trainer, trainer.model, trainer.ema, pipe.step, pipe.normalize)
     pipe.device = SIM_DEVICE
@@ -149,10 +149,10 @@ def test_training_loop_makes_no_host_sync(shapes, tmp_path, path, simulated_cuda
 
 def _detection_trainer(arch_recipe: Path | None, tmp_path: Path, arm: str | None = None):
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     if arch_recipe is None:  # segmentation: the generated set's class maps, torchvision's LR-ASPP
-        return DetectionTrainer(segmentation_recipe(tmp_path, arm, STEPS), log=lambda m: None)
+        return Trainer(segmentation_recipe(tmp_path, arm, STEPS), log=lambda m: None)
     make_instance_set(str(tmp_path / "set"), train=8, val=2, size=(96, 128), seed=4)
     split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
     over = {"data.root": str(tmp_path / "set"), "data.train": split["train"], "data.val": split["val"],
@@ -161,7 +161,7 @@ def _detection_trainer(arch_recipe: Path | None, tmp_path: Path, arm: str | None
     if arm is not None:
         over["model.input"] = arm
     recipe = load_recipe(arch_recipe, [f"{k}={v}" for k, v in over.items()])
-    return DetectionTrainer(recipe, log=lambda m: None)
+    return Trainer(recipe, log=lambda m: None)
 
 
 DETECTION_CASES = [pytest.param(p, arm, id=f"{p.stem}-{arm or load_recipe(p).model.input}")
@@ -171,12 +171,12 @@ DETECTION_CASES = [pytest.param(p, arm, id=f"{p.stem}-{arm or load_recipe(p).mod
 
 @pytest.mark.parametrize("path,arm", DETECTION_CASES)
 def test_detection_loop_makes_no_host_sync(tmp_path, path, arm, simulated_cuda):
-    """``DetectionTrainer.fit`` (3 steps and the evaluation) of each shipped detection recipe, in its own arm
-    and torchvision's, and of a segmentation recipe: no host read outside the log points and the detector's
+    """``Trainer.fit`` (3 steps and the evaluation) of each shipped detection recipe, in its own arm and
+    torchvision's, and of a segmentation recipe: no host read outside the log points and the detector's
     own ops; the losses are summed on the device and read once, at the end of the epoch."""
     trainer = _detection_trainer(path, tmp_path, arm)
-    tracer = LoopTracer(detector=not trainer.segmentation)
-    _on_simulated_device(tracer, trainer, trainer.model, trainer.step, trainer.eval_step)
+    tracer = LoopTracer(detector=not trainer.task.kind == "segmentation")
+    _on_simulated_device(tracer, trainer, trainer.model, trainer.task.step, trainer.task.eval_step)
 
     def on_device(p: torch.Tensor) -> None:  # a device parameter's gradient is device memory, however the
         tracer.mark(p.grad)                   # detector's own host-sampled indices made it (not followed here)
@@ -197,16 +197,16 @@ def test_the_loop_tracer_fires_on_a_per_step_read(shapes, tmp_path, simulated_cu
     from test_host_syncs import HostSyncError
 
     trainer = _classification_trainer(ROOT / "recipes" / "quickstart.yaml", shapes, tmp_path)
-    criterion = trainer.criterion
+    criterion = trainer.task.criterion
 
     def counted(out, target):
         n = torch.tensor(float(target.shape[0]), dtype=torch.float64, device=trainer.device)
         return criterion(out, target) * (n / n).float()
 
-    trainer.criterion = counted
+    trainer.task.criterion = counted
     tracer = LoopTracer()
-    _on_simulated_device(tracer, trainer, trainer.model, trainer.pipe.step, trainer.pipe.normalize)
-    trainer.pipe.device = SIM_DEVICE
+    _on_simulated_device(tracer, trainer, trainer.model, trainer.task.pipe.step, trainer.task.pipe.normalize)
+    trainer.task.pipe.device = SIM_DEVICE
     with pytest.raises(HostSyncError, match="blocking host"):
         with tracer:
             trainer.fit()

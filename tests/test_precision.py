@@ -43,7 +43,7 @@ def test_detection_trains_under_bf16_autocast(tmp_path):
     here), finite float32 losses summed on the device and read at the end of the epoch."""
     pytest.importorskip("pycocotools")
     from dctnet.synthetic import make_instance_set
-    from dctnet.train.detection import DetectionTrainer
+    from dctnet.train.trainer import Trainer
 
     make_instance_set(str(tmp_path / "set"), train=4, val=2, size=(96, 128), seed=4)
     split = {s: {"images": s, "annotations": f"{s}.json"} for s in ("train", "val")}
@@ -53,7 +53,7 @@ def test_detection_trains_under_bf16_autocast(tmp_path):
         "detect": {"min_size": 64, "max_size": 96},
         "optim": {"epochs": 1, "lr": 0.01, "lr_batch": 16},
         "train": {"max_steps": 1, "amp": "bf16", "out": str(tmp_path / "run"), "checkpoint": False}})
-    trainer = DetectionTrainer(recipe, log=lambda m: None)
+    trainer = Trainer(recipe, log=lambda m: None)
     assert trainer.amp_dtype is torch.bfloat16
     seen = []
     forward = trainer.net.forward

@@ -174,8 +174,8 @@ def test_policies_by_name_train_a_step(data, tmp_path, augment):
     r = load_recipe(write_recipe(tmp_path, data, augment=[{"name": "RandomHorizontalFlip"}, *augment],
                                  train__max_steps=1, data__limit_val=6))
     t = Trainer(r)
-    assert type(t.pipe.augment.transforms[1]).__name__ == augment[0]["name"]
-    assert type(t.pipe.augment.transforms[-1]) is T.ToCoefficients
+    assert type(t.task.pipe.augment.transforms[1]).__name__ == augment[0]["name"]
+    assert type(t.task.pipe.augment.transforms[-1]) is T.ToCoefficients
     record = t.fit()
     assert record["train_loss"] > 0 and record["val_images"] == 6
 
@@ -208,7 +208,7 @@ def test_deit_augmentation_is_bit_reproducible_and_resumes_exactly(data, tmp_pat
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     # one epoch, then --resume for the second: the straight run's weights
     t = Trainer(load_recipe(c))
-    t.pipe.set_epoch(0)
+    t.task.pipe.set_epoch(0)
     t.history.append({"epoch": 1, **t.train_epoch(0)})
     t._save(t.out / "last.pt", 0)
     resumed = Trainer(load_recipe(c), resume=True)

@@ -91,3 +91,36 @@ def test_a_field_its_task_does_not_read_is_refused_naming_it(task):
         with pytest.raises(RecipeError, match=path.split(".")[-1]) as info:
             load_recipe(None, values)
         assert path in str(info.value) or path == "augment", (path, str(info.value))
+
+
+def test_one_trainer_runs_every_task():
+    """One trainer class: in ``dctnet.train`` only :class:`~dctnet.train.trainer.Trainer` has a training
+    loop (``fit``) or builds an optimizer, a scheduler, a loss scaler, an EMA or DDP; a task
+    (:class:`~dctnet.train.task.Task`) supplies data, model, loss and metrics, and each task of
+    :data:`TASKS` has one."""
+    import ast
+    from pathlib import Path
+
+    import dctnet.train
+    from dctnet.train.task import Task
+
+    shared = ("torch.optim.", "GradScaler", "lr_scheduler", "recipe_ema", "DistributedDataParallel", "torch.compile")
+    package = Path(dctnet.train.__file__).parent
+    loops, builders = [], []
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(isinstance(f, ast.FunctionDef) and f.name == "fit"
+                                                      for f in node.body):
+                loops.append(f"{path.stem}.{node.name}")
+            if isinstance(node, ast.Call) and any(s in ast.unparse(node.func) for s in shared):
+                builders.append(path.stem)
+    assert loops == ["trainer.Trainer"], loops
+    assert set(builders) <= {"trainer"}, builders  # (bench and demo build no training state)
+
+    from dctnet.train.classification import ClassificationTask
+    from dctnet.train.detection import DetectionTask
+    from dctnet.train.segmentation import SegmentationTask
+
+    classes = {"classification": ClassificationTask, "detection": DetectionTask, "segmentation": SegmentationTask}
+    assert set(classes) == set(TASKS) and all(issubclass(c, Task) for c in classes.values())

@@ -286,7 +286,7 @@ def test_native_chroma_vit_trains_on_mixed_layouts(shapes, tmp_path):
     assert record["val_images"] == 60 and record["train_loss"] > 0
     from dctnet.train import pipeline as P
 
-    native = trainer.pipe.normalize
+    native = trainer.task.pipe.normalize
     recipe = load_recipe(path)
     recipe.model.chroma = "upsampled"
     upsampled = P.build_pipeline(recipe, torch.device("cpu")).normalize
@@ -319,7 +319,7 @@ def test_resume_continues_exactly(shapes, tmp_path, arm, workers):
 
     Trainer(recipe("a")).fit()
     t = Trainer(recipe("c"))
-    t.pipe.set_epoch(0)
+    t.task.pipe.set_epoch(0)
     t.history.append({"epoch": 1, **t.train_epoch(0), **t.evaluate()})
     t._save(t.out / "last.pt", 0)
     del t
@@ -571,7 +571,7 @@ def test_ema_is_evaluated_saved_and_resumed_exactly(shapes, tmp_path):
     Trainer(load_recipe(a)).fit()
     c = tiny(shapes, tmp_path / "c", optim__epochs=2, train__max_steps=3, train__ema=ema)
     t = Trainer(load_recipe(c))
-    t.pipe.set_epoch(0)
+    t.task.pipe.set_epoch(0)
     t.history.append({"epoch": 1, **t.train_epoch(0)})
     t._save(t.out / "last.pt", 0)
     resumed = Trainer(load_recipe(c), resume=True)

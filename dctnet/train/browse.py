@@ -134,10 +134,11 @@ def _classification_samples(recipe: Recipe, split: str, n: int):
 
 def _detection_samples(recipe: Recipe, split: str, n: int, out: Path):
     """``(image (3, h, w) in [0, 1], target, dataset)`` as the detection step hands them to the model."""
-    from dctnet.train.detection import DetectionTrainer  # (torchvision, pycocotools: detection recipes only)
+    from dctnet.train.process import start_process
+    from dctnet.train.trainer import build_task
 
     recipe.train.out = str(out)
-    trainer = DetectionTrainer(recipe, log=lambda msg: None)
+    trainer = build_task(recipe, start_process(recipe, lambda msg: None))  # the task's data, as training reads it
     train = split == "train"
     loader = trainer.train_loader if train else trainer.val_loader
     step = trainer.step if train else trainer.eval_step

@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["EpochKeys", "SeededDraws", "rng_state", "sample_seed", "seeded_draws", "set_rng_state"]
+__all__ = ["EpochKeys", "SeededDraws", "rng_state", "sample_seed", "seed_all", "seeded_draws", "set_rng_state"]
+
+
+def seed_all(seed: int) -> None:
+    """Python's ``random``, numpy's global generator and torch's seeded from ``seed``: a run's start, and
+    its initial weights (the same on every rank, whatever the data pipeline drew before)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
