@@ -28,15 +28,11 @@ from dctnet.transforms.counterparts import counterpart as counterpart_of
 
 __all__ = ["RandomApply", "RandomChoice", "RandomOrder"]
 
-#: the batch-level transforms (they act on the collated batch; torchvision and timm call them per batch)
-MIXER_NAMES = ("Mixup", "MixUp", "CutMix")
-
 
 def is_mixer(t: Transform) -> bool:
-    """Whether ``t`` acts on the batch as a whole (a mixer, or a container of mixers)."""
-    if isinstance(t, _Container):
-        return t.batch_level
-    return type(t).__name__ in MIXER_NAMES
+    """Whether ``t`` acts on the batch as a whole (a mixer, or a container of mixers): its
+    :attr:`~dctnet.transforms.transform.Transform.acts_on_batch`."""
+    return bool(t.acts_on_batch)
 
 
 class _Container(Transform):
@@ -55,15 +51,20 @@ class _Container(Transform):
             raise ValueError(f"{type(self).__name__}: mixers (which act on the batch) and per-sample transforms cannot "
                              "share one container")
         self.transforms = nn.ModuleList(transforms)
-        self.batch_level = kinds.pop()
+        self.acts_on_batch = kinds.pop()  # a container of mixers acts on the batch, as its children do
         domains = {t.domain for t in transforms}
         self.domain = "pixel" if "pixel" in domains else ("coefficient" if "coefficient" in domains else "any")
+
+    @property
+    def batch_level(self) -> bool:
+        """Whether this container holds mixers, drawn once per batch (:attr:`acts_on_batch`)."""
+        return self.acts_on_batch
 
     def _child_params(self, shape, gen) -> list:
         return [t.draw_params(shape, gen) for t in self.transforms]
 
     def _prepare_labels(self, labels):
-        return self.transforms[0]._prepare_labels(labels) if self.batch_level else labels
+        return self.transforms[0]._prepare_labels(labels) if self.acts_on_batch else labels
 
     def prepare(self, params, shape, device):
         return {"children": [t.prepare(p, t._domain_shape(torch.Size(shape)), device)
@@ -124,9 +125,9 @@ class RandomChoice(_Container):
         self._weights = torch.tensor(self.p_choice, dtype=torch.float64)
 
     def draw(self, shape, gen):
-        n = 1 if self.batch_level else shape[0]
+        n = 1 if self.acts_on_batch else shape[0]
         k = torch.multinomial(self._weights, n, replacement=True, generator=gen)
-        k = k.expand(shape[0]) if self.batch_level else k
+        k = k.expand(shape[0]) if self.acts_on_batch else k
         keep = k[None, :] == torch.arange(len(self.transforms))[:, None]
         return {"choice": k, "keep": keep, "children": self._child_params(shape, gen)}
 
@@ -146,7 +147,7 @@ class RandomApply(_Container):
         self.p_apply = float(p)
 
     def draw(self, shape, gen):
-        n = 1 if self.batch_level else shape[0]
+        n = 1 if self.acts_on_batch else shape[0]
         on = (torch.rand(n, generator=gen, dtype=torch.float64) < self.p_apply).expand(shape[0])
         return {"keep": on[None, :].expand(len(self.transforms), shape[0]).clone(),
                 "children": self._child_params(shape, gen)}
@@ -165,7 +166,7 @@ class RandomOrder(_Container):
 
     def __init__(self, transforms: Sequence[Transform], seed: int | None = None) -> None:
         super().__init__(transforms, seed)
-        if self.batch_level:
+        if self.acts_on_batch:
             raise ValueError("RandomOrder: mixers take class indices (torchvision's too), so one cannot follow "
                              "another; use RandomChoice to pick one mixer per batch")
 

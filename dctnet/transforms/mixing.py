@@ -202,7 +202,10 @@ def torchvision_partners(batch: int) -> Tensor:
 # ---------------------------------------------------------------------- timm
 class _Mixer(Transform):
     """What timm's and torchvision's mixers share: the host plan (:func:`_prepare_mix`) and the batched
-    kernel (:func:`_mix`), one registered per representation."""
+    kernel (:func:`_mix`), one registered per representation. Mixers act on the collated batch
+    (:attr:`~dctnet.transforms.transform.Transform.acts_on_batch`): last in an augment list."""
+
+    acts_on_batch = True
 
     def prepare(self, params, shape, device):
         return _prepare_mix(self, params, shape, device)

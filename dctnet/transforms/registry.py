@@ -20,37 +20,79 @@ Names mean what they mean in torchvision and timm: ``RandAugment``, ``TrivialAug
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
+import os
+import pkgutil
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
-# the modules that declare the ops (imported for their registration in RECIPE_OPS), in the op table's order
-from dctnet.transforms import augment, auto_augment, choice, erasing, mixing, model_input, timm_augment  # noqa: F401
 from dctnet.transforms.base import RECIPE_OPS, Compose, Transform
 from dctnet.transforms.counterparts import counterpart, spec_arguments
 
-__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "counterpart", "describe_transforms", "is_mixer_spec",
-           "op_table", "spec_arguments", "timm_kwargs"]
+__all__ = ["MIXERS", "TRANSFORMS", "build_transform", "counterpart", "describe_transforms", "import_op_modules",
+           "is_mixer_spec", "op_table", "spec_arguments", "timm_kwargs"]
 
 #: every transform a recipe can name → its class: the classes that declare a ``summary`` (the live
 #: registry :data:`~dctnet.transforms.base.RECIPE_OPS`; ``Normalize`` takes tensors and
 #: ``ToCoefficients`` no arguments, and are not here; ``Compose`` is a list of specs, see
-#: :func:`build_transform`)
+#: :func:`build_transform`). Filled as the op modules are imported — the package's ``__init__``
+#: imports the public ones, then :func:`import_op_modules` every other module of the package, so an
+#: op declared in a new module is registered without a list to update — and put in the op table's
+#: order (:data:`TABLE_ORDER`).
 TRANSFORMS: dict[str, type[Transform]] = RECIPE_OPS
 
-#: the batch-level mixers: they act on the collated batch and come last in an augment list (after
-#: erasing, as timm and torchvision run them)
-MIXERS = ("Mixup", "MixUp", "CutMix")
+#: modules of the package that declare no op and stay unimported until used: torchvision's tensor
+#: type (an optional dependency, imported on first use). A test checks that no module declares an op
+#: the registry lacks, these included.
+LAZY_MODULES = ("dctnet.transforms.tv",)
+
+
+def import_op_modules(path: Iterable[str] | None = None, prefix: str = "dctnet.transforms.") -> list[str]:
+    """Import every module of a package (default :mod:`dctnet.transforms`; ``path`` its ``__path__``,
+    ``prefix`` its dotted name and a dot), in name order, but not its subpackages (the detection ops
+    have their own registry) nor :data:`LAZY_MODULES`: each op class registers itself in
+    :data:`TRANSFORMS` as it is defined. Returns the names of the modules imported."""
+    names = [m.name for m in pkgutil.iter_modules([os.path.dirname(__file__)] if path is None else list(path), prefix)
+             if not m.ispkg and m.name not in LAZY_MODULES]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
+#: the op table's order of the op modules (the table of ``recipes/README.md`` reads as the package's
+#: ``__init__`` lists them): within a module its ops keep their declaration order, and the ops of a
+#: module not named here follow, by module name. Only the order: every op registers itself wherever
+#: it is declared.
+TABLE_ORDER = ("augment", "model_input", "auto_augment", "timm_augment", "erasing", "mixing", "choice")
+
+
+def _sort_registry() -> None:
+    """:data:`TRANSFORMS` in the op table's order (:data:`TABLE_ORDER`), whatever order the modules
+    were imported in (one op module may import another)."""
+    def rank(item: tuple[str, type]) -> tuple[int, str]:
+        module = item[1].__module__.rsplit(".", 1)[-1]
+        return (TABLE_ORDER.index(module), "") if module in TABLE_ORDER else (len(TABLE_ORDER), item[1].__module__)
+
+    ordered = sorted(RECIPE_OPS.items(), key=rank)  # stable: declaration order within a module
+    RECIPE_OPS.clear()
+    RECIPE_OPS.update(ordered)
+
+
+def _mixer_names() -> tuple[str, ...]:
+    return tuple(name for name, cls in TRANSFORMS.items() if cls.acts_on_batch)
+
 
 def is_mixer_spec(spec: Mapping[str, Any]) -> bool:
-    """Whether a recipe's augment entry acts on the batch: a mixer, or a RandomChoice / RandomApply of
+    """Whether a recipe's augment entry acts on the batch: a mixer (a class that declares
+    :attr:`~dctnet.transforms.transform.Transform.acts_on_batch`), or a RandomChoice / RandomApply of
     mixers (torchvision's reference: ``RandomChoice([MixUp, CutMix])`` on the collated batch)."""
     name = spec.get("name") if isinstance(spec, Mapping) else None
-    if name in MIXERS:
-        return True
     cls = TRANSFORMS.get(name) if isinstance(name, str) else None
+    if cls is not None and cls.acts_on_batch:
+        return True
     inner = spec.get("transforms")
     return bool(cls is not None and cls.takes_transforms and isinstance(inner, Sequence) and inner
                 and all(is_mixer_spec(s) for s in inner))
@@ -275,3 +317,10 @@ def write_op_table(path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(head + begin + "\n" + op_table() + end + tail)
 
+
+import_op_modules()  # every op of the package registered (those the package's __init__ did not import yet)
+_sort_registry()
+
+#: the batch-level mixers (the classes that declare ``acts_on_batch``): they act on the collated batch
+#: and come last in an augment list (after erasing, as timm and torchvision run them)
+MIXERS: tuple[str, ...] = _mixer_names()
