@@ -647,3 +647,18 @@ def test_a_detection_recipe_with_train_ema_reports_ema_metrics_and_resumes_it(tm
     resumed = Trainer(recipe(2), resume=True, log=lambda m: None)
     assert resumed.updates == 2
     assert all(torch.equal(v, resumed.ema.module.state_dict()[k]) for k, v in ema.items())
+
+
+@pytest.mark.parametrize("scales,says", [({"roi_heads.box_roi_pool": [-0.25]}, "powers of two"),
+                                         ({"roi_heads.box_roi_pool": ["x"]}, "must be numbers"),
+                                         ([0.25], "must be a dict")])
+def test_tampered_roi_pool_scales_in_a_checkpoint_are_refused_by_name(scales, says):
+    """A checkpoint's RoI pooler scales are untrusted: anything but powers of two in (0, 1] is a
+    ``ValueError`` saying what is wrong (it was ``math domain error``), and a good set is put back."""
+    from dctnet.models.detection import build_detector, roi_pool_scales, set_roi_pool_scales
+
+    model = build_detector("fasterrcnn_mobilenet_v3_large_320_fpn", 3)
+    with pytest.raises(ValueError, match=says):
+        set_roi_pool_scales(model, scales)
+    set_roi_pool_scales(model, {"roi_heads.box_roi_pool": [0.25, 0.125]})
+    assert roi_pool_scales(model) == {"roi_heads.box_roi_pool": [0.25, 0.125]}

@@ -260,15 +260,24 @@ def roi_pool_scales(model: nn.Module) -> dict[str, list[float]]:
 
 def set_roi_pool_scales(model: nn.Module, scales: dict[str, list[float]]) -> None:
     """Put back what :func:`roi_pool_scales` saved: each pooler's scales and the level mapper
-    torchvision derives from them (``_setup_scales``' rule)."""
+    torchvision derives from them (``_setup_scales``' rule). ``ValueError`` for anything but a
+    mapping of names to lists of powers of two in (0, 1] (the scales come from a checkpoint file)."""
     from torchvision.ops.poolers import initLevelMapper  # optional dependency (as the detectors)
 
+    if not isinstance(scales, dict):
+        raise ValueError(f"RoI pooler scales must be a dict of name -> scales, not {type(scales).__name__}")
     modules = dict(model.named_modules())
     for name, values in scales.items():
         m = modules.get(name)
         if m is None or not hasattr(m, "canonical_scale") or not values:
             continue
-        m.scales = [float(v) for v in values]
+        try:
+            floats = [float(v) for v in values]
+        except (TypeError, ValueError):
+            raise ValueError(f"RoI pooler {name}: scales must be numbers, got {values!r}") from None
+        if not all(0 < v <= 1 and math.log2(v).is_integer() for v in floats):
+            raise ValueError(f"RoI pooler {name}: scales must be powers of two in (0, 1], got {floats}")
+        m.scales = floats
         m.map_levels = initLevelMapper(int(-math.log2(m.scales[0])), int(-math.log2(m.scales[-1])),
                                        canonical_scale=m.canonical_scale, canonical_level=m.canonical_level)
 

@@ -310,7 +310,10 @@ class Trainer:
             if state.get("ema") is None:
                 raise ValueError(f"--resume: {path} has no EMA (train.ema was off when it was written)")
             self.ema.load(state["ema"])
-        self.task.load_state(state)
+        try:
+            self.task.load_state(state)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"--resume: {path}: {exc}") from None
         # the main process's generators (batch mixing, dropout, drop-path, the detectors' samplers)
         set_rng_state(state["rng"] if "rng" in state else {"torch": state["torch_rng"]})  # (older: torch's only)
         self.history = list(state.get("history", []))
