@@ -165,11 +165,22 @@ def adjust_saturation(img: Tensor, factor: Tensor) -> Tensor:
     return blend(x, gray(x), per_sample(factor, x)).to(img.dtype)
 
 
-def adjust_contrast(img: Tensor, factor: Tensor) -> Tensor:
+def adjust_contrast(img: Tensor, factor: Tensor, *, sizes: Tensor | None = None) -> Tensor:
     """Blend with the mean grey level ``m`` of the sample (mean of ``rgb_to_grayscale`` over the
-    image): ``f·x + (1 − f)·m``, clamped (``factor (n,)`` ≥ 0): torchvision's ``adjust_contrast``."""
+    image): ``f·x + (1 − f)·m``, clamped (``factor (n,)`` ≥ 0): torchvision's ``adjust_contrast``.
+
+    ``sizes (n, 2)``: each sample's image is its top-left ``(h, w)`` of a padded batch (detection's
+    canvases): ``m`` is the mean over that canvas alone, not the batch's padding."""
     x = as_compute_dtype(img)
-    mean = gray(x).mean(dim=(-3, -2, -1), keepdim=True)
+    g = gray(x)
+    if sizes is None:
+        mean = g.mean(dim=(-3, -2, -1), keepdim=True)
+    else:
+        s = sizes.to(x.device, non_blocking=True)
+        rows = torch.arange(x.shape[-2], device=x.device)[None, :, None] < s[:, 0, None, None]
+        cols = torch.arange(x.shape[-1], device=x.device)[None, None, :] < s[:, 1, None, None]
+        inside = (rows & cols)[:, None].to(x.dtype)                                      # (n, 1, H, W)
+        mean = (g * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
     return blend(x, mean, per_sample(factor, x)).to(img.dtype)
 
 
