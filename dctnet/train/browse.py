@@ -27,7 +27,9 @@ from torch import Tensor
 
 from dctnet import transforms as T
 from dctnet.train.pipeline import build_pipeline
+from dctnet.train.process import start_process
 from dctnet.train.recipe import Recipe
+from dctnet.train.tasks import build_task
 from dctnet.kernels.normalization import input_mean_std
 
 __all__ = ["browse"]
@@ -134,9 +136,6 @@ def _classification_samples(recipe: Recipe, split: str, n: int):
 
 def _detection_samples(recipe: Recipe, split: str, n: int, out: Path):
     """``(image (3, h, w) in [0, 1], target, dataset)`` as the detection step hands them to the model."""
-    from dctnet.train.process import start_process
-    from dctnet.train.trainer import build_task
-
     recipe.train.out = str(out)
     trainer = build_task(recipe, start_process(recipe, lambda msg: None))  # the task's data, as training reads it
     train = split == "train"

@@ -32,31 +32,13 @@ from dctnet.train.checkpoint_file import check_room, read_checkpoint, state_byte
 from dctnet.train.ema import ModelEma, recipe_ema
 from dctnet.train.optim import lr_at, optimizer_groups
 from dctnet.train.precision import amp_dtype, autocast
-from dctnet.train.process import RunProcess, start_process
+from dctnet.train.process import start_process
 from dctnet.train.recipe import Recipe
-from dctnet.train.recipe_tasks import task_of
 from dctnet.train.records import epoch_skipped, progress_bar, skip_note
 from dctnet.train.rng import rng_state, seed_all, set_rng_state
-from dctnet.train.task import Task
+from dctnet.train.tasks import build_task
 
-__all__ = ["Trainer", "build_task", "train"]
-
-
-def build_task(recipe: Recipe, process: RunProcess) -> Task:
-    """The recipe's task (:func:`~dctnet.train.recipe_tasks.task_of`), its data and model built."""
-    task = task_of(recipe)
-    if task == "classification":
-        from dctnet.train.classification import ClassificationTask
-
-        return ClassificationTask(recipe, process)
-    # (torchvision's detectors and pycocotools: imported by detection and segmentation runs only)
-    if task == "segmentation":
-        from dctnet.train.segmentation import SegmentationTask
-
-        return SegmentationTask(recipe, process)
-    from dctnet.train.detection import DetectionTask
-
-    return DetectionTask(recipe, process)
+__all__ = ["Trainer", "train"]
 
 
 class Trainer:
