@@ -1,4 +1,4 @@
-"""The detection trainer's inputs: the COCO splits a recipe names, the ``rgb`` arm's dataset
+"""The detection task's inputs: the COCO splits a recipe names, the ``rgb`` arm's dataset
 (Pillow's decode and torchvision v2's ops in DataLoader workers, each sample's draws seeded), the
 worker-CPU stamp on each batch, and the box accounting both arms report per epoch."""
 

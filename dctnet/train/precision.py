@@ -1,6 +1,5 @@
 """How a run computes on its device: autocast's dtype (``train.amp``) and the memory format of
-convolutional models (``train.channels_last``) — one rule for the classification and the detection
-trainers."""
+convolutional models (``train.channels_last``) — one rule for every task."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The process a training run lives in: its rank among the processes, its device, the process
-group (``torchrun``), the log and the run directory — shared by the classification and the
-detection trainers."""
+group (``torchrun``), the log and the run directory — for the one trainer, whatever the
+task."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""What a training run reports while it runs, the same for the classification and the detection
-trainers: the epoch's progress bar, and the samples ``data.on_error: skip`` left out —
-``skipped.txt`` (one ``epoch\\tsplit\\tname\\treason`` line each; epoch 0: refused by the full decode
-before training), per-epoch counts over every rank, and the note on the epoch's line."""
+"""What a training run reports while it runs, the same in every task: the epoch's progress bar,
+and the samples ``data.on_error: skip`` left out — ``skipped.txt`` (one
+``epoch\\tsplit\\tname\\treason`` line each; epoch 0: refused by the full decode before training),
+per-epoch counts over every rank, and the note on the epoch's line."""
 
 from __future__ import annotations
 
