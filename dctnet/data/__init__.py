@@ -7,8 +7,13 @@ Bad files follow one rule everywhere (datasets, shard readers, the webdataset st
 recipes' ``data.on_error``): ``on_error="raise"`` by default — a :class:`dctnet.JpegError` naming
 the file and the reason — or ``"skip"``, which drops the sample and reports it (each batch's
 ``skipped``, the trainer's counts and ``skipped.txt``, a cache's list of bad files).
+
+The sources a recipe's ``data.source`` names are registered in :mod:`dctnet.data.sources`.
 """
 
+# the data sources register on import (dctnet.data.sources): folder and synthetic here, the others
+# with their datasets below
+from dctnet.data import folder  # noqa: F401
 from dctnet.data.cache import CacheDataset, CacheError, CacheRecordError, build_cache, open_cache
 from dctnet.data.crop import (
     CenterCrop,

@@ -38,6 +38,7 @@ from dctnet.data.collate import collate
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import CropDataset, sample_from_coefficients
 from dctnet.data.sample import CoefficientSample
+from dctnet.data.sources import DataSource, register_source
 from dctnet.data.usable import check_files
 
 __all__ = ["CocoDataset", "collate_detection"]
@@ -489,3 +490,7 @@ def collate_detection(items: Sequence[Item | tuple[int, str, str] | None], *, gr
         else:
             samples.append(item)  # type: ignore[arg-type]
     return collate(samples, grid=grid, pin_memory=pin_memory), targets
+
+
+#: ``data.source: coco``: detection and segmentation recipes, whose trainer (:mod:`dctnet.train.detection`) reads it
+register_source(DataSource("coco", task="detection"))

@@ -20,7 +20,7 @@ otherwise refused by the reader under ``warnings`` is a bad sample under ``on_er
 everywhere in :mod:`dctnet.data`. ``ClassLabel`` names become :attr:`classes`.
 
 ``datasets`` is an optional dependency (``pip install dctnet[hf]``), imported when one of these
-is built.
+is built. The ``hf`` data source (:mod:`dctnet.data.sources`) is registered here.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from dctnet.data.hf_open import (VAL_SPLITS, dataset_dict_splits, hf_columns, hf
                                  open_hf, read_error, require_datasets, split_path)
 from dctnet.data.hf_stream import HFStreamDataset
 from dctnet.data.sample import CoefficientSample
+from dctnet.data.sources import DataSource, SourceContext, register_source
 
 __all__ = ["HFDataset", "HFStreamDataset", "VAL_SPLITS", "dataset_dict_splits", "hf_files", "open_hf", "require_datasets",
            "split_path"]
@@ -179,3 +180,46 @@ class HFDataset(CropDataset):
             raise JpegError(f"{bad[0][1]}{more} (on_error='skip' leaves them out)", bad[0][0])
         self.rows = self.rows[keep]
         return bad
+
+
+# ---------------------------------------------------------------------- the source
+def _hf_split(ctx: SourceContext, split: str) -> HFDataset | HFStreamDataset:
+    """``data.source: hf``: the split's Hugging Face data (saved or parquet; a saved DatasetDict's
+    split names from its dataset_dict.json where the recipe names none) — read by row, its rows
+    checked by a full decode once as a folder's files are, or streamed (``data.streaming``), split
+    and mixed as tar shards are."""
+    d = ctx.data
+    cols = dict(image_column=d.image_column, label_column=d.label_column, warnings=d.warnings)
+    path = str(split_path(ctx.root, getattr(d, split), split))
+    if not d.streaming:
+        return ctx.checked(split, HFDataset(path, crop=ctx.crops.get(split), **cols, **ctx.policy))
+    mixing = dict(interleave=d.interleave) if split == "train" else dict(shuffle=False)
+    return HFStreamDataset(path, crop=ctx.crops.get(split), rank=ctx.rank, world_size=ctx.world_size, **mixing,
+                           **cols, **ctx.policy)
+
+
+def _find_hf(ctx: SourceContext) -> None:
+    for split in ("train", "val"):
+        try:
+            hf_files(split_path(ctx.root, getattr(ctx.data, split), split))
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{exc} (data.root / data.{split})") from None
+
+
+def _check_hf(d, bad) -> None:
+    """A recipe's Hugging Face columns and streaming options."""
+    for key in ("image_column", "label_column"):
+        if not getattr(d, key).strip():
+            bad(f"data.{key} must name a column of the dataset (ImageNet-1k on the Hub: image, label)")
+    if d.image_column == d.label_column:
+        bad(f"data.image_column and data.label_column are both {d.image_column!r}")
+    if d.streaming and (d.limit_train or d.limit_val or d.repeated_aug > 1):
+        bad("data.limit_train / limit_val / repeated_aug need indexable data; data.streaming: true streams the "
+            "dataset (set streaming: false to read it by row)")
+
+
+register_source(DataSource(
+    "hf", fields=("image_column", "label_column", "streaming", "interleave"),
+    refused_elsewhere={"streaming": "(a streamed Hugging Face dataset), not {source!r}; tar shards are always streamed"},
+    streams=lambda d: d.streaming, coefficients=_hf_split, rgb_refusal="is read as JPEG bytes by dctnet's reader",
+    locate=_find_hf, check=_check_hf))

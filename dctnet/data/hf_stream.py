@@ -22,6 +22,7 @@ and mix differently from the shard readers, and not per ``(seed, epoch)``.
 
 from __future__ import annotations
 
+import copy
 import os
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -99,6 +100,13 @@ class HFStreamDataset(ReaderSplit, torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Order, mix and crop this epoch's samples from now on (call before iterating)."""
         self.epoch = epoch
+
+    def single_reader(self, seed: int) -> HFStreamDataset:
+        """The same stream and columns read whole by one rank with ``seed`` (the training
+        pipeline's statistics pass: the same stream on every rank)."""
+        out = copy.copy(self)
+        out.seed, out.rank, out.world_size = seed, 0, 1
+        return out
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch: with ``shard_sizes``, its exact share of the ``N``

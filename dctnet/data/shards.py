@@ -36,6 +36,7 @@ from dctnet.codec import DEFAULT_MAX_PIXELS, JpegError, read_coefficients, warn_
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import ImageFolderDataset, sample_from_coefficients
 from dctnet.data.sample import CoefficientSample
+from dctnet.data.sources import DataSource, SourceContext, register_source
 from dctnet.data.streams import DEFAULT_INTERLEAVE, ReaderSplit, reader_stream
 from dctnet.data.tar import IMAGE_EXTS, iter_tar, key_of, shard_index, tar_index
 
@@ -151,6 +152,12 @@ class TarShardDataset(ReaderSplit, torch.utils.data.IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def single_reader(self, seed: int) -> TarShardDataset:
+        """The same shards, crop and bad-sample rule read whole by one rank with ``seed`` (the
+        training pipeline's statistics pass: the same stream on every rank)."""
+        return TarShardDataset(self.shards, crop=self.decode.crop, seed=seed, rank=0, world_size=1,
+                               on_error=self.decode.on_error)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch: ``N·(rank + 1) // world_size − N·rank // world_size``
@@ -375,3 +382,23 @@ def _write_one_shard(name: Path, items: list[_Item], order: np.ndarray, position
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
     os.replace(tmp, name)
+
+
+# ---------------------------------------------------------------------------------------------- the source
+def _shards_split(ctx: SourceContext, split: str) -> TarShardDataset:
+    """``data.source: shards``: the split's shards (a glob under the root), split by rank; the
+    training split shuffled, mixed over ``data.interleave`` open shards and ``data.buffer`` samples."""
+    d = ctx.data
+    mixing = dict(interleave=d.interleave, buffer=d.buffer) if split == "train" else dict(shuffle=False)
+    return TarShardDataset(str(ctx.path(split)), crop=ctx.crops.get(split), rank=ctx.rank, world_size=ctx.world_size,
+                           **mixing, warnings=d.warnings, **ctx.policy)
+
+
+def _find_shards(ctx: SourceContext) -> None:
+    if not glob.glob(str(ctx.path("train"))):
+        raise FileNotFoundError(f"no training shards match {ctx.path('train')} (data.root / data.train, "
+                                "a glob such as train-*.tar)")
+
+
+register_source(DataSource("shards", fields=("interleave", "buffer"), streams=True, coefficients=_shards_split,
+                           rgb_refusal="holds JPEG coefficients", locate=_find_shards))

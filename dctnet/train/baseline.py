@@ -1,5 +1,6 @@
 """The torchvision/timm baseline (``model.input: rgb``): what users come from, built from the same
-recipe — torchvision's ``ImageFolder`` + Pillow decode, the recipe's augment list mapped one to one
+recipe — the data source's Pillow dataset (:mod:`dctnet.data.sources`; image folders: torchvision's
+``ImageFolder``) + Pillow decode, the recipe's augment list mapped one to one
 to torchvision's and timm's own classes (:func:`baseline_op`), ``v2`` RandomResizedCrop, flip and
 normalise in ``DataLoader`` worker processes, batch mixing on the training device.
 
@@ -12,15 +13,15 @@ this arm.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from dctnet import transforms as T
 from dctnet.codec import JpegError
-from dctnet.data.dataset import IMG_EXTENSIONS
 from dctnet.data.loader import RepeatedAugSampler
+from dctnet.data.pillow import PilLoader, PillowFolder
+from dctnet.data.sources import SourceContext, get_source
 from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
 from dctnet.train.inputs import eval_config, limited_indices
 from dctnet.train.recipe import Recipe
@@ -28,7 +29,7 @@ from dctnet.train.rng import EpochKeys, SeededDraws
 from dctnet.kernels.normalization import input_mean_std
 from dctnet.transforms.timm_augment import pillow12_posterize, with_pillow12_posterize
 
-__all__ = ["PilLoader", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",
+__all__ = ["PilLoader", "PillowSamples", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",
            "pillow12_posterize", "spec_args", "torchvision_loaders", "train_transform", "with_pillow12_posterize"]
 
 
@@ -78,85 +79,69 @@ def train_transform(r: Recipe):
 
 
 # ---------------------------------------------------------------------- datasets and loaders
-class PilLoader:
-    """torchvision's default loader (Pillow, RGB); ``accept_truncated`` reads a cut file as Pillow
-    can (the rest grey), as ``data.warnings: accept`` has dctnet train on libjpeg's fill-in."""
+class PillowSamples(torch.utils.data.Dataset):
+    """A source's Pillow dataset (:mod:`dctnet.data.pillow`: ``(image, label)``) with the baseline's
+    per-sample transform, and bad images under ``on_error`` as everywhere else: a
+    :class:`dctnet.JpegError` naming the sample, or a skipped sample that the collate reports. A
+    transform's error is not the image's: it is raised, not blamed on the file."""
 
-    def __init__(self, accept_truncated: bool) -> None:
-        self.accept_truncated = accept_truncated
+    def __init__(self, dataset, transform, on_error: str) -> None:
+        self.dataset, self.transform, self.on_error = dataset, transform, on_error
 
-    def __call__(self, path: str):
-        from PIL import Image, ImageFile  # optional dependency (see the module docstring)
+    def __len__(self) -> int:
+        return len(self.dataset)
 
-        with open(path, "rb") as f:
-            img = Image.open(f)
-            if not self.accept_truncated:
-                return img.convert("RGB")
-            before, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, True  # Pillow's only switch
-            try:
-                return img.convert("RGB")
-            finally:
-                ImageFile.LOAD_TRUNCATED_IMAGES = before
+    def __getitem__(self, index: int):
+        try:
+            sample, target = self.dataset[index]
+        except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises for bad image data
+            reason, name = f"{type(exc).__name__}: {exc}", self.dataset.sample_name(index)
+            if self.on_error == "raise":
+                raise JpegError(reason, name) from None
+            return Skipped((index, name, reason))
+        return (self.transform(sample) if self.transform is not None else sample), target
+
+    def __getattr__(self, name: str):  # the source dataset's own attributes (classes, samples, targets, …)
+        if name.startswith("__") or "dataset" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["dataset"], name)
 
 
 def jpeg_image_folder(root: str, transform, on_error: str, accept_truncated: bool = False,
-                      usable: list[str] | None = None):
+                      usable: list[str] | None = None) -> PillowSamples:
     """torchvision's ImageFolder over the files dctnet's datasets read (JPEG names only, empty
     classes kept, so labels match; only ``usable`` ones when given), with bad files under
-    ``on_error`` as everywhere else: a :class:`dctnet.JpegError` naming the file, or a skipped
-    sample that the collate reports."""
-    import torchvision  # optional dependency (see the module docstring)
-
-    class JpegImageFolder(torchvision.datasets.ImageFolder):
-        def __getitem__(self, index: int):
-            path, target = self.samples[index]
-            try:
-                sample = self.loader(path)
-            except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises for bad image data
-                reason = f"{type(exc).__name__}: {exc}"
-                if on_error == "raise":
-                    raise JpegError(reason, path) from None
-                return Skipped((index, path, reason))
-            # a transform's error is not the file's (it is raised, not blamed on the file)
-            sample = self.transform(sample) if self.transform is not None else sample
-            target = self.target_transform(target) if self.target_transform is not None else target
-            return sample, target
-
-    ds = JpegImageFolder(root, transform=transform, allow_empty=True, loader=PilLoader(accept_truncated),
-                         is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
-    if usable is not None:
-        keep = {os.path.normpath(p) for p in usable}
-        ds.samples = ds.imgs = [s for s in ds.samples if os.path.normpath(s[0]) in keep]
-        ds.targets = [t for _, t in ds.samples]
-    return ds
+    ``on_error`` (:class:`PillowSamples`)."""
+    return PillowSamples(PillowFolder(root, accept_truncated, usable), transform, on_error)
 
 
-def torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int,
-                        usable: dict[str, list[str]] | None = None):
-    """The torchvision baseline's loaders; ``usable``: per split, the files dctnet decided are
-    usable (the others are left out here too)."""
-    train_tf = train_transform(r)
-    # evaluation: the model's eval transform as timm builds it (resize the shorter side to
-    # floor(size / crop_pct) with the model's interpolation, centre crop, normalise) — the same
-    # data config dctnet's eval crop reproduces on the device
+def _eval_transform(r: Recipe):
+    """The model's eval transform as timm builds it (resize the shorter side to floor(size / crop_pct)
+    with the model's interpolation, centre crop, normalise) — the same data config dctnet's eval crop
+    reproduces on the device — or torchvision's reference's Resize + CenterCrop (``data.eval_resize``)."""
     from timm.data import create_transform  # slow to import (see the module docstring)
 
     cfg = eval_config(r)
     if cfg["resize"] is not None:  # torchvision's reference: Resize(val_resize_size) + CenterCrop(val_crop_size)
         from torchvision.transforms import v2  # optional dependency (see the module docstring)
 
-        val_tf = v2.Compose([v2.Resize(cfg["resize"], interpolation=v2.InterpolationMode(cfg["interpolation"]),
-                                       antialias=True), v2.CenterCrop(list(cfg["input_size"][1:])), v2.ToImage(),
-                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(cfg["mean"]), list(cfg["std"]))])
-    else:
-        val_tf = create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"],
-                                  crop_pct=cfg["crop_pct"], crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"],
-                                  is_training=False)
-    accept = r.data.warnings == "accept"
-    train_ds = jpeg_image_folder(str(root / r.data.train), train_tf, r.data.on_error, accept,
-                                 usable["train"] if usable else None)
-    val_ds = jpeg_image_folder(str(root / r.data.val), val_tf, r.data.on_error, accept,
-                               usable["val"] if usable else None)
+        return v2.Compose([v2.Resize(cfg["resize"], interpolation=v2.InterpolationMode(cfg["interpolation"]),
+                                     antialias=True), v2.CenterCrop(list(cfg["input_size"][1:])), v2.ToImage(),
+                           v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(cfg["mean"]), list(cfg["std"]))])
+    return create_transform(input_size=cfg["input_size"], interpolation=cfg["interpolation"],
+                            crop_pct=cfg["crop_pct"], crop_mode=cfg["crop_mode"], mean=cfg["mean"], std=cfg["std"],
+                            is_training=False)
+
+
+def torchvision_loaders(r: Recipe, root: Path, rank: int, world_size: int, datasets: tuple | None = None):
+    """The torchvision baseline's loaders over ``datasets``, the ``(train, val)`` Pillow datasets of
+    the recipe's data source (:mod:`dctnet.data.sources`; default: asked of the registry here, its
+    files checked as the pipeline checks them)."""
+    if datasets is None:
+        datasets = get_source(r.data.source).datasets(
+            "pillow", SourceContext(r.data, Path(root), seed=r.train.seed, rank=rank, world_size=world_size))
+    train_ds = PillowSamples(datasets[0], train_transform(r), r.data.on_error)
+    val_ds = PillowSamples(datasets[1], _eval_transform(r), r.data.on_error)
     if r.data.limit_train:
         train_ds = torch.utils.data.Subset(train_ds, limited_indices(len(train_ds), r.data.limit_train))
     if r.data.limit_val:

@@ -4,12 +4,10 @@ size, and the subset ``data.limit_train`` / ``limit_val`` keep."""
 
 from __future__ import annotations
 
-import glob
 import math
 from pathlib import Path
 
-from dctnet.data.hf_open import hf_files, split_path
-from dctnet.synthetic import make_labelled_dataset
+from dctnet.data.sources import SourceContext, get_source
 from dctnet.train.recipe import Recipe
 from dctnet.kernels.normalization import data_config
 
@@ -17,25 +15,10 @@ __all__ = ["data_root", "eval_config", "eval_description", "limited_indices"]
 
 
 def data_root(recipe: Recipe) -> Path:
-    """The dataset root, generating the synthetic dataset first when the recipe asks for it."""
+    """The dataset root, once the recipe's data source has found its data there (and made it first,
+    for the synthetic dataset): its ``locate`` (:class:`dctnet.data.sources.DataSource`)."""
     root = Path(recipe.data.root)
-    if recipe.data.source == "synthetic":
-        d = recipe.data
-        make_labelled_dataset(str(root), classes=d.synthetic_classes, train_per_class=d.synthetic_train_per_class,
-                              val_per_class=d.synthetic_val_per_class, size=d.synthetic_size, seed=recipe.train.seed)
-    if recipe.data.source == "hf":
-        for split in ("train", "val"):
-            try:
-                hf_files(split_path(root, getattr(recipe.data, split), split))
-            except FileNotFoundError as exc:
-                raise FileNotFoundError(f"{exc} (data.root / data.{split})") from None
-    elif recipe.data.source == "shards":
-        if not glob.glob(str(root / recipe.data.train)):
-            raise FileNotFoundError(f"no training shards match {root / recipe.data.train} (data.root / data.train, "
-                                    "a glob such as train-*.tar)")
-    elif not (root / recipe.data.train).exists():
-        raise FileNotFoundError(f"training data not found: {root / recipe.data.train} (data.root / data.train; "
-                                "for Imagenette set DCTNET_DATA)")
+    get_source(recipe.data.source).locate(SourceContext(recipe.data, root, seed=recipe.train.seed))
     return root
 
 

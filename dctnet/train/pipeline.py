@@ -22,7 +22,6 @@ CPU time for dctnet, worker-process CPU time for torchvision (:mod:`dctnet.train
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,8 +29,7 @@ import torch
 from torch import Tensor
 
 from dctnet import data as D
-from dctnet.codec import available_cpus
-from dctnet.data.hf_open import split_path
+from dctnet.data.sources import SourceContext, get_source
 from dctnet import transforms as T
 from dctnet.train.accounting import TimedLoader, cpu_of
 from dctnet.train.baseline import baseline_mixing, torchvision_loaders
@@ -217,106 +215,36 @@ def _described(obj) -> str:
 
 
 # ---------------------------------------------------------------------- building
-def _hf_datasets(r: Recipe, root, crop, center, rank: int, world_size: int, policy: dict,
-                 excluded: list, warned: list) -> tuple[object, object]:
-    """``data.source: hf``: the train and val datasets over Hugging Face data (saved or parquet)
-    — read by row (:class:`dctnet.data.HFDataset`, its rows checked by a full decode once, as a
-    folder's files are) or streamed (:class:`dctnet.data.HFStreamDataset`, split and mixed as tar
-    shards are)."""
-    d = r.data
-    cols = dict(image_column=d.image_column, label_column=d.label_column, warnings=d.warnings)
-    # a saved DatasetDict's split names come from its dataset_dict.json where the recipe names none
-    paths = {split: str(split_path(root, getattr(d, split), split)) for split in ("train", "val")}
-    if d.streaming:
-        train = D.HFStreamDataset(paths["train"], crop=crop, rank=rank, world_size=world_size,
-                                  interleave=d.interleave, **cols, **policy)
-        val = D.HFStreamDataset(paths["val"], crop=center, shuffle=False, rank=rank, world_size=world_size,
-                                **cols, **policy)
-        return train, val
-    threads = max(1, available_cpus() // world_size)
-    out = []
-    for split, box in (("train", crop), ("val", center)):
-        ds = D.HFDataset(paths[split], crop=box, **cols, **policy)
-        excluded += [(split, name, reason) for name, reason in ds.check(threads=threads)]
-        warned += [(split, name, "; ".join(w)) for name, w in ds.warned.items()]
-        out.append(ds)
-    return out[0], out[1]
-
-
 def build_pipeline(recipe: Recipe, device: torch.device, rank: int = 0, world_size: int = 1) -> Pipeline:
     """Datasets and loaders for ``recipe`` on this rank (training split by rank, drop_last;
-    validation split by rank without padding, so summed counts cover it exactly once)."""
+    validation split by rank without padding, so summed counts cover it exactly once). The
+    datasets are the data source's (:mod:`dctnet.data.sources`): its Pillow datasets for the
+    ``rgb`` baseline, its coefficient datasets for dctnet's arms."""
     r = recipe
+    source = get_source(r.data.source)
     root = data_root(r)
-    crop = D.RandomResizedCrop(scale=r.data.scale)
-    center = D.ResizeCenterCrop.from_config(eval_config(r))
-    policy = dict(seed=r.train.seed, on_error=r.data.on_error)
-    excluded: list[tuple[str, str, str]] = []  # (split, path, reason): files left out before training
-    warned: list[tuple[str, str, str]] = []    # (split, path, warnings): files used, read with warnings
-    folders = {}
-    if r.data.source not in ("cache", "shards", "hf"):  # an image folder (or the generated synthetic one)
-        folders = _checked_folders(r, root, crop, center, world_size, policy, excluded, warned)
+    crops = {"train": D.RandomResizedCrop(scale=r.data.scale), "val": D.ResizeCenterCrop.from_config(eval_config(r))}
+    # (split, path, reason) of files left out before training, (split, path, warnings) of files used that read
+    # with warnings: a source's full-decode check fills them, the same on every rank and in both arms
+    ctx = SourceContext(r.data, root, seed=r.train.seed, rank=rank, world_size=world_size, crops=crops,
+                        pin=device.type == "cuda")
     if r.model.input == "rgb":
-        usable = None
-        if r.data.source not in ("cache", "shards", "hf"):
-            usable = {split: [p for p, _ in ds.samples] for split, ds in folders.items()}
-        train, val, classes = torchvision_loaders(r, root, rank, world_size, usable)
-        n_classes = r.model.num_classes or len(classes)
-        pipe = Pipeline(r, device, rank, world_size, train, val, n_classes, classes)
-        pipe.excluded, pipe.warned = excluded, warned
+        train, val, classes = torchvision_loaders(r, root, rank, world_size, source.datasets("pillow", ctx))
+        pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
+        pipe.excluded, pipe.warned = ctx.excluded, ctx.warned
         return pipe
-    pin = device.type == "cuda"
-    train_ds, val_ds = _coefficient_datasets(r, root, crop, center, rank, world_size, policy, pin, folders,
-                                             excluded, warned)
-    if isinstance(train_ds, (D.TarShardDataset, D.HFStreamDataset)):
-        train, val, classes = _stream_loaders(r, root, train_ds, val_ds, pin)
+    train_ds, val_ds = source.datasets("coefficients", ctx)
+    if source.streamed(r.data):
+        train, val, classes = _stream_loaders(r, root, train_ds, val_ds, ctx.pin)
     else:
-        train, val, classes = _indexed_loaders(r, root, train_ds, val_ds, rank, world_size, pin)
+        train, val, classes = _indexed_loaders(r, root, train_ds, val_ds, rank, world_size, ctx.pin)
     pipe = Pipeline(r, device, rank, world_size, train, val, r.model.num_classes or len(classes), classes)
-    pipe.excluded, pipe.warned = excluded, warned
+    pipe.excluded, pipe.warned = ctx.excluded, ctx.warned
     if input_stats(r):
-        pipe.normalize = _coefficient_stats(pipe, train_ds).to(device)  # on the device once, not per step
+        pipe.normalize = _coefficient_stats(pipe, train_ds, source.streamed(r.data)).to(device)  # on the device once
         for op in _noise_erasers(pipe.augment):  # their noise: N(0, 1) in what the model is fed
             op.noise_in(pipe.normalize)
     return pipe
-
-
-def _checked_folders(r: Recipe, root, crop, center, world_size: int, policy: dict,
-                     excluded: list, warned: list) -> dict[str, D.ImageFolderDataset]:
-    """The train and val image folders, each file checked by a full decode; the files left out
-    are added to ``excluded`` and those read with warnings to ``warned``."""
-    # which files are usable is decided once, by a full decode of each under data.warnings, for
-    # every epoch, every rank and both arms (the torchvision baseline decodes with Pillow, which
-    # reads PNG data under a .jpg name and fills in corrupt data without a word)
-    threads = max(1, available_cpus() // world_size)
-    folders = {}
-    for split, box in (("train", crop), ("val", center)):
-        folders[split] = D.ImageFolderDataset(root / getattr(r.data, split), crop=box, warnings=r.data.warnings,
-                                              **policy)
-        excluded += [(split, path, reason) for path, reason in folders[split].check(threads=threads)]
-        warned += [(split, path, "; ".join(w)) for path, w in folders[split].warned.items()]
-    return folders
-
-
-def _coefficient_datasets(r: Recipe, root, crop, center, rank: int, world_size: int, policy: dict, pin: bool,
-                          folders: dict, excluded: list, warned: list) -> tuple[object, object]:
-    """The train and val datasets of DCT coefficients for ``data.source``: a cache, tar shards,
-    Hugging Face data, or the checked image ``folders``."""
-    if r.data.source == "cache":
-        # on a GPU the cache's batches are padded (dense) or expanded (sparse) on the device: the
-        # host moves only each window's blocks, or only the compressed records
-        kw = dict(verify=r.data.verify, checksums=r.data.cache_checksums, device_expand=pin, **policy)
-        return D.CacheDataset(root / r.data.train, crop=crop, **kw), D.CacheDataset(root / r.data.val, crop=center, **kw)
-    if r.data.source == "shards":
-        train_ds = D.TarShardDataset(str(root / r.data.train), crop=crop, rank=rank, world_size=world_size,
-                                     interleave=r.data.interleave, buffer=r.data.buffer, warnings=r.data.warnings,
-                                     **policy)
-        val_ds = D.TarShardDataset(str(root / r.data.val), crop=center, shuffle=False, rank=rank,
-                                   world_size=world_size, warnings=r.data.warnings, **policy)
-        return train_ds, val_ds
-    if r.data.source == "hf":
-        return _hf_datasets(r, root, crop, center, rank, world_size, policy, excluded, warned)
-    return folders["train"], folders["val"]
 
 
 def _stream_loaders(r: Recipe, root, train_ds, val_ds, pin: bool) -> tuple[D.ThreadLoader, D.ThreadLoader, list[str]]:
@@ -364,7 +292,7 @@ def _noise_erasers(augment: T.Compose | None) -> list[T.RandomErasing]:
     return [op for op in (augment.transforms if augment is not None else []) if isinstance(op, T.RandomErasing) and op.noise]
 
 
-def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
+def _coefficient_stats(pipe: Pipeline, ds, streamed: bool) -> T.Normalize:
     """Per-(c,u,v) statistics of what the model is fed: training crops through the device step
     with the recipe's augmentation, before standardisation — the same on every rank (fixed
     sampler, draws from ``step_generator(seed + 1, 0, batch)``).
@@ -383,14 +311,9 @@ def _coefficient_stats(pipe: Pipeline, ds) -> T.Normalize:
     if augment is not None:
         noisy = _noise_erasers(augment)
         augment = T.Compose([op for op in augment.transforms if op not in noisy], seed=r.train.seed)
-    if isinstance(ds, (D.TarShardDataset, D.HFStreamDataset)):  # every rank reads the same stream: rank 0's view
-        if isinstance(ds, D.TarShardDataset):
-            ds = D.TarShardDataset(ds.shards, crop=ds.decode.crop, seed=r.train.seed + 1, rank=0, world_size=1,
-                                   on_error=r.data.on_error)
-        else:
-            ds = copy.copy(ds)  # the same stream and columns, read as rank 0 of 1 with the statistics' seed
-            ds.seed, ds.rank, ds.world_size = r.train.seed + 1, 0, 1
-        loader = D.ThreadLoader(ds, r.data.batch_size, threads=r.data.threads, pin_memory=False)
+    if streamed:  # every rank reads the same stream: rank 0's view, with the statistics' seed
+        loader = D.ThreadLoader(ds.single_reader(r.train.seed + 1), r.data.batch_size, threads=r.data.threads,
+                                pin_memory=False)
     else:
         sampler = D.SubsetSampler(limited_indices(len(ds), r.data.limit_train), seed=r.train.seed + 1, rank=0, world_size=1)
         loader = D.ThreadLoader(ds, r.data.batch_size, sampler=sampler, threads=r.data.threads, pin_memory=False)

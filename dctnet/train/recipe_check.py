@@ -15,12 +15,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from dctnet.data.sources import SOURCES, get_source
 from dctnet.models import build_model, default_stem, stems_for
 from dctnet.models.surgery import check_stem, check_swap, family, stem_error
 from dctnet.transforms import build_transform, is_mixer_spec
 from dctnet.transforms.detection.presets import DETECTION_PRESETS
 from dctnet.train.recipe_coerce import SUGGEST_CUTOFF
-from dctnet.train.recipe_schema import DEFAULT_AUGMENT, Recipe, RecipeError
+from dctnet.train.recipe_schema import DEFAULT_AUGMENT, DataConfig, Recipe, RecipeError
 from dctnet.train.recipe_tasks import misplaced_fields
 
 __all__ = ["check_model_fits", "check_recipe", "check_recipe_model", "input_stats"]
@@ -125,10 +126,7 @@ def check_recipe(r: Recipe, where: str) -> None:
     if r.model.init is not None and input_stats(r):
         bad("model.init with model.normalize: stats — the stem converted from the checkpoint expects raw coefficients; "
             "set model.normalize: none to start from it")
-    if r.data.source in ("cache", "shards") and r.model.input == "rgb":
-        bad(f"data.source: {r.data.source!r} holds JPEG coefficients; model.input 'rgb' (the torchvision "
-            "baseline) reads image folders — use 'dct' or 'device-rgb'")
-    _check_hf(r, bad)
+    _check_source(r, bad)
 
     try:
         check_stem(r.model.stem)
@@ -143,25 +141,22 @@ def check_recipe(r: Recipe, where: str) -> None:
             bad(str(exc))
 
 
-def _check_hf(r: Recipe, bad) -> None:
-    """The keys of ``data.source: hf`` (Hugging Face datasets), and only with it."""
+def _check_source(r: Recipe, bad) -> None:
+    """The data source's own keys, and only with it, as its registration declares them
+    (:mod:`dctnet.data.sources`): an arm it has no datasets for, a field another source alone reads
+    (``refused_elsewhere``), its own check."""
     d = r.data
-    if d.source != "hf":
-        if d.streaming:
-            bad(f"data.streaming is for data.source: hf (a streamed Hugging Face dataset), not {d.source!r}; tar shards "
-                "are always streamed")
-        return
-    if r.model.input == "rgb":
-        bad("data.source: 'hf' is read as JPEG bytes by dctnet's reader; model.input 'rgb' (the torchvision baseline) "
-            "reads image folders — use 'dct' or 'device-rgb'")
-    for key in ("image_column", "label_column"):
-        if not getattr(d, key).strip():
-            bad(f"data.{key} must name a column of the dataset (ImageNet-1k on the Hub: image, label)")
-    if d.image_column == d.label_column:
-        bad(f"data.image_column and data.label_column are both {d.image_column!r}")
-    if d.streaming and (d.limit_train or d.limit_val or d.repeated_aug > 1):
-        bad("data.limit_train / limit_val / repeated_aug need indexable data; data.streaming: true streams the "
-            "dataset (set streaming: false to read it by row)")
+    source = get_source(d.source)
+    if r.model.input == "rgb" and source.pillow is None:
+        bad(f"data.source: {d.source!r} {source.rgb_refusal}; model.input 'rgb' (the torchvision baseline) reads "
+            "image folders — use 'dct' or 'device-rgb'")
+    default = DataConfig()
+    for other in SOURCES.values():
+        for key, why in other.refused_elsewhere.items():
+            if other is not source and key not in source.fields and getattr(d, key) != getattr(default, key):
+                bad(f"data.{key} is for data.source: {other.name} {why.format(source=d.source)}")
+    if source.check is not None:
+        source.check(d, bad)
 
 
 def _check_detection(r: Recipe, bad) -> None:

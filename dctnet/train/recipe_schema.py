@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
+from dctnet.data.sources import SOURCES, source_names
 from dctnet.transforms.detection.presets import DETECTION_PRESETS
 
 __all__ = ["DEFAULT_AUGMENT", "DataConfig", "DetectConfig", "EmaConfig", "ModelConfig", "OptimConfig", "Recipe",
@@ -38,7 +39,9 @@ class RecipeError(ValueError):
 
 @dataclass
 class DataConfig:
-    source: Literal["folder", "cache", "shards", "synthetic", "coco", "hf"] = "folder"
+    # the registered data sources (dctnet.data.sources): folder, synthetic, cache, shards, hf, coco and any
+    # registered since (the annotation is read when a recipe is built)
+    source: Literal[source_names()] = "folder"
     root: str = "${DCTNET_DATA:../shared/data/imagenette}"  # folder root, or synthetic output dir
     # under root: subfolder, cache directory, or shard glob (train-*.tar); source hf: a save_to_disk
     # directory, or a parquet file, glob or folder; source coco: {images: DIR, annotations: FILE.json}
@@ -218,7 +221,8 @@ class Recipe:
     @property
     def detection(self) -> bool:
         """A detection or segmentation recipe (COCO data, a torchvision detector or segmentation model)."""
-        return self.data.source == "coco"
+        source = SOURCES.get(self.data.source)
+        return source is not None and source.task == "detection"
 
     @property
     def segmentation(self) -> bool:

@@ -1,6 +1,6 @@
 """A cache opened against its sources (:func:`open_cache`: sizes, times or hashes, the build's
 parameters) and served as a dataset (:class:`CacheDataset`); what a sample was built from
-(:func:`source_bytes`)."""
+(:func:`source_bytes`); the ``cache`` data source (:mod:`dctnet.data.sources`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from dctnet.data.collate import collate
 from dctnet.data.dataset import CropDataset, ImageFolderDataset, sample_from_coefficients
 from dctnet.data.hf import HFDataset, require_datasets
 from dctnet.data.sample import CoefficientSample
+from dctnet.data.sources import DataSource, SourceContext, register_source
 from dctnet.data.cache.format import CacheError, file_hash, load_meta, read_member
 from dctnet.data.cache.read import Cache
 
@@ -194,3 +195,14 @@ class CacheDataset(CropDataset):
     def __getitems__(self, keys: Sequence[tuple[int, int] | int]) -> JpegBatch:
         """Batched fetch for ``DataLoader`` (its collate passes a JpegBatch through)."""
         return self.load_collated(self._keys(keys))
+
+
+def _cache_split(ctx: SourceContext, split: str) -> CacheDataset:
+    """``data.source: cache``: the split's cache. On a GPU its batches are padded (dense) or expanded
+    (sparse) on the device: the host moves only each window's blocks, or only the compressed records."""
+    return CacheDataset(ctx.path(split), crop=ctx.crops.get(split), verify=ctx.data.verify,
+                        checksums=ctx.data.cache_checksums, device_expand=ctx.pin, **ctx.policy)
+
+
+register_source(DataSource("cache", fields=("verify", "cache_checksums"), coefficients=_cache_split,
+                           rgb_refusal="holds JPEG coefficients"))
