@@ -23,6 +23,12 @@ The built-in sources register on ``import dctnet.data``: ``folder`` and ``synthe
 (:mod:`dctnet.data.folder`), ``cache`` (:mod:`dctnet.data.cache.dataset`), ``shards``
 (:mod:`dctnet.data.shards`), ``hf`` (:mod:`dctnet.data.hf`) and ``coco`` (:mod:`dctnet.data.coco`;
 trained by :mod:`dctnet.train.detection`, which reads it itself).
+
+Adding a source: its module under ``dctnet/data/`` (its datasets and one :func:`register_source`
+call), one import of it in ``dctnet/data/__init__.py``, and its test. A source of your own
+registers the same way from any module imported before the recipe is loaded. Only a recipe field
+of its own takes more: the field in :class:`dctnet.train.recipe.DataConfig`, its row in
+:data:`dctnet.train.recipe_tasks.FIELD_TASKS` and in ``recipes/README.md``.
 """
 
 from __future__ import annotations
