@@ -14,8 +14,9 @@ from conftest import ROOT
 #: lowest first; a module may import its own layer and those before it
 LAYERS = [
     # the reader: libjpeg, the files and what they hold, the process's placement and memory
-    ("dctnet._jpeg", "dctnet.codec", "dctnet.distributed", "dctnet.hostmem", "dctnet.quality", "dctnet.readback",
-     "dctnet.synthetic"),
+    # (and dctnet.coerce: values checked against annotations, for recipes and ops' arguments)
+    ("dctnet._jpeg", "dctnet.codec", "dctnet.coerce", "dctnet.distributed", "dctnet.hostmem", "dctnet.quality",
+     "dctnet.readback", "dctnet.synthetic"),
     # pure batched tensor maths: DCT and colour, pixel ops, geometry, whole images, libjpeg's integer
     # decode, resizing
     ("dctnet.kernels", "dctnet.exact", "dctnet.image", "dctnet.resize"),

@@ -8,93 +8,28 @@ for an option of timm's or torchvision's training scripts, with what a recipe wr
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import re
-import types
 import typing
-from typing import Any, Literal
+from typing import Any
 
+from dctnet.coerce import coerce, did_you_mean
 from dctnet.train.recipe_schema import RecipeError
 
 __all__ = ["FOREIGN_KEYS", "SUGGEST_CUTOFF", "build_config"]
 
-
-_NUMBER = re.compile(r"[+-]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)([eE][+-]?\d+)?")
-
-
-def _number(value: Any) -> int | float | None:
-    """A finite number from YAML: ints and floats, and the strings YAML 1.1 leaves unparsed
-    although they are standard notation (``1e-3``, ``5E4``, ``+2``); ``None`` otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-        text = value.strip().replace("_", "")
-        value = float(text) if any(ch in text for ch in ".eE") else int(text)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return value
-    return None
+#: the recipe's lists of op specs (``augment``, ``detect.ops``): mappings with a name, whose arguments
+#: the op's own signature checks (:func:`dctnet.transforms.build_transform`)
+_OP_LIST = list[dict[str, Any]]
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """``value`` checked against the annotation ``tp`` (YAML gives ints for floats, lists for tuples)."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if isinstance(value, bool) and "off" in typing.get_args(tp):
-            value = "on" if value else "off"  # YAML 1.1 reads a bare off/on/no/yes as a boolean
-        if value not in typing.get_args(tp):
-            choices = ", ".join(repr(c) for c in typing.get_args(tp))
-            raise RecipeError(f"{where}: {value!r} is not one of {choices}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None and type(None) in typing.get_args(tp):
-            return None
-        mapping = next((a for a in args if typing.get_origin(a) is dict), None)
-        if mapping is not None and isinstance(value, dict):
-            return _coerce(value, mapping, where)
-        return _coerce(value, args[0], where)
-    if origin is dict and typing.get_args(tp)[1] is Any:  # free arguments (detect.model_args): YAML values
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise RecipeError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
-    if origin is dict:  # a mapping of string fields (source coco's {images, annotations})
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise RecipeError(f"{where}: expected a mapping, got {value!r}")
-        return {k: _coerce(v, typing.get_args(tp)[1], f"{where}.{k}") for k, v in value.items()}
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise RecipeError(f"{where}: expected a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise RecipeError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        number = _number(value)
-        if number is None or not float(number).is_integer():
-            raise RecipeError(f"{where}: expected an integer, got {value!r}")
-        return int(number)
-    if tp is float:
-        number = _number(value)
-        if number is None:
-            raise RecipeError(f"{where}: expected a number, got {value!r}")
-        return float(number)
-    if origin is list and typing.get_args(tp)[0] in (int, float):  # a list of numbers
-        if not isinstance(value, (list, tuple)):
-            raise RecipeError(f"{where}: expected a list of numbers, got {value!r}")
-        return [_coerce(v, typing.get_args(tp)[0], f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is list:  # the augment list: mappings with a name (their arguments are checked in _check)
+def _field(value: Any, tp: Any, where: str) -> Any:
+    """``value`` checked against the field's annotation ``tp`` (:func:`dctnet.coerce.coerce`, lenient:
+    YAML's numbers and bare on/off), a list of op specs with the example a newcomer needs."""
+    if tp == _OP_LIST:
         if not isinstance(value, list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in value):
             raise RecipeError(f"{where}: expected a list of transforms such as [{{name: RandomHorizontalFlip, p: 0.5}}, "
                               f"{{name: Mixup, alpha: 0.8}}] (recipes/README.md lists them), got {value!r}")
         return [dict(v) for v in value]
-    if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise RecipeError(f"{where}: expected a string, got {value!r}")
-        return str(value)
-    raise TypeError(f"unsupported annotation {tp}")
+    return coerce(value, tp, where, lenient=True, error=RecipeError)
 
 
 #: training options of timm's train.py and torchvision's classification reference that a recipe
@@ -152,11 +87,11 @@ def build_config(cls: type, values: Any, where: str) -> Any:
         if key not in hints:
             if str(key) in FOREIGN_KEYS:
                 raise RecipeError(f"{where}: unknown key {key!r}: {FOREIGN_KEYS[str(key)]}")
-            close = difflib.get_close_matches(str(key), names, n=1, cutoff=SUGGEST_CUTOFF)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(names)})"
+            close = did_you_mean(key, names, cutoff=SUGGEST_CUTOFF)
+            hint = f" ({close})" if close else f" (known: {', '.join(names)})"
             raise RecipeError(f"{where}: unknown key {key!r}{hint}")
         tp = hints[key]
         sub = f"{where}.{key}" if where else key
-        kwargs[key] = build_config(tp, value, sub) if dataclasses.is_dataclass(tp) else _coerce(value, tp, sub)
+        kwargs[key] = build_config(tp, value, sub) if dataclasses.is_dataclass(tp) else _field(value, tp, sub)
     return cls(**kwargs)
 

@@ -19,16 +19,15 @@ Names mean what they mean in torchvision and timm: ``RandAugment``, ``TrivialAug
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import os
 import pkgutil
-import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
+from dctnet.coerce import coerce, did_you_mean
 from dctnet.transforms.base import RECIPE_OPS, Compose, Transform
 from dctnet.transforms.counterparts import counterpart, spec_arguments
 
@@ -114,82 +113,9 @@ def _recipe_parameters(cls: type[Transform]) -> dict[str, inspect.Parameter]:
 
 
 def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
-    """A "did you mean" for the closest name, case-insensitively; names that differ only by case
-    (timm's ``Mixup`` and torchvision's ``MixUp``) are all offered."""
-    by_lower: dict[str, list[str]] = {}
-    for c in choices:
-        by_lower.setdefault(c.lower(), []).append(c)
-    match = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1)
-    if not match:
-        return ""
-    names = by_lower[match[0]]
-    return "; did you mean " + " or ".join(repr(n) for n in names) + "?"
-
-
-def _type_name(hint: Any) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Union or origin is types.UnionType:
-        return " or ".join(_type_name(a) for a in args)
-    if hint is type(None):
-        return "None"
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {_type_name(args[0])}"
-        return f"a list of {len(args)} ({', '.join(_type_name(a) for a in args)})"
-    if origin in (Sequence, list):
-        return f"a list of {_type_name(args[0]) if args else 'values'}"
-    return getattr(hint, "__name__", str(hint))
-
-
-def _coerce(what: str, value: Any, hint: Any) -> Any:
-    """``value`` checked against the annotation ``hint`` (JSON/YAML-friendly: lists for tuples,
-    ints for floats); ValueError naming ``what`` otherwise."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    bad = ValueError(f"{what} must be {_type_name(hint)}, got {value!r}")
-    if hint is Any:
-        return value
-    if origin is Union or origin is types.UnionType:
-        for a in args:  # the first alternative that takes it (``float | str``: 3 → 3.0)
-            try:
-                return _coerce(what, value, a)
-            except ValueError:
-                pass
-        raise bad
-    if hint is type(None):
-        if value is None:
-            return None
-        raise bad
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise bad
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise bad
-    if origin is tuple or origin in (Sequence, list):
-        if not isinstance(value, (list, tuple)):
-            raise bad
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(value) != len(args):
-                raise bad
-            return tuple(_coerce(what, v, a) for v, a in zip(value, args))
-        item = args[0] if args else Any
-        items = [_coerce(what, v, item) for v in value]
-        return tuple(items) if origin is tuple else items
-    if isinstance(hint, type):
-        if isinstance(value, hint):
-            return value
-        raise bad
-    return value
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` (:func:`dctnet.coerce.did_you_mean`), or ``""``."""
+    close = did_you_mean(word, choices)
+    return f"; {close}" if close else ""
 
 
 def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, num_classes: int | None,
@@ -246,7 +172,7 @@ def build_transform(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, nu
         if arg not in allowed:
             raise ValueError(f"{name}: unknown argument {arg!r}{_did_you_mean(arg, list(allowed))} "
                              f"(takes: {', '.join(allowed) or 'no arguments'})")
-        kwargs[arg] = _coerce(f"{name}: argument {arg!r}", value, hints.get(arg, Any))
+        kwargs[arg] = coerce(value, hints.get(arg, Any), f"{name} argument {arg!r}")
     missing = [a for a, p in allowed.items() if p.default is p.empty and a not in kwargs]
     if missing:
         raise ValueError(f"{name}: missing argument {missing[0]!r}")
