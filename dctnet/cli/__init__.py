@@ -17,18 +17,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dctnet.cli._common import _positive, os_error_line
-from dctnet.cli.data import (_add_cache, _add_shards, _add_stats, _add_verify, _verify_cache, _verify_shards, cmd_cache,
+from dctnet.cli.common import positive, os_error_line
+from dctnet.cli.data import (add_cache, add_shards, add_stats, add_verify, verify_cache, verify_shards, cmd_cache,
                              cmd_shards_write, cmd_stats, cmd_verify)
-from dctnet.cli.info import _add_info, _describe, cmd_info
-from dctnet.cli.train import (_add_bench, _add_browse, _add_convert, _add_demo, _add_train, _print_bench, cmd_bench,
+from dctnet.cli.info import add_info, describe, cmd_info
+from dctnet.cli.train import (add_bench, add_browse, add_convert, add_demo, add_train, print_bench, cmd_bench,
                               cmd_browse, cmd_convert, cmd_demo, cmd_train)
 
 # The command modules, by role: info (JPEG files), data (caches, datasets, shards, statistics), train
 # (training, browsing, benchmarks, the demo, conversion). Every name stays importable from here.
-__all__ = ["_add_bench", "_add_browse", "_add_cache", "_add_convert", "_add_demo", "_add_info", "_add_shards",
-           "_add_stats", "_add_train", "_add_verify", "_describe", "_positive", "_print_bench", "_verify_cache",
-           "_verify_shards", "build_parser", "cmd_bench", "cmd_browse", "cmd_cache", "cmd_convert", "cmd_demo",
+__all__ = ["add_bench", "add_browse", "add_cache", "add_convert", "add_demo", "add_info", "add_shards",
+           "add_stats", "add_train", "add_verify", "describe", "positive", "print_bench", "verify_cache",
+           "verify_shards", "build_parser", "cmd_bench", "cmd_browse", "cmd_cache", "cmd_convert", "cmd_demo",
            "cmd_info", "cmd_shards_write", "cmd_stats", "cmd_train", "cmd_verify", "main", "os_error_line"]
 
 
@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``dctnet`` argument parser: one sub-command each, its function in ``func``."""
     parser = argparse.ArgumentParser(prog="dctnet", description="Train image models on JPEG DCT coefficients.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_info, _add_demo, _add_convert, _add_cache, _add_shards, _add_verify, _add_stats, _add_bench, _add_train,
-                _add_browse):
+    for add in (add_info, add_demo, add_convert, add_cache, add_shards, add_verify, add_stats, add_bench, add_train,
+                add_browse):
         add(sub)
     return parser
 

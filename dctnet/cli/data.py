@@ -11,7 +11,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from dctnet.cli._common import _positive
+from dctnet.cli.common import positive
 from dctnet.codec import JpegError
 
 # Each command imports the library it runs inside its function ("# lazy"): torch and the training
@@ -57,9 +57,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from dctnet.data.verify import format_report, verify_dataset  # lazy
 
     if os.path.isfile(os.path.join(args.src, "meta.json")):  # a coefficient cache
-        return _verify_cache(args)
+        return verify_cache(args)
     if not os.path.isdir(args.src):  # tar shards (a glob): how mixed their stream's batches are
-        return _verify_shards(args)
+        return verify_shards(args)
     try:
         report = verify_dataset(args.src, threads=args.threads, warnings=args.warnings)
     except (OSError, ValueError) as exc:
@@ -74,7 +74,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if (bad or report["leakage"]) and args.strict else 0
 
 
-def _verify_cache(args: argparse.Namespace) -> int:
+def verify_cache(args: argparse.Namespace) -> int:
     """``dctnet verify CACHE``: every record against its checksum (the index's is checked when the
     cache opens); exit 1 when any is corrupt. The sources are not read (``dctnet cache verify``
     compares with them)."""
@@ -104,7 +104,7 @@ def _verify_cache(args: argparse.Namespace) -> int:
     return 1 if corrupt else 0
 
 
-def _verify_shards(args: argparse.Namespace) -> int:
+def verify_shards(args: argparse.Namespace) -> int:
     from dctnet.data.shards import TarShardDataset  # lazy
     from dctnet.data.shuffle_quality import shard_class_counts, shards_quality  # lazy
 
@@ -178,7 +178,7 @@ def cmd_shards_write(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_cache(sub) -> None:
+def add_cache(sub) -> None:
     p = sub.add_parser("cache", help="build, inspect and verify coefficient caches",
                        description="Decode a dataset once into a memory-mapped coefficient cache.")
     csub = p.add_subparsers(dest="cache_command", required=True)
@@ -210,7 +210,7 @@ def _add_cache(sub) -> None:
     p.set_defaults(func=cmd_cache)
 
 
-def _add_shards(sub) -> None:
+def add_shards(sub) -> None:
     p = sub.add_parser("shards", help="write WebDataset shards in a seeded global random order",
                        description="Shards written from an ImageFolder are class-sorted; streamed shard by shard "
                                    "their batches hold a handful of classes. These shards hold the samples in one "
@@ -228,13 +228,13 @@ def _add_shards(sub) -> None:
                         "folder of them; pip install dctnet[hf])")
     w.add_argument("out", metavar="DIR", help="the folder to write into (created if missing): one without "
                                               "PREFIX-*.tar shards, not the source shards' own")
-    w.add_argument("--shard-size", type=_positive, default=1000, help="samples per shard (default 1000)")
+    w.add_argument("--shard-size", type=positive, default=1000, help="samples per shard (default 1000)")
     w.add_argument("--seed", type=int, default=0, help="seed of the global order (default 0)")
     w.add_argument("--prefix", default="shard", help="shard file prefix (default 'shard')")
     w.set_defaults(func=cmd_shards_write)
 
 
-def _add_verify(sub) -> None:
+def add_verify(sub) -> None:
     p = sub.add_parser("verify", help="decode a dataset once: unreadable files, warnings, duplicates, leakage, balance",
                        description="SRC is an image folder (SRC/<class>/...) or a folder of splits (SRC/<split>/<class>/...); "
                                    "or tar shards (a glob): then the shuffle quality of their stream — distinct classes "
@@ -242,10 +242,10 @@ def _add_verify(sub) -> None:
                                    "or a coefficient cache (a folder with meta.json): then every record against its "
                                    "checksum, exit 1 when any is corrupt.")
     p.add_argument("src", metavar="SRC")
-    p.add_argument("--batch-size", type=_positive, default=256, help="shards: the batch size to measure (default 256)")
-    p.add_argument("--readers", type=_positive, default=8, help="shards: loader threads or workers (default 8)")
-    p.add_argument("--interleave", type=_positive, default=32, help="shards: open shards per reader (data.interleave)")
-    p.add_argument("--buffer", type=_positive, default=1000, help="shards: shuffle buffer per reader (data.buffer)")
+    p.add_argument("--batch-size", type=positive, default=256, help="shards: the batch size to measure (default 256)")
+    p.add_argument("--readers", type=positive, default=8, help="shards: loader threads or workers (default 8)")
+    p.add_argument("--interleave", type=positive, default=32, help="shards: open shards per reader (data.interleave)")
+    p.add_argument("--buffer", type=positive, default=1000, help="shards: shuffle buffer per reader (data.buffer)")
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--threads", type=int, help="decode threads (default: all CPUs)")
     p.add_argument("--warnings", choices=["raise", "accept", "strict"], default="raise",
@@ -256,7 +256,7 @@ def _add_verify(sub) -> None:
     p.set_defaults(func=cmd_verify)
 
 
-def _add_stats(sub) -> None:
+def add_stats(sub) -> None:
     p = sub.add_parser("stats", help="per-(channel, frequency) coefficient statistics for Normalize",
                        description="Mean and std of every (Y/Cb/Cr, frequency) over centre crops of an image folder, "
                                    "resized on the device exactly as in training; written for "

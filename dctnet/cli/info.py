@@ -12,7 +12,7 @@ from dctnet.codec import JpegError, JpegHeader, libjpeg_version, read_coefficien
 # stack take seconds to import, and each command pays only for what it runs.
 
 
-def _describe(path: str, hdr: JpegHeader) -> str:
+def describe(path: str, hdr: JpegHeader) -> str:
     from dctnet.quality import estimate_quality  # lazy
 
     lines = [f"{path}",
@@ -52,14 +52,14 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             status = 1
             continue
-        print(_describe(path, hdr))
+        print(describe(path, hdr))
         if args.decode:
             print(f"  decode      {hdr.num_warnings} warnings{': ' + '; '.join(hdr.warnings) if hdr.warnings else ''}"
                   f"{', saturated' if hdr.saturated else ''}")
     return status
 
 
-def _add_info(sub) -> None:
+def add_info(sub) -> None:
     p = sub.add_parser("info", help="print header facts of JPEG files (none: the libjpeg dctnet carries)",
                        description="Header, sampling, block grid, quantization tables and estimated quality; "
                                    "without files, the libjpeg the extension carries.")

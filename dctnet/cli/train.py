@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dctnet.cli._common import _positive, os_error_line
+from dctnet.cli.common import positive, os_error_line
 from dctnet.codec import JpegError
 
 # Each command imports the library it runs inside its function ("# lazy"): torch and the training
@@ -121,11 +121,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=1, ensure_ascii=False))
         return 0
-    _print_bench(report, generated=args.src is None)
+    print_bench(report, generated=args.src is None)
     return 0
 
 
-def _print_bench(rep: dict, generated: bool) -> None:
+def print_bench(rep: dict, generated: bool) -> None:
     c = rep["census"]
 
     def counts(d: dict) -> str:
@@ -171,7 +171,7 @@ def _print_bench(rep: dict, generated: bool) -> None:
         print(note)
 
 
-def _add_demo(sub) -> None:
+def add_demo(sub) -> None:
     p = sub.add_parser("demo", help="coefficients -> device RGB on built-in data: fidelity and speed vs Pillow",
                        description="Decode generated JPEGs (and Imagenette if present) to coefficients, rebuild "
                                    "RGB with dctnet.image.to_rgb and compare with Pillow.")
@@ -179,7 +179,7 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=cmd_demo)
 
 
-def _add_convert(sub) -> None:
+def add_convert(sub) -> None:
     p = sub.add_parser("convert", help="convert an RGB checkpoint to its DCT-stem model",
                        description="Load IN (torchvision or timm state_dict) into ARCH, swap and convert its stem "
                                    "(dct-patch: a patch embedding for ViT/Swin/ConvNeXt-style patchify stems; idct: "
@@ -202,7 +202,7 @@ def _add_convert(sub) -> None:
     p.set_defaults(func=cmd_convert)
 
 
-def _add_bench(sub) -> None:
+def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="per-sample host cost and cores needed on your files: dctnet vs torchvision vs timm",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Time every input pipeline on the same files in the same run, with a recipe's "
@@ -226,20 +226,20 @@ def _add_bench(sub) -> None:
                    help="an image folder (class folders) or a flat folder of JPEGs, or one file (default: generated "
                         "photos)")
     p.add_argument("--recipe", help="time this recipe's augmentation list, crop size, scale and interpolation")
-    p.add_argument("--limit", type=_positive, default=200,
+    p.add_argument("--limit", type=positive, default=200,
                    help="at most this many files, spread evenly over the folder (default 200)")
     p.add_argument("--rate", type=float, default=3000.0, help="target images/s for the cores-needed column (3000)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
+    p.add_argument("--threads", type=positive, default=os.cpu_count() or 1,
                    help="also time dctnet's loader with this many threads (wall clock); 1: skip")
-    p.add_argument("--size", type=_positive, help="crop side (default: the recipe's image_size, else 224)")
-    p.add_argument("--repeat", type=_positive, default=3, help="timed rounds (medians are reported)")
-    p.add_argument("--batch", type=_positive, default=64, help="batch size of the loaders and the device step")
+    p.add_argument("--size", type=positive, help="crop side (default: the recipe's image_size, else 224)")
+    p.add_argument("--repeat", type=positive, default=3, help="timed rounds (medians are reported)")
+    p.add_argument("--batch", type=positive, default=64, help="batch size of the loaders and the device step")
     p.add_argument("--device", help="device for dctnet's device step (default: cuda if available, else cpu)")
     p.set_defaults(func=cmd_bench)
 
 
-def _add_train(sub) -> None:
+def add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model from a recipe (recipes/*.yaml)",
                        description="Build dataset, loader, device transforms and model from RECIPE and train: "
                                    "AMP on CUDA, warm-up + cosine, label smoothing, eval every epoch, checkpoint "
@@ -253,7 +253,7 @@ def _add_train(sub) -> None:
     p.set_defaults(func=cmd_train)
 
 
-def _add_browse(sub) -> None:
+def add_browse(sub) -> None:
     p = sub.add_parser("browse", help="write a recipe's samples as the device step hands them to the model",
                        description="Write N samples of a recipe's split exactly as its device step hands them to the "
                                    "model (before the model's normalisation) as lossless 8-bit PNGs, targets.json "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     """argparse type: an integer >= 1 (a clear usage error instead of a traceback later)."""
     try:
         value = int(text)
