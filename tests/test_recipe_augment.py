@@ -193,10 +193,10 @@ def test_deit_augmentation_is_bit_reproducible_and_resumes_exactly(data, tmp_pat
     a, b, c = (write_recipe(tmp_path / k, data, **common) for k in "abc")
     ta = Trainer(load_recipe(a))
     # timm's Mixup carries optim.label_smoothing in its targets: the loss does not smooth again
-    assert ta.pipe.targets_smoothed and ta.criterion.label_smoothing == 0.0
-    assert ta.pipe.augment.transforms[3].label_smoothing == 0.1
+    assert ta.task.pipe.targets_smoothed and ta.task.criterion.label_smoothing == 0.0
+    assert ta.task.pipe.augment.transforms[3].label_smoothing == 0.1
     last = T.ToRGB if inp == "device-rgb" else T.ToCoefficients
-    assert [type(t) for t in ta.pipe.augment.transforms] == [T.RandomHorizontalFlip, T.TimmAugment, T.RandomErasing,
+    assert [type(t) for t in ta.task.pipe.augment.transforms] == [T.RandomHorizontalFlip, T.TimmAugment, T.RandomErasing,
                                                             T.Mixup, last]
     text = (tmp_path / "a" / "run" / "pipeline.txt").read_text()
     for name in (f"input: {inp}", "RandomResizedCrop", "RandomHorizontalFlip", "TimmAugment", "rand-m9-mstd0.5-inc1",
