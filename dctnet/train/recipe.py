@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dctnet.data.sources import SOURCES
 from dctnet.train.recipe_check import check_model_fits, check_recipe, check_recipe_model, input_stats  # noqa: F401
 from dctnet.train.recipe_coerce import FOREIGN_KEYS, SUGGEST_CUTOFF, build_config  # noqa: F401
 from dctnet.train.recipe_schema import (DEFAULT_AUGMENT, DataConfig, DetectConfig, EmaConfig, ModelConfig,  # noqa: F401
@@ -102,7 +103,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | dict[str, Any] |
         values = _merge(values, parse_overrides(overrides) if isinstance(overrides, list) else overrides)
     model = values.get("model") if isinstance(values.get("model"), dict) else {}
     data = values.get("data") if isinstance(values.get("data"), dict) else {}
-    if data.get("source") == "coco" and "input" not in model:
+    source = SOURCES.get(data.get("source")) if isinstance(data.get("source"), str) else None
+    if source is not None and source.task != "classification" and "input" not in model:
         # a detector's default input is plan A (the unchanged model, decode and geometry on the device):
         # the classification default, dct, would swap a ResNet-FPN backbone's stem unasked
         values = _merge(values, {"model": {"input": "device-rgb"}})
