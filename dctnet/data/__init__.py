@@ -33,6 +33,7 @@ from dctnet.data.dataset import (
     sample_from_coefficients,
 )
 from dctnet.data.coco import CocoDataset, collate_detection
+from dctnet.data.csv_list import CsvImageDataset
 from dctnet.data.folds import Folds, SubsetSampler, all_reduce_metric, kfold
 from dctnet.data.collate import collate
 from dctnet.data.loader import DevicePrefetcher, EpochSampler, RepeatedAugSampler, ThreadLoader, make_dataloader
@@ -63,6 +64,7 @@ __all__ = [
     "open_cache",
     "CenterCrop",
     "CocoDataset",
+    "CsvImageDataset",
     "CoefficientSample",
     "DevicePrefetcher",
     "EpochSampler",
