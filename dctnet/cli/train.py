@@ -71,7 +71,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if placement().rank == 0 and record and recipe.detection:
         ap = f"val bbox AP {record['bbox_AP']:.3f} (AP50 {record['bbox_AP50']:.3f}), " if "bbox_AP" in record else ""
         print(f"{recipe.name}: {ap}train loss {record['train_loss']:.3f}, {record['images_per_s']:.1f} img/s; "
-              f"run directory {recipe.train.out} (metrics.json, predictions_val.json, last.pt)")
+              f"run directory {recipe.train.out} (metrics.jsonl, predictions_val.json, last.pt)")
     elif placement().rank == 0 and record:
         top1 = f"val top-1 {record['val_top1']:.3f}, " if "val_top1" in record else ""
         print(f"{recipe.name}: {top1}train loss {record['train_loss']:.3f}, {record['images_per_s']:.0f} img/s; "
