@@ -78,3 +78,8 @@ __all__ = [
     "TrivialAugmentWide", "PackedJpegBatch", "SparseJpegBatch", "as_jpeg_batch", "crops_to_coefficients",
     "crops_to_rgb", "expand_packed", "expand_sparse", "native_chroma", "DeviceStep", "normalize_input",
 ]
+
+# every op a recipe can name is importable from here, those of a module not listed above included
+# (the registry found them by walking the package)
+globals().update({name: cls for name, cls in TRANSFORMS.items() if name not in globals()})
+__all__ += [name for name in TRANSFORMS if name not in __all__]
