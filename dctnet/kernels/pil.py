@@ -121,7 +121,7 @@ def pil_bicubic_affine(img: Tensor, data: Tensor, fill: Tensor | None, axes: str
     (:func:`_pil_terms`): the 4-tap filter runs over whole rows of the edge-padded input with one
     weight per row, then each row is shifted by its whole number of pixels (one gather). The same
     values, bit for bit, as the general kernel, for a tenth of its work (:data:`PIL_WARP_AXES`; the
-    caller vouches for the rows: :func:`dctnet.transforms.policy_base.plan_slots` sorts them by op on the host).
+    caller vouches for the rows: :func:`dctnet.transforms.slots.plan_slots` sorts them by op on the host).
 
     ``one_by_one``: the general kernel gathers one tap at a time (:func:`_taps_one_by_one`, what an
     eager CPU step's exact groups run) instead of a row of four (:func:`_taps_by_rows`, fewer launches): the same

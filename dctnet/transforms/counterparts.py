@@ -2,7 +2,7 @@
 torchvision or timm counterpart (:func:`counterpart`), read from the op's declaration on its class.
 Below both the registry (:mod:`dctnet.transforms.registry`, which re-exports them) and the
 containers (:mod:`dctnet.transforms.choice`, whose counterparts map each child's): it needs only the
-live registry of op classes, :data:`dctnet.transforms.base.RECIPE_OPS`."""
+live registry of op classes, :data:`dctnet.transforms.recipe_ops.RECIPE_OPS`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from dctnet.transforms.base import RECIPE_OPS, BaselineContext
+from dctnet.transforms.recipe_ops import RECIPE_OPS, BaselineContext
 
 __all__ = ["counterpart", "spec_arguments"]
 

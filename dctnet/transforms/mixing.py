@@ -106,7 +106,7 @@ def _mix(name: str, x: Tensor, labels: Tensor, params: dict[str, Tensor], inplac
          coefficients: bool) -> tuple[Tensor, Tensor]:
     """The batched kernel of every class here: mixup ``λ·x + (1 − λ)·x[perm]`` or the partner's box
     pasted, per sample, and ``λ·y + (1 − λ)·y[perm]`` for the targets. No loop, no host sync.
-    ``inplace``: the result is written into ``x`` (:func:`dctnet.transforms.base.may_overwrite`);
+    ``inplace``: the result is written into ``x`` (:func:`dctnet.transforms.groups.may_overwrite`);
     ``coefficients``: ``x`` is a coefficient image (the registered kernel's representation)."""
     if labels.shape[0] != x.shape[0]:
         raise ValueError(f"{name}: {labels.shape[0]} labels for a batch of {x.shape[0]}")
