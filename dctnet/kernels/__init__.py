@@ -10,8 +10,10 @@ random draws, no ``nn.Module``, nothing of the layers above. The modules:
   (flips, brightness, contrast, requantization, per-(channel, frequency) standardisation, …);
 - :mod:`dctnet.kernels.pixel` — torchvision's colour and tone ops on RGB batches ``(B, 3, H, W)``;
 - :mod:`dctnet.kernels.geometry` — affine matrices (torchvision's and PIL's), torchvision's sampling
-  grid, affine warps and rotations;
+  grid (per-sample canvases in a padded batch too), affine and perspective warps, rotations;
 - :mod:`dctnet.kernels.pil` — PIL's geometry and posterize as timm calls them, exact;
+- :mod:`dctnet.kernels.policy` — the augmentation policies' kernels: one warp for every geometric op,
+  one blend for the tone ops, the per-pixel ops, rounding to 8-bit levels;
 - :mod:`dctnet.kernels.boxes` — pixel boxes, snapped to the block grid, and their masks;
 - :mod:`dctnet.kernels.normalization` — the RGB normalisation a model expects (a leaf: no tensors);
 - :mod:`dctnet.kernels.cache` — the constants the kernels build once per dtype and device.
