@@ -370,7 +370,7 @@ def test_every_op_declares_its_counterpart_or_has_none():
                 "RandomGrayscale": v2.RandomGrayscale, "ColorJitter": v2.ColorJitter, "RandAugment": v2.RandAugment,
                 "TrivialAugmentWide": v2.TrivialAugmentWide, "AutoAugment": v2.AutoAugment,
                 "RandomErasing": v2.RandomErasing, "MixUp": v2.MixUp, "CutMix": v2.CutMix,
-                "RandomRequantize": v2.RandomApply}
+                "RandomRequantize": v2.RandomApply, "RandomPerspective": v2.RandomPerspective}
     expected.update({"RandomChoice": v2.RandomChoice, "RandomApply": v2.RandomApply, "RandomOrder": v2.RandomOrder})
     for name in T.TRANSFORMS:
         spec = {"name": name}

@@ -1,6 +1,8 @@
-"""The per-sample augmentations with an exact kernel on coefficients (flips, colour jitter,
-grayscale, the Cb/Cr rotation, requantization, frequency dropout): :class:`Transform` s (see
-:mod:`dctnet.transforms.base` for the draw/apply split, ``p`` and the two representations).
+"""The per-sample augmentations: those with an exact kernel on coefficients (flips, colour jitter,
+grayscale, the Cb/Cr rotation, requantization, frequency dropout) and torchvision's
+``RandomPerspective`` (a pixel warp: a coefficient image is decoded and encoded back, as for the
+policies' warps): :class:`Transform` s (see :mod:`dctnet.transforms.base` for the draw/apply split,
+``p`` and the two representations).
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import torch
 from torch import Tensor
 
 from dctnet.kernels import coefficients as TF
+from dctnet.kernels import geometry as G
 from dctnet.kernels import pixel as P
 from dctnet.kernels.color import rgb_to_ycbcr, ycbcr_to_rgb
 from dctnet.transforms import policy_base as PB
+from dctnet.transforms.auto_augment import pil_fill
 from dctnet.transforms.base import Transform, image_size, kernel, round_to_levels
 
 __all__ = ["ColorJitter", "FrequencyDropout", "RandomChromaRotation", "RandomGrayscale", "RandomHorizontalFlip",
-           "RandomRequantize", "RandomTranspose", "RandomVerticalFlip"]
+           "RandomPerspective", "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "perspective_points"]
 
 
 def _uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> Tensor:
@@ -205,7 +209,7 @@ class ColorJitter(Transform):
     @kernel("pixel")
     def _pixels(self, x, labels, prepared):
         return PB.run_planned_slots(x, prepared["slots"], self._names(),
-                                    PB._Context("nearest", None, self.pixel_levels)), labels
+                                    PB.Context("nearest", None, self.pixel_levels)), labels
 
     @kernel("coefficient")
     def _coefficients(self, x, labels, prepared):
@@ -319,3 +323,78 @@ class FrequencyDropout(Transform):
 
     def apply_transform(self, x, labels, params):
         return TF.frequency_dropout(x, params["keep"]), labels
+
+
+def perspective_points(n: int, height: int, width: int, distortion_scale: float,
+                       gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """torchvision v2's ``RandomPerspective`` draw (its ``make_params``) for ``n`` images of
+    ``height × width``: ``startpoints (4, 2)``, the corners (top-left, top-right, bottom-right,
+    bottom-left), and ``endpoints (n, 4, 2)`` int64, pixel coordinates (x, y), each corner moved
+    inward on each axis by a uniform integer in ``[0, int(distortion_scale · ⌊side/2⌋)]``. Its eight
+    ``randint`` calls in its order, each for the batch: for ``n = 1``, torchvision's numbers from a
+    generator seeded alike (the detection op's draw)."""
+    bh = int(distortion_scale * (height // 2)) + 1
+    bw = int(distortion_scale * (width // 2)) + 1
+
+    def draw(lo: int, hi: int) -> Tensor:
+        return torch.randint(lo, hi, (n,), generator=gen)
+
+    corners = [(draw(0, bw), draw(0, bh)), (draw(width - bw, width), draw(0, bh)),
+               (draw(width - bw, width), draw(height - bh, height)), (draw(0, bw), draw(height - bh, height))]
+    end = torch.stack([torch.stack(xy, -1) for xy in corners], 1)
+    start = torch.tensor([[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]])
+    return start, end
+
+
+class RandomPerspective(Transform):
+    """torchvision's ``v2.RandomPerspective``, per sample: with probability ``p``, the four corners'
+    end points drawn as torchvision draws them (:func:`perspective_points`: each moved inward by up
+    to ``distortion_scale`` × half the side), the image warped by the homography that takes each end
+    point back to its corner (torchvision's coefficients and grid:
+    :func:`~dctnet.kernels.geometry.perspective`); ``interpolation`` ``"bilinear"`` or
+    ``"nearest"``; ``fill`` RGB on the [0, 1] scale (a number, three, or ``None``: grid_sample's
+    zeros, as torchvision's ``fill=None``). Pixels only: a coefficient image is decoded, warped and
+    encoded back (within float rounding of the pixel result, as the policies' warps)."""
+
+    eight_bit_op = True
+    summary = ("torchvision's `v2.RandomPerspective`: each corner moved inward by up to `distortion_scale` × half "
+               "the side, per sample; `fill` RGB on [0, 1]")
+    runs_on = "pixels"
+
+    @classmethod
+    def counterpart(cls, args, ctx):
+        from torchvision.transforms import v2  # optional dependency (the baseline's)
+
+        return v2.RandomPerspective(args["distortion_scale"], args["p"],
+                                    interpolation=v2.InterpolationMode(args["interpolation"]), fill=pil_fill(args["fill"]))
+
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5, interpolation: str = "bilinear",
+                 fill: float | tuple[float, float, float] | None = 0.0, seed: int | None = None) -> None:
+        super().__init__(seed, p=p)
+        if isinstance(distortion_scale, bool) or not isinstance(distortion_scale, (int, float)) \
+                or not 0.0 <= distortion_scale <= 1.0:
+            raise ValueError(f"RandomPerspective: distortion_scale must be in [0, 1], got {distortion_scale!r}")
+        if interpolation not in ("nearest", "bilinear"):
+            raise ValueError(f"RandomPerspective: interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
+        if fill is not None and not (isinstance(fill, (int, float)) or len(fill) == 3):
+            raise ValueError(f"RandomPerspective: fill must be a number, three (RGB) or None, got {fill!r}")
+        self.distortion_scale, self.interpolation = float(distortion_scale), interpolation
+        self.fill = fill if fill is None or isinstance(fill, (int, float)) else tuple(float(v) for v in fill)
+
+    def draw(self, shape, gen):
+        h, w = image_size(shape)
+        start, end = perspective_points(shape[0], h, w, self.distortion_scale, gen)
+        return {"startpoints": start.expand(shape[0], 4, 2).clone(), "endpoints": end}
+
+    @kernel("pixel", "prepare")
+    def _plan(self, params, shape, device):
+        # the coefficients on the host, as torchvision solves them (float64 least squares, then float32)
+        plan = {"coefficients": G.perspective_coefficients(params["startpoints"], params["endpoints"])}
+        if "apply" in params:
+            plan["apply"] = params["apply"]
+        return {k: v.to(device, non_blocking=True) for k, v in plan.items()}
+
+    @kernel("pixel")
+    def _pixels(self, x, labels, prepared):
+        out = G.perspective(x, prepared["coefficients"], interpolation=self.interpolation, fill=self.fill)
+        return round_to_levels(out, self.pixel_levels), labels
