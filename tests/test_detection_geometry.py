@@ -27,6 +27,7 @@ from dctnet.data.collate import collate
 from dctnet.data.crop import FullImage
 from dctnet.data.dataset import sample_from_coefficients
 from dctnet.transforms import detection as TD
+from dctnet.transforms.detection.apply import selects
 
 from conftest import SHARED, imagenette_files
 
@@ -506,7 +507,7 @@ def test_the_detectors_resize_reads_through_a_stage_that_only_selects(samples):
     tv_ops = [v2.RandomCrop(250, pad_if_needed=True), v2.RandomHorizontalFlip(0.5), v2.RandomVerticalFlip(0.5)]
     for n in (2, 3):  # flips alone; a vertical flip too
         plan, images, masks = ours([*ops[:n], TD.DetectorResize.from_model(model, train=False)], chosen, seeds)
-        assert n == 3 or TD._selects(plan, 0)
+        assert n == 3 or selects(plan, 0)
         tv = v2.Compose(tv_ops[:n])
         for b, (s, k) in enumerate(zip(chosen, seeds)):
             torch.manual_seed(k)

@@ -40,7 +40,6 @@ and :mod:`.bridge` (op lists into dctnet's ops or torchvision v2's).
 
 from __future__ import annotations
 
-from dctnet.transforms.detection.apply import _selects as _selects  # (tests read it)
 from dctnet.transforms.detection.apply import apply_plan, semantic_maps
 from dctnet.transforms.detection.bridge import (ReferencePadIfSmaller, build_detection_ops, per_box_fields,
                                                 torchvision_ops, torchvision_sanitize)
@@ -49,8 +48,9 @@ from dctnet.transforms.detection.crop_ops import (FixedSizeCrop, PadIfSmaller, R
                                                   RandomResizedCrop, RandomZoomOut)
 from dctnet.transforms.detection.geometry import BOX_FIELDS, Geometry, resized_output_size, sample_generator
 from dctnet.transforms.detection.ops import (DetectionOp, DetectorResize, RandomAffine, RandomHorizontalFlip,
-                                             RandomPhotometricDistort, RandomResize, RandomRotation, RandomShortestSize,
-                                             RandomVerticalFlip, Resize, SanitizeBoundingBoxes, ScaleJitter)
+                                             RandomPerspective, RandomPhotometricDistort, RandomResize, RandomRotation,
+                                             RandomShortestSize, RandomVerticalFlip, Resize, SanitizeBoundingBoxes,
+                                             ScaleJitter)
 from dctnet.transforms.detection.plan import DetectionCompose, DetectionPlan, plan_of
 from dctnet.transforms.detection.presets import (DETECTION_PRESETS, PRESETS, detection_preset, preset_specs,
                                                  segmentation_preset, torchvision_detection_preset,
@@ -60,7 +60,7 @@ from dctnet.transforms.detection.step import DetectionStep, coefficient_mosaics
 __all__ = [
     "BOX_FIELDS", "DETECTION_PRESETS", "PRESETS", "DetectionCompose", "DetectionOp", "DetectionPlan",
     "DetectionStep", "DetectorResize", "FixedSizeCrop", "Geometry", "PadIfSmaller", "RandomAffine",
-    "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize",
+    "RandomCrop", "RandomHorizontalFlip", "RandomIoUCrop", "RandomPerspective", "RandomPhotometricDistort", "RandomResize",
     "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomVerticalFlip", "RandomZoomOut",
     "ReferencePadIfSmaller", "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "SimpleCopyPaste", "apply_plan",
     "build_detection_ops", "coefficient_mosaics", "detection_preset", "per_box_fields", "plan_of",

@@ -1,5 +1,7 @@
 """The device half: a :class:`~dctnet.transforms.detection.plan.DetectionPlan` applied to a batch —
-decode and resampling per stage, padding fills, affine warps, colour ops, and the masks' gathers."""
+decode and resampling per stage, padding fills, affine and perspective warps, colour ops, and the
+masks' gathers. The warps' grids and sampling and the colour ops are the kernels of
+:mod:`dctnet.kernels.geometry` and :mod:`dctnet.kernels.pixel`, with per-sample canvases."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import torch
 from torch import Tensor
 
 from dctnet import resize as RS
+from dctnet.kernels import geometry as G
 from dctnet.kernels import pixel as P
-from dctnet.transforms.detection.plan import DetectionPlan
+from dctnet.transforms.detection.plan import DetectionPlan, StageWarp
 from dctnet.transforms.device_crop import crops_to_rgb
 from dctnet.transforms.transfer import move_plan
 
@@ -27,18 +30,6 @@ def _resample(x: Tensor, stage: Tensor, antialias: Tensor, size: tuple[int, int]
     sample — ``antialias`` is a host mask — dense matrices on a GPU, their bands on a CPU."""
     return RS.resized_crop(x, stage[:, 6:10], size, resize=stage[:, :4], antialias=antialias,
                            flip=flip).clamp_(0.0, 1.0)  # a new tensor: clamped in place
-
-
-def _contrast(x: Tensor, factor: Tensor, sizes: Tensor) -> Tensor:
-    """torchvision's ``adjust_contrast`` per sample, the grey mean over each sample's own canvas
-    ``sizes (B, 2)`` (not the batch's padding)."""
-    rows = torch.arange(x.shape[-2], device=x.device)[None, :, None] < sizes[:, 0, None, None]
-    cols = torch.arange(x.shape[-1], device=x.device)[None, None, :] < sizes[:, 1, None, None]
-    inside = (rows & cols)[:, None].to(x.dtype)                                          # (B, 1, H, W)
-    gray = P.rgb_to_grayscale(x)[:, :1]
-    mean = (gray * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
-    f = factor.to(x.dtype).reshape(-1, 1, 1, 1)
-    return (f * x + (1.0 - f) * mean).clamp(0.0, 1.0)
 
 
 def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
@@ -63,10 +54,10 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
         return f[rows, k].to(dev, non_blocking=True).to(x.dtype)
 
     each(on[:, 0], lambda v, r: P.adjust_brightness(v, factor(0, r)))
-    each(on[:, 1] & before, lambda v, r: _contrast(v, factor(1, r), sizes[r].to(dev, non_blocking=True)))
+    each(on[:, 1] & before, lambda v, r: P.adjust_contrast(v, factor(1, r), sizes=sizes[r]))
     each(on[:, 2], lambda v, r: P.adjust_saturation(v, factor(2, r)))
     each(on[:, 3], lambda v, r: P.adjust_hue(v, factor(3, r)))
-    each(on[:, 1] & ~before, lambda v, r: _contrast(v, factor(1, r), sizes[r].to(dev, non_blocking=True)))
+    each(on[:, 1] & ~before, lambda v, r: P.adjust_contrast(v, factor(1, r), sizes=sizes[r]))
     each(p["permute"], lambda v, r: torch.gather(v, 1, p["permutation"][r].to(dev, non_blocking=True)
                                                  [:, :, None, None].expand_as(v)))
     return x
@@ -92,12 +83,13 @@ def _fill_padding(x: Tensor, stage: Tensor, fill: Tensor, flips: Tensor) -> Tens
 
 
 def _warp_stage(x: Tensor, plan: DetectionPlan, s: int) -> Tensor:
-    """Stage ``s``'s warps, if any, onto the stage's output canvases."""
+    """Stage ``s``'s warps, if any, onto the stage's output canvases (one pass per interpolation and fill)."""
     if not plan.warps or plan.warps[s] is None:
         return x
-    inverse, mode, fill, on, ins, outs = plan.warps[s]
     shape = (int(plan.canvas[s][:, 0].max()), int(plan.canvas[s][:, 1].max()))
-    return _warp(x, inverse, mode, fill, on, ins, outs, shape)
+    for warp in plan.warps[s]:
+        x = _warp(x, warp, shape)
+    return x
 
 
 #: torchvision's vertical flip as an affine warp's inverse (:class:`RandomVerticalFlip`): ``y ↦ −y``
@@ -108,16 +100,16 @@ def _vertical_flips(plan: DetectionPlan, s: int) -> Tensor | None:
     """Stage ``s``'s warp when, for every sample it warps, it is a vertical flip of the window
     (:class:`RandomVerticalFlip`; nearest, onto the same canvas: a row permutation) — host ``bool
     (B,)``, the samples flipped — else ``None`` (no warp, or another one)."""
-    if not plan.warps or plan.warps[s] is None:
+    if not plan.warps or plan.warps[s] is None or len(plan.warps[s]) != 1:
         return None
-    inverse, mode, _, on, ins, outs = plan.warps[s]
-    flip = (inverse == torch.tensor(_VFLIP, dtype=inverse.dtype)).all(-1).all(-1)
-    if mode != "nearest" or not bool((flip | ~on).all()) or not torch.equal(ins, outs):
+    w = plan.warps[s][0]
+    flip = (w.inverse == torch.tensor(_VFLIP, dtype=w.inverse.dtype)).all(-1).all(-1) & ~w.perspective
+    if w.mode != "nearest" or not bool((flip | ~w.on).all()) or not torch.equal(w.ins, w.outs):
         return None
-    return on
+    return w.on
 
 
-def _selects(plan: DetectionPlan, s: int) -> bool:
+def selects(plan: DetectionPlan, s: int) -> bool:
     """Whether stage ``s`` only selects pixels for every sample — no resampling (each box resized to
     its own size), no warp, no colour ops, padding 0 — and a later stage resamples its output, which
     can then read through it (host data only)."""
@@ -128,7 +120,7 @@ def _selects(plan: DetectionPlan, s: int) -> bool:
 
 
 def _selection_maps(stage: Tensor, flips: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
-    """A selecting stage (:func:`_selects`) as index maps of its output canvas into its input:
+    """A selecting stage (:func:`selects`) as index maps of its output canvas into its input:
     ``rows (B, h)``, ``cols (B, w)`` int64 (``size = (h, w)``), −1 for padding and for the batch's
     padding past a sample's own canvas — what :func:`dctnet.resize.resized_crop`'s ``through`` takes."""
     maps = []
@@ -147,12 +139,12 @@ def _stage_size(stage: Tensor) -> tuple[int, int]:
     return int(stage[:, 4].max()), int(stage[:, 5].max())
 
 
-def _gather(m: Tensor, program: list[tuple], pad: int) -> Tensor:
+def gather_masks(m: Tensor, program: list[tuple], pad: int) -> Tensor:
     """``m (..., H, W)`` through a sample's mask program (:meth:`Geometry.mask_maps`): index maps
-    (−1 reads ``pad``) and nearest affine warps (outside the canvas: ``pad``)."""
+    (−1 reads ``pad``) and nearest warps (outside the canvas: ``pad``)."""
     for step in program:
         if step[0] == "warp":
-            m = _warp_nearest(m, step[1], step[2], pad)
+            m = _warp_nearest(m, step[1], step[2], step[3], pad)
             continue
         _, rows, cols = step
         m = torch.nn.functional.pad(m, (0, 1, 0, 1), value=pad)  # index −1: the padding row and column
@@ -164,63 +156,56 @@ def _gather(m: Tensor, program: list[tuple], pad: int) -> Tensor:
     return m
 
 
-def _warp_nearest(m: Tensor, inverse: Sequence[float], size: tuple[int, int], pad: int) -> Tensor:
-    """torchvision's nearest ``affine`` of masks ``m (..., h, w)`` (their canvas) by ``inverse``, to
-    ``size``; outside the canvas: ``pad``."""
+def _warp_nearest(m: Tensor, kind: str, matrix: Sequence[float], size: tuple[int, int], pad: int) -> Tensor:
+    """torchvision's nearest ``affine`` (``kind`` ``"affine"``, ``matrix`` its inverse) or
+    ``perspective`` (its coefficients) of masks ``m (..., h, w)`` (their canvas), to ``size``;
+    outside the canvas: ``pad``."""
     lead = m.shape[:-2]
-    if tuple(size) == tuple(m.shape[-2:]) and [tuple(r) for r in np.reshape(inverse, (2, 3)).tolist()] == list(_VFLIP):
+    if (kind == "affine" and tuple(size) == tuple(m.shape[-2:])
+            and [tuple(r) for r in np.reshape(matrix, (2, 3)).tolist()] == list(_VFLIP)):
         return m.flip(-2)  # a vertical flip (RandomVerticalFlip): nearest sampling of it is a row permutation
     x = m.reshape(-1, 1, *m.shape[-2:]).to(torch.float32)
     n = x.shape[0]
     if n == 0:  # no instance left (an image without boxes, or all sanitised away)
         return m.new_zeros(*lead, *size)
-    theta = torch.tensor(inverse, dtype=torch.float64).reshape(1, 2, 3).expand(n, 2, 3)
     ins = torch.tensor([list(m.shape[-2:])] * n)
     outs = torch.tensor([list(size)] * n)
-    out = _warp(x, theta, "nearest", (float(pad),), torch.ones(n, dtype=torch.bool), ins, outs, size)
-    return out.round().to(m.dtype).reshape(*lead, *size)
+    warp = StageWarp.of([(kind, matrix)] * n, "nearest", (float(pad),), ins, outs)
+    return _warp(x, warp, tuple(size)).round().to(m.dtype).reshape(*lead, *size)
 
 
-def _warp(x: Tensor, inverse: Tensor, mode: str, fill: Sequence[float], on: Tensor, ins: Tensor, outs: Tensor,
-          shape: tuple[int, int]) -> Tensor:
-    """Each sample's canvas ``ins[b]`` (h, w) of the padded batch ``x`` warped by its ``inverse
-    (B, 2, 3)`` onto an ``outs[b]`` canvas — torchvision's ``_affine_grid`` (output centred
-    coordinates, read in the input's) + ``_apply_grid_transform`` with ``fill`` — in a batch of
-    ``shape`` (H, W); samples with ``on`` False keep their input (host tensors: no sync)."""
-    b, c, hh, ww = x.shape
+def _warp(x: Tensor, warp: StageWarp, shape: tuple[int, int]) -> Tensor:
+    """Each sample's canvas ``warp.ins[b]`` (h, w) of the padded batch ``x`` warped onto an
+    ``warp.outs[b]`` canvas by its affine inverse or its perspective — torchvision's grids
+    (:func:`~dctnet.kernels.geometry.affine_grid`, :func:`~dctnet.kernels.geometry.perspective_grid`,
+    per-sample canvases) and ``_apply_grid_transform`` with the fill
+    (:func:`~dctnet.kernels.geometry.grid_transform`) — in a batch of ``shape`` (H, W); samples
+    with ``on`` False keep their input (host masks: no sync)."""
+    _, _, hh, ww = x.shape
     oh, ow = shape
     dev, dt = x.device, x.dtype
-    h = ins[:, 0].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
-    w = ins[:, 1].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
-    h2 = outs[:, 0].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
-    w2 = outs[:, 1].to(dev, non_blocking=True).to(dt).reshape(-1, 1, 1)
-    j = torch.arange(ow, device=dev, dtype=dt).reshape(1, 1, ow)
-    i = torch.arange(oh, device=dev, dtype=dt).reshape(1, oh, 1)
-    u, v = j - (w2 - 1) * 0.5, i - (h2 - 1) * 0.5                     # each output canvas's centred coordinates
-    th = inverse.to(dev, non_blocking=True).to(dt)
-    su = th[:, 0, 0, None, None] * u + th[:, 0, 1, None, None] * v + th[:, 0, 2, None, None]
-    sv = th[:, 1, 0, None, None] * u + th[:, 1, 1, None, None] * v + th[:, 1, 2, None, None]
-    # the source pixel in the sample's input canvas, normalised for the padded tensor grid_sample reads
-    gx = (2.0 * (su + (w - 1) * 0.5) + 1.0) / ww - 1.0
-    gy = (2.0 * (sv + (h - 1) * 0.5) + 1.0) / hh - 1.0
-    ii = torch.arange(hh, device=dev, dtype=dt).reshape(1, hh, 1)
-    jj = torch.arange(ww, device=dev, dtype=dt).reshape(1, 1, ww)
-    inside = ((ii < h) & (jj < w)).to(dt)[:, None]                     # (B, 1, H, W): the canvas, not the padding
-    out = torch.nn.functional.grid_sample(torch.cat([x * inside, inside], 1), torch.stack([gx, gy], -1), mode=mode,
-                                          padding_mode="zeros", align_corners=False)
-    out, mask = out[:, :c], out[:, c:]
-    f = torch.tensor(list(fill), dtype=dt).to(dev, non_blocking=True).reshape(1, -1, 1, 1)
-    out = torch.where(mask < 0.5, f, out) if mode == "nearest" else (out - f) * mask + f
+    grid = None
+    if bool((warp.on & ~warp.perspective).any()):
+        theta = warp.inverse.to(dev, non_blocking=True).to(dt)
+        grid = G.affine_grid(theta, oh, ow, in_sizes=warp.ins, out_sizes=warp.outs, in_shape=(hh, ww))
+    if bool((warp.on & warp.perspective).any()):
+        coefficients = warp.coefficients.to(dev, non_blocking=True).to(dt)
+        pg = G.perspective_grid(coefficients, oh, ow, in_shape=(hh, ww))
+        grid = pg if grid is None else torch.where(warp.perspective.to(dev, non_blocking=True)[:, None, None, None],
+                                                   pg, grid)
+    if grid is None:
+        return x
+    out = G.grid_transform(x, grid, interpolation=warp.mode, fill=warp.fill, in_sizes=warp.ins)
     if (hh, ww) != (oh, ow):  # samples without a warp keep their input, in the output's shape
         x = torch.nn.functional.pad(x, (0, max(ow - ww, 0), 0, max(oh - hh, 0)))[..., :oh, :ow]
-    return torch.where(on.to(dev, non_blocking=True).reshape(-1, 1, 1, 1), out, x)
+    return torch.where(warp.on.to(dev, non_blocking=True).reshape(-1, 1, 1, 1), out, x)
 
 
 def semantic_maps(plan: DetectionPlan, semantic: Sequence[Tensor], ignore_index: int = 255) -> list[Tensor]:
     """Semantic masks ``uint8 (H_b, W_b)`` (class indices) through ``plan``: ``(h_b, w_b)`` each,
     nearest as torchvision resizes masks, padding ``ignore_index`` (the segmentation references'
     255)."""
-    return [_gather(m, maps, ignore_index) for m, maps in zip(semantic, plan.mask_maps)]
+    return [gather_masks(m, maps, ignore_index) for m, maps in zip(semantic, plan.mask_maps)]
 
 
 def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] | None = None, *,
@@ -236,7 +221,7 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
     # the first stage decodes and resamples in one pass: each window is the whole image, so stage 0's box
     # is the image; a stage 0 that only selects pixels (crops, pads with 0, flips: the hflip preset before
     # a detector's resize) is read through by stage 1 instead of being written out
-    head = 1 if _selects(plan, 0) else 0
+    head = 1 if selects(plan, 0) else 0
     first = dataclasses.replace(batch, boxes=stages[head, :, 6:10], resize=stages[head, :, :4])
     through = _selection_maps(stages[0], flips[0], _stage_size(plan.stages[0])) if head else None
     for s in range(head, stages.shape[0]):
@@ -265,5 +250,5 @@ def apply_plan(batch: Any, plan: DetectionPlan, masks: Sequence[Tensor | None] |
             out_masks.append(None)
             continue
         kept = plan.targets[b]["_kept"].to(m.device, non_blocking=True)
-        out_masks.append(_gather(m.index_select(0, kept), plan.mask_maps[b], 0))  # padding is 0 in a mask
+        out_masks.append(gather_masks(m.index_select(0, kept), plan.mask_maps[b], 0))  # padding is 0 in a mask
     return images, out_masks

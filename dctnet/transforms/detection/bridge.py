@@ -9,17 +9,12 @@ from typing import Any
 
 from torch import Tensor
 
-from dctnet.transforms.detection.crop_ops import (FixedSizeCrop, PadIfSmaller, RandomCrop, RandomIoUCrop,
-                                                  RandomResizedCrop, RandomZoomOut)
-from dctnet.transforms.detection.ops import (DetectionOp, RandomAffine, RandomHorizontalFlip, RandomPhotometricDistort,
-                                             RandomResize, RandomRotation, RandomShortestSize, RandomVerticalFlip, Resize,
-                                             SanitizeBoundingBoxes, ScaleJitter)
+# the modules that declare ops, imported for their registration (DetectionOp.__init_subclass__)
+from dctnet.transforms.detection import crop_ops  # noqa: F401
+from dctnet.transforms.detection.ops import RECIPE_OPS, DetectionOp, SanitizeBoundingBoxes
 
-#: the ops an op list may name (``DetectorResize`` is the step's own, from the model)
-RECIPE_OPS = {cls.__name__: cls for cls in (RandomHorizontalFlip, RandomVerticalFlip, Resize, RandomShortestSize,
-                                            ScaleJitter, FixedSizeCrop, RandomResizedCrop, RandomResize, PadIfSmaller,
-                                            RandomCrop, RandomZoomOut, RandomIoUCrop, RandomAffine, RandomRotation,
-                                            RandomPhotometricDistort, SanitizeBoundingBoxes)}
+__all__ = ["RECIPE_OPS", "ReferencePadIfSmaller", "build_detection_ops", "per_box_fields", "torchvision_ops",
+           "torchvision_sanitize"]
 
 
 def build_detection_ops(specs: Sequence[dict[str, Any]], *, sanitize: bool = True) -> list[DetectionOp]:
@@ -44,7 +39,7 @@ def build_detection_ops(specs: Sequence[dict[str, Any]], *, sanitize: bool = Tru
 
 
 #: ops whose ``fill`` torchvision v2 takes per type: the image's (8-bit levels), masks 0 as the references
-_FILLED = ("RandomZoomOut", "RandomAffine", "RandomRotation", "RandomCrop")
+_FILLED = ("RandomZoomOut", "RandomAffine", "RandomRotation", "RandomPerspective", "RandomCrop")
 
 
 def torchvision_ops(specs: list[dict[str, Any]], *, references: bool = False, sanitize: bool = True) -> Any:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
-from dctnet.transforms.detection.geometry import _box_iou, _clamp, _keep, _resize_boxes
-from dctnet.transforms.detection.ops import DetectionOp, _fill
+from dctnet.transforms.detection.geometry import box_iou, clamp_boxes, keep_boxes, resize_boxes
+from dctnet.transforms.detection.ops import DetectionOp, fill_rgb
 
 
 class FixedSizeCrop(DetectionOp):
@@ -21,7 +21,7 @@ class FixedSizeCrop(DetectionOp):
         size = (size, size) if isinstance(size, int) else tuple(size)
         self.size = (int(size[0]), int(size[1]))
         self.fill = fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __call__(self, geom, target, gen):
         h, w = geom.canvas
@@ -36,7 +36,7 @@ class FixedSizeCrop(DetectionOp):
             b[:, 0::2] = b[:, 0::2].clamp(0, nw)
             b[:, 1::2] = b[:, 1::2].clamp(0, nh)
             target["boxes"] = b
-            _keep(target, (b[:, 0] < b[:, 2]) & (b[:, 1] < b[:, 3]))
+            keep_boxes(target, (b[:, 0] < b[:, 2]) & (b[:, 1] < b[:, 3]))
             geom.crop(top, left, nh, nw)
         geom.pad(0, 0, max(cw - nw, 0), max(ch - nh, 0), self._fill)
 
@@ -77,9 +77,9 @@ class RandomResizedCrop(DetectionOp):
     def __call__(self, geom, target, gen):
         i, j, h, w = self._draw(*geom.canvas, gen)
         b = target["boxes"] - torch.tensor([j, i, j, i], dtype=target["boxes"].dtype)
-        target["boxes"] = _clamp(b, (h, w))
+        target["boxes"] = clamp_boxes(b, (h, w))
         geom.crop(i, j, h, w)
-        _resize_boxes(target, (h, w), self.size)
+        resize_boxes(target, (h, w), self.size)
         geom.resize(*self.size)
 
 
@@ -90,7 +90,7 @@ class PadIfSmaller(DetectionOp):
 
     def __init__(self, size: int, fill: float | Sequence[float] = 0) -> None:
         self.size, self.fill = int(size), fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __call__(self, geom, target, gen):
         h, w = geom.canvas
@@ -108,7 +108,7 @@ class RandomCrop(DetectionOp):
         size = (size, size) if isinstance(size, int) else tuple(size)
         self.size = (int(size[0]), int(size[1]))
         self.pad_if_needed, self.fill = bool(pad_if_needed), fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __call__(self, geom, target, gen):
         h, w = geom.canvas
@@ -117,14 +117,14 @@ class RandomCrop(DetectionOp):
         dx = cw - w if self.pad_if_needed and w < cw else 0
         if dy or dx:
             geom.pad(dx, dy, dx, dy, self._fill)
-            target["boxes"] = _clamp(target["boxes"] + torch.tensor([dx, dy, dx, dy], dtype=target["boxes"].dtype),
+            target["boxes"] = clamp_boxes(target["boxes"] + torch.tensor([dx, dy, dx, dy], dtype=target["boxes"].dtype),
                                      (h + 2 * dy, w + 2 * dx))
             h, w = h + 2 * dy, w + 2 * dx
         if h < ch or w < cw:
             raise ValueError(f"Required crop size {self.size} is larger than input image size {(h, w)}.")
         top = int(torch.randint(0, h - ch + 1, size=(), generator=gen)) if h > ch else 0
         left = int(torch.randint(0, w - cw + 1, size=(), generator=gen)) if w > cw else 0
-        target["boxes"] = _clamp(target["boxes"] - torch.tensor([left, top, left, top], dtype=target["boxes"].dtype),
+        target["boxes"] = clamp_boxes(target["boxes"] - torch.tensor([left, top, left, top], dtype=target["boxes"].dtype),
                                  (ch, cw))
         geom.crop(top, left, ch, cw)
 
@@ -139,7 +139,7 @@ class RandomZoomOut(DetectionOp):
         if side_range[0] < 1.0 or side_range[0] > side_range[1]:
             raise ValueError(f"Invalid side range provided {side_range}.")
         self.fill, self.side_range, self.p = fill, (float(side_range[0]), float(side_range[1])), float(p)
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __call__(self, geom, target, gen):
         if torch.rand(1, generator=gen) >= self.p:
@@ -151,7 +151,7 @@ class RandomZoomOut(DetectionOp):
         left, top = int((canvas_w - w) * r[0]), int((canvas_h - h) * r[1])
         right, bottom = canvas_w - (left + w), canvas_h - (top + h)
         b = target["boxes"] + torch.tensor([left, top, left, top], dtype=target["boxes"].dtype)
-        target["boxes"] = _clamp(b, (canvas_h, canvas_w))
+        target["boxes"] = clamp_boxes(b, (canvas_h, canvas_w))
         geom.pad(left, top, right, bottom, self._fill)
 
 
@@ -194,10 +194,10 @@ class RandomIoUCrop(DetectionOp):
                 if not inside.any():
                     continue
                 crop = torch.tensor([[left, top, right, bottom]], dtype=boxes.dtype)
-                if _box_iou(boxes[inside], crop).max() < min_iou:
+                if box_iou(boxes[inside], crop).max() < min_iou:
                     continue
                 b = boxes - torch.tensor([left, top, left, top], dtype=boxes.dtype)
-                b = _clamp(b, (new_h, new_w))
+                b = clamp_boxes(b, (new_h, new_w))
                 b[~inside] = 0
                 target["boxes"] = b
                 geom.crop(top, left, new_h, new_w)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ def sample_generator(seed: int, epoch: int, index: int, stream: str = "") -> tor
 
 # ---------------------------------------------------------------------------------------------- geometry
 @dataclass
-class _Stage:
+class Stage:
     """One resampling: the ``box`` ``(top, left, h, w)`` of the input canvas ``src`` (h, w) — the
     whole canvas, or a crop made before the resize (torchvision's ``resized_crop``) — resized to
     ``resized`` (h, w), the window ``(top, left, h, w)`` of that kept (outside ``[0, resized)``:
@@ -43,15 +42,16 @@ class _Stage:
     fill: tuple[float, float, float] | None = None
     #: antialiased resampling (torchvision's ``resize``), or torch's plain bilinear (a detector's own)
     antialias: bool = True
-    #: an affine warp of this stage's output (:class:`RandomAffine`, :class:`RandomRotation`): the
-    #: ``inverse`` (2, 3) in torchvision's centred coordinates, ``mode``, ``fill``; it seals the stage
+    #: a warp of this stage's output (:meth:`Geometry.warp`, :meth:`Geometry.perspective`): its ``kind``
+    #: (``"affine"``, ``"perspective"``), ``matrix``, ``mode``, ``fill``, ``input`` and output ``size``;
+    #: it seals the stage
     warp: dict[str, Any] | None = None
     #: colour ops applied to this stage's output (after its warp; :class:`RandomPhotometricDistort`'s
     #: drawn parameters); a stage with them is sealed: later geometry resamples its result
     photometric: dict[str, Any] | None = None
 
     @classmethod
-    def identity(cls, size: tuple[int, int]) -> "_Stage":
+    def identity(cls, size: tuple[int, int]) -> "Stage":
         return cls(src=size, resized=size, window=(0, 0, *size), box=(0, 0, *size))
 
     @property
@@ -78,24 +78,24 @@ class _Stage:
 class Geometry:
     """One sample's image geometry so far: its stages (the last one open)."""
 
-    stages: list[_Stage]
+    stages: list[Stage]
 
     @classmethod
     def of(cls, height: int, width: int) -> "Geometry":
-        return cls([_Stage.identity((int(height), int(width)))])
+        return cls([Stage.identity((int(height), int(width)))])
 
     @property
     def canvas(self) -> tuple[int, int]:
         """The current image size (h, w)."""
         return self.stages[-1].canvas
 
-    def _open(self) -> _Stage:
+    def _open(self) -> Stage:
         """The stage geometry joins: the last one, unless a warp or colour ops sealed it."""
         last = self.stages[-1]
         return last if last.photometric is None and last.warp is None else self._new_stage()
 
-    def _new_stage(self) -> _Stage:
-        self.stages.append(_Stage.identity(self.canvas))
+    def _new_stage(self) -> Stage:
+        self.stages.append(Stage.identity(self.canvas))
         return self.stages[-1]
 
     def resize(self, height: int, width: int, antialias: bool = True) -> None:
@@ -152,12 +152,23 @@ class Geometry:
         """torchvision's ``affine`` of the current canvas: ``inverse`` the 6 numbers of
         ``_get_inverse_affine_matrix`` in its centred coordinates; ``size`` the output (h, w)
         (``None``: the canvas's; a rotation with ``expand``: larger)."""
+        self._seal_warp("affine", inverse, mode, fill, size)
+
+    def perspective(self, coefficients: Sequence[float], mode: str, fill: tuple[float, float, float]) -> None:
+        """torchvision's ``perspective`` of the current canvas: its 8 ``coefficients`` (output pixel
+        coordinates to input ones, corner origin: :mod:`dctnet.kernels.geometry`), same size."""
+        self._seal_warp("perspective", coefficients, mode, fill, None)
+
+    def _seal_warp(self, kind: str, matrix: Sequence[float], mode: str, fill: tuple[float, float, float],
+                   size: tuple[int, int] | None) -> None:
+        """A warp of the current canvas (``kind`` ``"affine"``: ``matrix`` its inverse (2, 3);
+        ``"perspective"``: its coefficients (8,)) onto ``size`` (``None``: the canvas's); it seals the stage."""
         s = self.stages[-1]
         if s.warp is not None or s.photometric is not None:
             s = self._new_stage()
         canvas = (s.window[2], s.window[3])
-        s.warp = {"inverse": [float(v) for v in inverse], "mode": mode, "fill": fill, "size": size or canvas,
-                  "input": canvas}
+        s.warp = {"kind": kind, "matrix": [float(v) for v in matrix], "mode": mode, "fill": fill,
+                  "size": size or canvas, "input": canvas}
 
     def photometric(self, params: dict[str, Any]) -> None:
         """Colour ops on the current canvas (after everything so far), drawn as ``params``."""
@@ -169,8 +180,9 @@ class Geometry:
     def mask_maps(self) -> list[tuple]:
         """How masks move, as a short program: ``("maps", rows, cols)`` — row and column index maps
         ``int64 (h,)``, ``(w,)`` into the previous canvas, torchvision's nearest resizes, crops, pads
-        (−1: padding) and flips composed over consecutive stages — and ``("warp", inverse (2, 3),
-        (h, w))``, an affine warp (nearest) of the canvas at that point."""
+        (−1: padding) and flips composed over consecutive stages — and ``("warp", kind, matrix,
+        (h, w))``, a warp (nearest) of the canvas at that point: ``kind`` ``"affine"`` (``matrix`` its
+        inverse, 6 numbers) or ``"perspective"`` (its 8 coefficients)."""
         program: list[tuple] = []
         rows = cols = None
         for s in self.stages:
@@ -179,7 +191,7 @@ class Geometry:
             rows = r if rows is None else _compose(rows, r)
             cols = c if cols is None else _compose(cols, c)
             if s.warp is not None:
-                program += [("maps", rows, cols), ("warp", s.warp["inverse"], s.warp["size"])]
+                program += [("maps", rows, cols), ("warp", s.warp["kind"], s.warp["matrix"], s.warp["size"])]
                 rows = cols = None
         if rows is not None:
             program.append(("maps", rows, cols))
@@ -209,7 +221,7 @@ def _compose(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- boxes
-def _clamp(boxes: Tensor, canvas: tuple[int, int]) -> Tensor:
+def clamp_boxes(boxes: Tensor, canvas: tuple[int, int]) -> Tensor:
     """torchvision's ``clamp_bounding_boxes`` for XYXY: x to [0, W], y to [0, H]."""
     out = boxes.clone()
     out[:, 0::2] = out[:, 0::2].clamp(0, canvas[1])
@@ -217,7 +229,7 @@ def _clamp(boxes: Tensor, canvas: tuple[int, int]) -> Tensor:
     return out
 
 
-def _keep(target: dict[str, Any], keep: Tensor) -> None:
+def keep_boxes(target: dict[str, Any], keep: Tensor) -> None:
     """Drop the boxes (and their per-box fields) where ``keep`` is False."""
     for k in BOX_FIELDS:
         if k in target and target[k] is not None:
@@ -225,7 +237,7 @@ def _keep(target: dict[str, Any], keep: Tensor) -> None:
     target["_kept"] = target["_kept"][keep]
 
 
-def _box_iou(a: Tensor, b: Tensor) -> Tensor:
+def box_iou(a: Tensor, b: Tensor) -> Tensor:
     """IoU of XYXY boxes ``a (N, 4)`` with ``b (M, 4)``: ``(N, M)``."""
     area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
     area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
@@ -261,7 +273,7 @@ def resized_output_size(canvas: tuple[int, int], size: int | Sequence[int] | Non
     return new_h, new_w
 
 
-def _resize_boxes(target: dict[str, Any], old: tuple[int, int], new: tuple[int, int]) -> None:
+def resize_boxes(target: dict[str, Any], old: tuple[int, int], new: tuple[int, int]) -> None:
     """torchvision's ``resize_bounding_boxes``: x·(new_w/old_w), y·(new_h/old_h), the ratios as
     torchvision builds them (a float32 tensor), no clamp."""
     if new == old:
@@ -270,24 +282,7 @@ def _resize_boxes(target: dict[str, Any], old: tuple[int, int], new: tuple[int, 
     target["boxes"] = target["boxes"].mul(ratios).to(target["boxes"].dtype)
 
 
-def _forward_affine(center: tuple[float, float], angle: float, translate: Sequence[float], scale: float,
-                    shear: Sequence[float]) -> list[float]:
-    """torchvision's ``_get_inverse_affine_matrix(..., inverted=False)``: the forward map of the
-    points (boxes' corners) in pixel coordinates about ``center``."""
-    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
-    cx, cy = center
-    tx, ty = translate
-    a = math.cos(rot - sy) / math.cos(sy)
-    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
-    c = math.sin(rot - sy) / math.cos(sy)
-    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
-    m = [v * scale for v in (a, b, 0.0, c, d, 0.0)]
-    m[2] += m[0] * (-cx) + m[1] * (-cy) + cx + tx
-    m[5] += m[3] * (-cx) + m[4] * (-cy) + cy + ty
-    return m
-
-
-def _expanded_size(inverse: Sequence[float], w: int, h: int) -> tuple[int, int]:
+def expanded_size(inverse: Sequence[float], w: int, h: int) -> tuple[int, int]:
     """torchvision's ``_compute_affine_output_size``: the (w, h) a rotation with ``expand`` makes
     (float32 corners, 1e-4 tolerance before floor/ceil)."""
     half_w, half_h = 0.5 * w, 0.5 * h
@@ -299,8 +294,8 @@ def _expanded_size(inverse: Sequence[float], w: int, h: int) -> tuple[int, int]:
     return int(size[0]), int(size[1])
 
 
-def _affine_boxes(target: dict[str, Any], forward: list[float], canvas: tuple[int, int],
-                  expanded: tuple[int, int] | None = None) -> None:
+def affine_boxes(target: dict[str, Any], forward: list[float], canvas: tuple[int, int],
+                 expanded: tuple[int, int] | None = None) -> None:
     """torchvision's ``affine_bounding_boxes``: the 4 corners mapped, their bounding box, clamped to
     the canvas — with ``expanded`` (h, w) (a rotation with ``expand``), shifted by the mapped canvas's
     top-left first and clamped to the new canvas."""
@@ -319,4 +314,26 @@ def _affine_boxes(target: dict[str, Any], forward: list[float], canvas: tuple[in
                                dtype=b.dtype)
         boxes = boxes - torch.amin(corners @ m, dim=0, keepdim=True).repeat(1, 2)
         canvas = expanded
-    target["boxes"] = _clamp(boxes, canvas)
+    target["boxes"] = clamp_boxes(boxes, canvas)
+
+
+def perspective_boxes(target: dict[str, Any], coefficients: Sequence[float], canvas: tuple[int, int]) -> None:
+    """torchvision's ``perspective_bounding_boxes`` (XYXY): the coefficients inverted as there (in
+    Python floats, then the box dtype), the 4 corners mapped, their bounding box, clamped to the canvas."""
+    b = target["boxes"]
+    if not len(b):
+        return
+    c = [float(v) for v in coefficients]
+    denom = c[0] * c[4] - c[1] * c[3]
+    if denom == 0:
+        raise RuntimeError(f"perspective coefficients {c} cannot be inverted to move the boxes")
+    inv = [(c[4] - c[5] * c[7]) / denom, (-c[1] + c[2] * c[7]) / denom, (c[1] * c[5] - c[2] * c[4]) / denom,
+           (-c[3] + c[5] * c[6]) / denom, (c[0] - c[2] * c[6]) / denom, (-c[0] * c[5] + c[2] * c[3]) / denom,
+           (-c[4] * c[6] + c[3] * c[7]) / denom, (-c[0] * c[7] + c[1] * c[6]) / denom]
+    theta1 = torch.tensor([inv[0:3], inv[3:6]], dtype=b.dtype)
+    theta2 = torch.tensor([[inv[6], inv[7], 1.0]] * 2, dtype=b.dtype)
+    pts = b[:, [[0, 1], [2, 1], [2, 3], [0, 3]]].reshape(-1, 2)
+    pts = torch.cat([pts, torch.ones(pts.shape[0], 1, dtype=b.dtype)], 1)
+    out = torch.matmul(pts, theta1.T).div_(torch.matmul(pts, theta2.T)).reshape(-1, 4, 2)
+    lo, hi = torch.aminmax(out, dim=1)
+    target["boxes"] = clamp_boxes(torch.cat([lo, hi], 1), canvas)

@@ -11,13 +11,29 @@ import torch
 from torch import Tensor
 
 from dctnet.kernels import geometry as G
-from dctnet.transforms.detection.geometry import (Geometry, _affine_boxes, _expanded_size, _forward_affine, _keep,
-                                                  _resize_boxes, resized_output_size)
+from dctnet.transforms.augment import perspective_points
+from dctnet.transforms.detection.geometry import (Geometry, affine_boxes, expanded_size, keep_boxes, perspective_boxes,
+                                                  resize_boxes, resized_output_size)
+
+#: every op an op list (a recipe's ``detect.ops``, a preset's) may name, by torchvision's class name, in
+#: declaration order: a :class:`DetectionOp` subclass registers itself by being declared (a private
+#: base, its name starting with ``_``, or a class that says ``recipe_op = False`` does not)
+RECIPE_OPS: dict[str, type["DetectionOp"]] = {}
 
 
 class DetectionOp:
     """An op on one sample: ``op(geometry, target, generator)`` draws as torchvision's class of the
-    same name and updates the geometry and the target in place."""
+    same name and updates the geometry and the target in place. Declaring a subclass registers it in
+    :data:`RECIPE_OPS` (an op list names it; torchvision v2's class of the same name is its ``rgb``
+    arm: :func:`~dctnet.transforms.detection.bridge.torchvision_ops`)."""
+
+    #: whether an op list may name this op (``False``: the step's own, such as :class:`DetectorResize`)
+    recipe_op: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__name__.startswith("_") and cls.__dict__.get("recipe_op", True):
+            RECIPE_OPS[cls.__name__] = cls
 
     def __call__(self, geom: Geometry, target: dict[str, Any], gen: torch.Generator) -> None:
         raise NotImplementedError
@@ -27,7 +43,7 @@ class DetectionOp:
         return f"{type(self).__name__}({args})"
 
 
-def _fill(fill: float | Sequence[float]) -> tuple[float, float, float]:
+def fill_rgb(fill: float | Sequence[float]) -> tuple[float, float, float]:
     """An 8-bit fill (one value or RGB) as RGB in [0, 1]."""
     values = [float(fill)] * 3 if isinstance(fill, (int, float)) else [float(v) for v in fill]
     if len(values) != 3 or not all(math.isfinite(v) for v in values):
@@ -79,7 +95,7 @@ class Resize(DetectionOp):
     def __call__(self, geom, target, gen):
         old = geom.canvas
         new = resized_output_size(old, self.size, self.max_size)
-        _resize_boxes(target, old, new)
+        resize_boxes(target, old, new)
         geom.resize(*new)
 
 
@@ -98,7 +114,7 @@ class RandomShortestSize(DetectionOp):
         if self.max_size is not None:
             r = min(r, self.max_size / max(h, w))
         new = (int(h * r), int(w * r))
-        _resize_boxes(target, (h, w), new)
+        resize_boxes(target, (h, w), new)
         geom.resize(*new)
 
 
@@ -117,7 +133,7 @@ class ScaleJitter(DetectionOp):
         # torchvision's (sic): target_size[1] against the height, [0] against the width
         r = min(self.target_size[1] / h, self.target_size[0] / w) * scale
         new = (int(h * r), int(w * r))
-        _resize_boxes(target, (h, w), new)
+        resize_boxes(target, (h, w), new)
         geom.resize(*new)
 
 
@@ -133,7 +149,7 @@ class RandomResize(DetectionOp):
         size = int(torch.randint(self.min_size, self.max_size, (), generator=gen))
         old = geom.canvas
         new = resized_output_size(old, size)
-        _resize_boxes(target, old, new)
+        resize_boxes(target, old, new)
         geom.resize(*new)
 
 
@@ -143,14 +159,16 @@ class _AffineOp(DetectionOp):
     def _apply(self, geom: Geometry, target: dict[str, Any], angle: float, translate: Sequence[float], scale: float,
                shear: Sequence[float], expand: bool = False) -> None:
         h, w = geom.canvas
-        inverse = G.affine_matrix(torch.tensor([angle]), torch.tensor([list(translate)], dtype=torch.float64),
-                                  torch.tensor([scale]), torch.tensor([list(shear)], dtype=torch.float64),
-                                  size=(h, w))[0].reshape(-1).tolist()
+        # (the draws are float32 values: exact in float64)
+        args = [torch.tensor([v], dtype=torch.float64) for v in (angle, list(translate), scale, list(shear))]
+        inverse = G.affine_matrix(*args, size=(h, w))[0].reshape(-1).tolist()
+        # the boxes' corners: the forward map in pixel coordinates about the image centre
+        forward = G.affine_matrix(*args, size=(h, w), inverted=False)[0].reshape(-1).tolist()
         size = None
         if expand:
-            ow, oh = _expanded_size(inverse, w, h)
+            ow, oh = expanded_size(inverse, w, h)
             size = (oh, ow)
-        _affine_boxes(target, _forward_affine((w * 0.5, h * 0.5), angle, translate, scale, shear), (h, w), size)
+        affine_boxes(target, forward, (h, w), size)
         geom.warp(inverse, self.interpolation, self._fill, size)
 
 
@@ -170,7 +188,7 @@ class RandomAffine(_AffineOp):
         if interpolation not in ("nearest", "bilinear"):
             raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
         self.interpolation, self.fill = interpolation, fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __call__(self, geom, target, gen):
         h, w = geom.canvas
@@ -202,12 +220,39 @@ class RandomRotation(_AffineOp):
         if interpolation not in ("nearest", "bilinear"):
             raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
         self.interpolation, self.fill = interpolation, fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __call__(self, geom, target, gen):
         angle = torch.empty(1).uniform_(self.degrees[0], self.degrees[1], generator=gen).item()
         # torchvision's rotate: affine by −angle
         self._apply(geom, target, -angle, (0.0, 0.0), 1.0, (0.0, 0.0), self.expand)
+
+
+class RandomPerspective(DetectionOp):
+    """torchvision v2's ``RandomPerspective(distortion_scale, p, interpolation, fill)``: with
+    probability ``p``, its draw of the four corners' end points
+    (:func:`~dctnet.transforms.augment.perspective_points`), the warp on the device (``fill`` in
+    8-bit levels; masks nearest, filled with 0), boxes as its ``perspective_bounding_boxes`` (the
+    corners mapped, their enclosing box, clamped). The canvas keeps its size."""
+
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5, interpolation: str = "bilinear",
+                 fill: float | Sequence[float] = 0) -> None:
+        if not 0.0 <= float(distortion_scale) <= 1.0:
+            raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
+        if interpolation not in ("nearest", "bilinear"):
+            raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
+        self.distortion_scale, self.p = float(distortion_scale), float(p)
+        self.interpolation, self.fill = interpolation, fill
+        self._fill = fill_rgb(fill)
+
+    def __call__(self, geom, target, gen):
+        if torch.rand(1, generator=gen) >= self.p:  # torchvision's _RandomApplyTransform: the coin first
+            return
+        h, w = geom.canvas
+        start, end = perspective_points(1, h, w, self.distortion_scale, gen)
+        coefficients = G.perspective_coefficients(start, end)[0].tolist()
+        perspective_boxes(target, coefficients, (h, w))
+        geom.perspective(coefficients, self.interpolation, self._fill)
 
 
 class RandomPhotometricDistort(DetectionOp):
@@ -242,6 +287,8 @@ class DetectorResize(DetectionOp):
     training (its ``torch_choice``) and the last one in eval, output ``floor(side·scale)``, torch's
     plain (non-antialiased) bilinear; boxes by its ``resize_boxes`` (float32 ratios), masks nearest.
     ``fixed_size`` (SSD's transform): exactly that ``(w, h)``, as torchvision's argument reads."""
+
+    recipe_op = False  # the step's own, from the model
 
     def __init__(self, min_size: int | Sequence[int], max_size: int, *, train: bool = True,
                  fixed_size: Sequence[int] | None = None) -> None:
@@ -293,4 +340,4 @@ class SanitizeBoundingBoxes(DetectionOp):
         ws, hs = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
         valid = (ws >= self.min_size) & (hs >= self.min_size) & (b >= 0).all(dim=-1) & (ws * hs >= self.min_area)
         valid &= (b[:, 0] <= w) & (b[:, 2] <= w) & (b[:, 1] <= h) & (b[:, 3] <= h)
-        _keep(target, valid)
+        keep_boxes(target, valid)

@@ -11,8 +11,50 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dctnet.transforms.detection.geometry import Geometry, _Stage, sample_generator
+from dctnet.transforms.detection.geometry import Geometry, Stage, sample_generator
 from dctnet.transforms.detection.ops import DetectionOp
+
+
+#: the identity warps: an affine inverse (2, 3) and perspective coefficients (8,)
+_IDENTITY = {"affine": (1.0, 0.0, 0.0, 0.0, 1.0, 0.0), "perspective": (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)}
+
+
+@dataclass
+class StageWarp:
+    """The warps of one stage that share an interpolation and a fill, per sample (host tensors):
+    an affine warp (:meth:`Geometry.warp`: ``inverse``, torchvision's centred coordinates) or a
+    perspective (:meth:`Geometry.perspective`: ``coefficients``), of each sample's input canvas
+    ``ins[b]`` onto its output canvas ``outs[b]`` (h, w); samples with ``on`` False keep their image.
+
+    Attributes:
+        inverse: ``float64 (B, 2, 3)``, identity where a sample has no affine warp.
+        coefficients: ``float64 (B, 8)``, identity where a sample has no perspective.
+        perspective: ``bool (B,)``: which of the two a sample's warp is.
+        mode: ``"nearest"`` or ``"bilinear"``. fill: the fill (RGB in [0, 1]; a mask's: one value).
+        on: ``bool (B,)``. ins, outs: ``int64 (B, 2)``.
+    """
+
+    inverse: Tensor
+    coefficients: Tensor
+    perspective: Tensor
+    mode: str
+    fill: tuple[float, ...]
+    on: Tensor
+    ins: Tensor
+    outs: Tensor
+
+    @classmethod
+    def of(cls, warps: Sequence[tuple[str, Sequence[float]] | None], mode: str, fill: tuple[float, ...],
+           ins: Tensor, outs: Tensor) -> "StageWarp":
+        """From each sample's ``(kind, matrix)`` (``None``: no warp) of :meth:`Geometry.warp` /
+        :meth:`Geometry.perspective`."""
+        def matrices(kind: str) -> Tensor:
+            return torch.tensor([w[1] if w is not None and w[0] == kind else _IDENTITY[kind] for w in warps],
+                                dtype=torch.float64)
+
+        return cls(inverse=matrices("affine").reshape(-1, 2, 3), coefficients=matrices("perspective").reshape(-1, 8),
+                   perspective=torch.tensor([w is not None and w[0] == "perspective" for w in warps]),
+                   mode=mode, fill=tuple(fill), on=torch.tensor([w is not None for w in warps]), ins=ins, outs=outs)
 
 
 @dataclass
@@ -31,8 +73,8 @@ class DetectionPlan:
         targets: per sample, the target moved (boxes float32 XYXY; ``_kept``: the indices of the
             source boxes that remain, in order).
         mask_maps: per sample, how its masks move (:meth:`Geometry.mask_maps`).
-        warps: per stage, ``None`` or ``(inverse (B, 2, 3) float64, mode, fill, on (B,))``: the
-            stage's affine warp per sample (identity where a sample has none).
+        warps: per stage, ``None`` or its warps per sample (:class:`StageWarp`), one for each
+            (interpolation, fill) its samples drew.
     """
 
     sizes: Tensor
@@ -46,7 +88,7 @@ class DetectionPlan:
     photometric: list[dict[str, Tensor] | None]
     targets: list[dict[str, Any]]
     mask_maps: list[list[tuple]] = field(repr=False)
-    warps: list[tuple | None] = field(default_factory=list)
+    warps: list[list[StageWarp] | None] = field(default_factory=list)
     #: per stage, ``int64 (B, 2)``: each sample's canvas after the stage (its window, or its warp's output)
     canvas: list[Tensor] = field(default_factory=list)
     #: :class:`SimpleCopyPaste`'s draw: per sample, the indices of the previous sample's objects
@@ -100,7 +142,7 @@ def plan_of(geoms: Sequence[Geometry], targets: Sequence[dict[str, Any]]) -> Det
     stages, flips, antialias, fills = _stack_stages(geoms, n)
     photometric = [_stack_photometric([g.stages[s].photometric if s < len(g.stages) else None for g in geoms])
                    for s in range(n)]
-    warps = [_stack_warps([g.stages[s].warp if s < len(g.stages) else None for g in geoms], stages[s], s)
+    warps = [_stack_warps([g.stages[s].warp if s < len(g.stages) else None for g in geoms], stages[s])
              for s in range(n)]
     return DetectionPlan(sizes=torch.tensor([g.canvas for g in geoms], dtype=torch.int64).reshape(-1, 2),
                          stages=torch.from_numpy(stages), flips=torch.from_numpy(flips),
@@ -120,7 +162,7 @@ def _stack_stages(geoms: Sequence[Geometry], n: int) -> tuple[np.ndarray, np.nda
     antialias = np.ones((n, len(geoms)), bool)
     fills = np.zeros((n, len(geoms), 3), np.float64)
     for b, g in enumerate(geoms):
-        seq = g.stages + [_Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
+        seq = g.stages + [Stage.identity(g.canvas) for _ in range(n - len(g.stages))]
         for s, st in enumerate(seq):
             stages[s, b] = (*st.resized, *st.window, *st.box)
             flips[s, b] = st.flip
@@ -148,20 +190,21 @@ def _stack_photometric(drawn: Sequence[dict[str, Any] | None]) -> dict[str, Tens
                                      else [0, 1, 2] for d in drawn], dtype=torch.int64)}
 
 
-def _stack_warps(drawn: Sequence[dict[str, Any] | None], stages: np.ndarray, s: int) -> tuple | None:
-    """Stage ``s``'s drawn warps per sample (``None``: none; ``stages (B, 10)`` its rows of the plan)
-    as :attr:`DetectionPlan.warps`' entry; ``None`` when no sample warps."""
-    if all(d is None for d in drawn):
+def _stack_warps(drawn: Sequence[dict[str, Any] | None], stages: np.ndarray) -> list[StageWarp] | None:
+    """A stage's drawn warps per sample (``None``: none; ``stages (B, 10)`` its rows of the plan) as
+    :attr:`DetectionPlan.warps`' entry: one :class:`StageWarp` per (interpolation, fill) drawn (the
+    samples of a batch may reach a stage through different ops: a coin skipped, a vertical flip's
+    nearest warp beside a bilinear one); ``None`` when no sample warps."""
+    kinds = sorted({(d["mode"], d["fill"]) for d in drawn if d is not None})
+    if not kinds:
         return None
-    kinds = {(d["mode"], d["fill"]) for d in drawn if d is not None}
-    if len(kinds) > 1:
-        raise ValueError(f"stage {s}: samples warp with different interpolations or fills ({sorted(kinds)})")
-    mode, fill = kinds.pop()
-    inverse = torch.tensor([d["inverse"] if d is not None else [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] for d in drawn],
-                           dtype=torch.float64).reshape(-1, 2, 3)
     # each sample's warp input (its window) and output canvas; identity where it has no warp
-    ins = torch.tensor([d["input"] if d is not None else tuple(stages[b, 4:6]) for b, d in enumerate(drawn)],
-                       dtype=torch.int64)
-    outs = torch.tensor([d["size"] if d is not None else tuple(stages[b, 4:6]) for b, d in enumerate(drawn)],
-                        dtype=torch.int64)
-    return inverse, mode, fill, torch.tensor([d is not None for d in drawn]), ins, outs
+    window = [tuple(int(v) for v in stages[b, 4:6]) for b in range(len(drawn))]
+    ins = torch.tensor([d["input"] if d is not None else window[b] for b, d in enumerate(drawn)], dtype=torch.int64)
+    outs = torch.tensor([d["size"] if d is not None else window[b] for b, d in enumerate(drawn)], dtype=torch.int64)
+    groups = []
+    for mode, fill in kinds:
+        mine = [d if d is not None and (d["mode"], d["fill"]) == (mode, fill) else None for d in drawn]
+        groups.append(StageWarp.of([None if d is None else (d["kind"], d["matrix"]) for d in mine], mode, fill,
+                                   ins, outs))
+    return groups

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from dctnet.kernels.dct import coefficient_mosaic
 from dctnet.transforms.base import to_coefficients
-from dctnet.transforms.detection.apply import _gather, apply_plan
+from dctnet.transforms.detection.apply import gather_masks, apply_plan
 from dctnet.transforms.detection.copy_paste import SimpleCopyPaste
 from dctnet.transforms.detection.ops import DetectionOp
 from dctnet.transforms.detection.plan import DetectionCompose, DetectionPlan
@@ -109,7 +109,7 @@ class DetectionStep:
             if out_masks[b] is not None:
                 moved["masks"] = out_masks[b]
             if on_device["semantic"][b] is not None:
-                moved["semantic"] = _gather(on_device["semantic"][b], plan.mask_maps[b], 255)  # padding: ignore index
+                moved["semantic"] = gather_masks(on_device["semantic"][b], plan.mask_maps[b], 255)  # padding: ignore index
             if "image_id" in t:
                 moved["image_id"] = t["image_id"]
             out.append(moved)
