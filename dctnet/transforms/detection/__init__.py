@@ -15,7 +15,10 @@ resizes, crops, padding — so it is a short per-sample program, not a per-pixel
    whole canvas to ``resized`` (antialiased bilinear, torchvision's ``resize``), keep the window
    ``(top, left, height, width)`` of that (outside the resized canvas: ``fill``), then mirror the
    window if flipped. Crops, pads and flips join the current stage; a resize after any of them
-   starts a new one, because torchvision resamples the already cropped pixels again.
+   starts a new one, because torchvision resamples the already cropped pixels again. A warp
+   (:class:`RandomAffine`, :class:`RandomRotation`, :class:`RandomPerspective`, a vertical flip)
+   seals its stage: torchvision's grid over the stage's output, one pass per (interpolation, fill)
+   that the batch's samples drew there (:mod:`dctnet.kernels.geometry`, per-sample canvases).
 2. **Device, batched**: stage 1 decodes every window and resamples it in one pass
    (:func:`dctnet.transforms.crops_to_rgb` with the stage's per-sample resize), later stages
    resample the previous output (:func:`dctnet.resize.resized_crop`: dense matrices on a GPU,
@@ -35,7 +38,8 @@ torchvision's detectors take — views into one batch tensor padded to the batch
 The package, by role: :mod:`.geometry` (host geometry, box maths), :mod:`.ops` and :mod:`.crop_ops`
 (the ops), :mod:`.plan` (a batch's drawn plan), :mod:`.apply` (the device half), :mod:`.copy_paste`,
 :mod:`.step` (the device step), :mod:`.presets` (each preset once, as an op list that builds both arms)
-and :mod:`.bridge` (op lists into dctnet's ops or torchvision v2's).
+and :mod:`.bridge` (op lists into dctnet's ops or torchvision v2's). An op registers itself by being
+declared (:class:`DetectionOp`'s subclasses, in :data:`.ops.RECIPE_OPS`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Host geometry of a detection sample: its per-sample generator, the stages its image goes through
-(:class:`Geometry`), the masks' index maps, and torchvision's box maths (clamp, IoU, resize, affine)."""
+(:class:`Geometry`), the masks' index maps, and torchvision's box maths (clamp, IoU, resize, affine,
+perspective). The names the package's other modules use are public here (no module of the package
+imports another's private name)."""
 
 from __future__ import annotations
 

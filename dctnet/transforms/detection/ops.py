@@ -1,5 +1,7 @@
-"""The detection ops: :class:`DetectionOp` and the ops that resize, flip, warp, distort colour or
-sanitize (the crops and pads: :mod:`.crop_ops`). Each draws as torchvision's class of the same name."""
+"""The detection ops: :class:`DetectionOp` and the ops that resize, flip, warp (affine, rotation,
+perspective), distort colour or sanitize (the crops and pads: :mod:`.crop_ops`). Each draws as
+torchvision's class of the same name, and registers itself by being declared (:data:`RECIPE_OPS`):
+adding an op is its class in one of the package's op modules, plus its test."""
 
 from __future__ import annotations
 
