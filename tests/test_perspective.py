@@ -35,10 +35,6 @@ from torchvision.transforms import v2
 from torchvision.transforms.functional import _get_perspective_coeffs
 from torchvision.transforms.v2 import functional as TVF
 
-import dctnet
-from dctnet.data.collate import collate
-from dctnet.data.crop import FullImage
-from dctnet.data.dataset import sample_from_coefficients
 from dctnet.kernels import geometry as G
 from dctnet.synthetic import synthetic_jpeg
 from dctnet.transforms import detection as TD
@@ -47,6 +43,7 @@ from dctnet.transforms.base import BaselineContext, to_coefficients, to_pixels
 from dctnet.transforms.registry import build_transform, counterpart, op_table
 
 from conftest import imagenette_files
+from test_detection_geometry import ours, tv_sample  # (the detection oracle's harness)
 
 #: the canvases the detection samples are cut to (different sizes: a padded batch)
 SIZES = ((150, 200), (181, 163), (120, 256), (97, 130))
@@ -216,29 +213,6 @@ def test_classification_op_is_declared_for_recipes_and_the_rgb_arm(photos):
 
 
 # ---------------------------------------------------------------------------------------------- detection
-def _ours(ops: list, samples: list[dict], seeds: list[int]):
-    comp = TD.DetectionCompose(ops)
-    geoms, targets = [], []
-    for s, k in zip(samples, seeds):
-        g, t = comp.draw_one(tuple(s["pixels"].shape[-2:]), {"boxes": s["boxes"], "labels": s["labels"]},
-                             torch.Generator().manual_seed(k))
-        geoms.append(g)
-        targets.append(t)
-    plan = TD.plan_of(geoms, targets)
-    batch = collate([sample_from_coefficients(dctnet.read_coefficients(s["path"]), FullImage(), 0, i)
-                     for i, s in enumerate(samples)], pin_memory=False)
-    images, masks = TD.apply_plan(batch, plan, [torch.from_numpy(s["masks"]) for s in samples], exact=True)
-    return plan, images, masks
-
-
-def _tv_sample(s: dict) -> dict:
-    h, w = s["pixels"].shape[-2:]
-    return {"image": tv_tensors.Image(s["pixels"]),
-            "boxes": tv_tensors.BoundingBoxes(torch.as_tensor(s["boxes"], dtype=torch.float32), format="XYXY",
-                                              canvas_size=(h, w)),
-            "masks": tv_tensors.Mask(torch.from_numpy(s["masks"])), "labels": s["labels"]}
-
-
 MEAN = (123.0, 117.0, 104.0)
 CASES = {  # name: (dctnet's ops, torchvision's), each ending in a sanitize
     "bilinear": ([TD.RandomPerspective(0.6, p=0.8, fill=MEAN)],
@@ -261,10 +235,10 @@ def test_detection_matches_torchvision_with_tv_tensors(samples, case):
     warped = 0
     for round_ in range(3):
         seeds = [100 * round_ + i for i in range(len(samples))]
-        plan, images, masks = _ours([*ours_ops, TD.SanitizeBoundingBoxes()], samples, seeds)
+        plan, images, masks = ours([*ours_ops, TD.SanitizeBoundingBoxes()], samples, seeds)
         for b, (s, k) in enumerate(zip(samples, seeds)):
             torch.manual_seed(k)
-            want = v2.Compose([*tv_ops, v2.SanitizeBoundingBoxes()])(_tv_sample(s))
+            want = v2.Compose([*tv_ops, v2.SanitizeBoundingBoxes()])(tv_sample(s))
             where = f"{s['path']} seed {k}"
             wi, wb = want["image"].as_subclass(Tensor), want["boxes"].as_subclass(Tensor)
             assert images[b].shape == wi.shape, where
