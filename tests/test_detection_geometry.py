@@ -449,7 +449,9 @@ def test_the_detection_step_makes_no_host_sync(samples):
         tracer = DeviceTracer()
         tracer.mark(batch)
         tracer.mark([t["masks"] for t in targets])
-        warp = [TD.RandomAffine(10, translate=(0.1, 0.1), interpolation="bilinear")] if preset == "ssd" else []
+        # warps: an affine one; a perspective after a vertical flip (two kinds, two interpolations in a stage)
+        warp = ([TD.RandomAffine(10, translate=(0.1, 0.1), interpolation="bilinear")] if preset == "ssd"
+                else [TD.RandomVerticalFlip(0.5), TD.RandomPerspective(0.4, p=0.7)])
         step = TD.DetectionStep([*warp, *TD.detection_preset(preset), TD.DetectorResize((288, 320), 480)], seed=1)
         with tracer:
             images, out = step(batch, targets)

@@ -183,8 +183,8 @@ def perspective_grid(coefficients: Tensor, h: int, w: int, *, in_shape: tuple[in
     c = coefficients.reshape(-1, 8, 1, 1)
     x = torch.linspace(0.5, w - 0.5, steps=w, device=device, dtype=dtype).view(1, 1, w)
     y = torch.linspace(0.5, h - 0.5, steps=h, device=device, dtype=dtype).view(1, h, 1)
-    rx = c[:, 0:3] / torch.tensor(0.5 * iw, dtype=dtype, device=device)
-    ry = c[:, 3:6] / torch.tensor(0.5 * ih, dtype=dtype, device=device)
+    rx = c[:, 0:3] / (0.5 * iw)  # (a half-integer: exact in any float dtype, as torchvision's tensor of it)
+    ry = c[:, 3:6] / (0.5 * ih)
     den = x * c[:, 6] + y * c[:, 7] + 1.0
     gx = (x * rx[:, 0] + y * rx[:, 1] + rx[:, 2]) / den - 1.0
     gy = (x * ry[:, 0] + y * ry[:, 1] + ry[:, 2]) / den - 1.0
