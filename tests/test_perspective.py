@@ -185,6 +185,27 @@ def test_classification_pixels_match_torchvision(photos, interpolation, fill):
         _assert_warp_close(out[i], ref, interpolation)
 
 
+def test_classification_warps_only_the_samples_that_drew_it_at_fixed_shapes(photos):
+    """With ``p < 1`` the device warps the rows that drew the op, in groups of a fixed size (the same
+    plan shapes whatever the coins: one compiled graph), with exactly the values of exact groups and of
+    the whole batch warped then selected."""
+    from dctnet.transforms.base import plan_signature
+
+    x = torch.cat([photos, photos.flip(-2), photos.flip(-1)])
+    t = RandomPerspective(0.5, p=0.4, seed=9)
+    signatures = set()
+    for k in range(3):
+        params = t.draw_params(x.shape, torch.Generator().manual_seed(k))
+        fixed = t(x, params=params)
+        signatures.add(plan_signature(x, None, t.prepare(params, x.shape, "cpu")))
+        exact = t.set_fixed_shapes(False)(x, params=params)
+        t.set_fixed_shapes(True)
+        whole = G.perspective(x, G.perspective_coefficients(params["startpoints"], params["endpoints"]), fill=0.0)
+        on = params["apply"][:, None, None, None]
+        assert torch.equal(fixed, exact) and torch.equal(fixed, torch.where(on, whole, x))
+    assert len(signatures) == 1
+
+
 def test_classification_on_coefficients_decodes_to_torchvisions_warp(photos):
     x = to_coefficients(photos)
     t = RandomPerspective(0.5, p=1.0, seed=4)

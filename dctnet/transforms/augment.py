@@ -18,7 +18,8 @@ from dctnet.kernels import pixel as P
 from dctnet.kernels.color import rgb_to_ycbcr, ycbcr_to_rgb
 from dctnet.transforms import policy_base as PB
 from dctnet.transforms.auto_augment import pil_fill
-from dctnet.transforms.base import Transform, image_size, kernel, round_to_levels
+from dctnet.transforms.base import (Transform, group_capacity, group_chunks, image_size, kernel, may_overwrite,
+                                    representation, round_to_levels, run_groups, to_device)
 
 __all__ = ["ColorJitter", "FrequencyDropout", "RandomChromaRotation", "RandomGrayscale", "RandomHorizontalFlip",
            "RandomPerspective", "RandomRequantize", "RandomTranspose", "RandomVerticalFlip", "perspective_points"]
@@ -388,11 +389,32 @@ class RandomPerspective(Transform):
 
     @kernel("pixel", "prepare")
     def _plan(self, params, shape, device):
-        # the coefficients on the host, as torchvision solves them (float64 least squares, then float32)
-        plan = {"coefficients": G.perspective_coefficients(params["startpoints"], params["endpoints"])}
-        if "apply" in params:
-            plan["apply"] = params["apply"]
-        return {k: v.to(device, non_blocking=True) for k, v in plan.items()}
+        """The coefficients, solved on the host as torchvision solves them (float64 least squares, then
+        float32); with ``p < 1``, for the samples that drew the warp alone, in groups of a fixed size
+        (:func:`~dctnet.transforms.base.group_capacity` rows, padded with scratch rows that the identity
+        warps; a second group only in the rare batch where more samples drew it): the device warps
+        those rows, about ``p`` of the batch, at the same shapes every batch."""
+        coefficients = G.perspective_coefficients(params["startpoints"], params["endpoints"])
+        if "apply" not in params:  # p = 1: every sample
+            return to_device({"coefficients": coefficients}, device)
+        batch = int(shape[0])
+        cap = group_capacity(batch, self.p) if self.fixed_shapes else None
+        identity = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+        groups = []
+        for rows, index in group_chunks(params["apply"].nonzero().squeeze(1), batch, cap):
+            pad = identity.expand(len(index) - len(rows), 8)
+            groups.append({"rows": index, "padded": cap is not None, "coefficients": torch.cat([coefficients[rows], pad])})
+        return to_device(groups, device)
+
+    def execute(self, x, labels, prepared):
+        labels = self._prepare_labels(labels)
+        if self.p == 0.0:
+            return x, labels
+        warp = self._kernel("apply", representation(x))
+        if isinstance(prepared, dict):  # every sample
+            return warp(x, labels, prepared)
+        return run_groups(x, [(None, g) for g in prepared], lambda sub, _, g: warp(sub, None, g)[0],
+                          overwrite=may_overwrite(self, x)), labels
 
     @kernel("pixel")
     def _pixels(self, x, labels, prepared):
