@@ -21,7 +21,10 @@ A perspective is torchvision's 8 ``coefficients`` ``(a, b, c, d, e, f, g, h)``: 
 **Padded batches** (detection: each sample's canvas ``in_sizes[b] = (h, w)`` at the top left of a
 batch padded to ``(H, W)``): the grids read each sample's own canvas (the normalisation is the
 padded tensor's, the centre the sample's), and :func:`grid_transform` treats the padding as outside
-the image (the fill); with one canvas the size of the tensor, both are torchvision's exactly.
+the image (the fill); with one canvas the size of the tensor, both are torchvision's own formulas
+(up to the last bit of a sum: elementwise here, ``bmm`` there). Padded, the normalisation by the
+batch's size moves a sampling point by a few float32 ulps: bilinear values by ≤ 3e-5, and the rare
+exact nearest tie may round the other way (``tests/test_perspective.py``, ``test_detection_geometry.py``).
 """
 
 from __future__ import annotations
