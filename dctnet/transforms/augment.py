@@ -372,6 +372,7 @@ class RandomPerspective(Transform):
     def __init__(self, distortion_scale: float = 0.5, p: float = 0.5, interpolation: str = "bilinear",
                  fill: float | tuple[float, float, float] | None = 0.0, seed: int | None = None) -> None:
         super().__init__(seed, p=p)
+        interpolation = getattr(interpolation, "value", interpolation)  # (torchvision's InterpolationMode too)
         if isinstance(distortion_scale, bool) or not isinstance(distortion_scale, (int, float)) \
                 or not 0.0 <= distortion_scale <= 1.0:
             raise ValueError(f"RandomPerspective: distortion_scale must be in [0, 1], got {distortion_scale!r}")

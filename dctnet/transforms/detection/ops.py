@@ -241,6 +241,7 @@ class RandomPerspective(DetectionOp):
                  fill: float | Sequence[float] = 0) -> None:
         if not 0.0 <= float(distortion_scale) <= 1.0:
             raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
+        interpolation = getattr(interpolation, "value", interpolation)  # (torchvision's InterpolationMode too)
         if interpolation not in ("nearest", "bilinear"):
             raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
         self.distortion_scale, self.p = float(distortion_scale), float(p)
