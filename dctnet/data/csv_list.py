@@ -20,10 +20,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from dctnet.data.dataset import DEFAULT_MAX_PIXELS, CropDataset, ImageFolderDataset
-from dctnet.data.pillow import PilLoader
+from dctnet.data.pillow import PillowFiles
 from dctnet.data.sources import DataSource, SourceContext, register_source
 
 __all__ = ["CsvImageDataset", "read_image_table"]
@@ -96,25 +94,6 @@ class CsvImageDataset(ImageFolderDataset):
         self.warned: dict[str, tuple[str, ...]] = {}
 
 
-class PillowRows(torch.utils.data.Dataset):
-    """The rgb baseline's view of a :class:`CsvImageDataset` (its usable files): ``(PIL RGB image, label)``."""
-
-    def __init__(self, dataset: CsvImageDataset, accept_truncated: bool) -> None:
-        self.samples, self.classes = list(dataset.samples), dataset.classes
-        self.targets = [t for _, t in self.samples]
-        self.loader = PilLoader(accept_truncated)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int):
-        path, target = self.samples[index]
-        return self.loader(path), target
-
-    def sample_name(self, index: int) -> str:
-        return self.samples[index][0]
-
-
 def _classes(ctx: SourceContext) -> list[str]:
     """Both splits' labels, sorted: one class list for the two."""
     d = ctx.data
@@ -131,6 +110,12 @@ def checked_table(ctx: SourceContext, split: str) -> CsvImageDataset:
     return ctx.checked(split, ds)
 
 
+def _pillow_table(ctx: SourceContext, split: str) -> PillowFiles:
+    """The rgb baseline's view of the split: the files :func:`checked_table` finds usable, by Pillow."""
+    ds = checked_table(ctx, split)
+    return PillowFiles(ds.samples, ds.classes, ctx.data.warnings == "accept")
+
+
 register_source(DataSource(
     "csv", fields=("image_column", "label_column"), coefficients=checked_table,
-    pillow=lambda ctx, split: PillowRows(checked_table(ctx, split), ctx.data.warnings == "accept")))
+    pillow=lambda ctx, split: _pillow_table(ctx, split)))

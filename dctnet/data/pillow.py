@@ -15,7 +15,7 @@ import torch
 
 from dctnet.data.dataset import IMG_EXTENSIONS
 
-__all__ = ["PilLoader", "PillowFolder"]
+__all__ = ["PilLoader", "PillowFiles", "PillowFolder"]
 
 
 class PilLoader:
@@ -39,23 +39,14 @@ class PilLoader:
                 ImageFile.LOAD_TRUNCATED_IMAGES = before
 
 
-class PillowFolder(torch.utils.data.Dataset):
-    """torchvision's ``ImageFolder`` over the files dctnet's folder datasets read (JPEG names only,
-    empty classes kept, so labels match), only the ``usable`` ones when given: ``(image, label)``
-    by Pillow (:class:`PilLoader`)."""
+class PillowFiles(torch.utils.data.Dataset):
+    """``(path, label)`` samples read by Pillow (:class:`PilLoader`): ``(image, label)``; ``classes``
+    their names."""
 
-    def __init__(self, root: str | os.PathLike, accept_truncated: bool = False,
-                 usable: Sequence[str] | None = None) -> None:
-        import torchvision  # optional dependency (see the module docstring)
-
-        folder = torchvision.datasets.ImageFolder(str(root), allow_empty=True,
-                                                  is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
-        self.root, self.classes, self.class_to_idx = str(root), folder.classes, folder.class_to_idx
-        self.samples: list[tuple[str, int]] = folder.samples
-        if usable is not None:
-            keep = {os.path.normpath(p) for p in usable}
-            self.samples = [s for s in self.samples if os.path.normpath(s[0]) in keep]
-        self.imgs = self.samples
+    def __init__(self, samples: Sequence[tuple[str, int]], classes: Sequence[str],
+                 accept_truncated: bool = False) -> None:
+        self.samples: list[tuple[str, int]] = list(samples)
+        self.classes = list(classes)
         self.targets = [t for _, t in self.samples]
         self.loader = PilLoader(accept_truncated)
 
@@ -69,3 +60,23 @@ class PillowFolder(torch.utils.data.Dataset):
     def sample_name(self, index: int) -> str:
         """The file of sample ``index`` (how messages name it)."""
         return self.samples[index][0]
+
+
+class PillowFolder(PillowFiles):
+    """torchvision's ``ImageFolder`` over the files dctnet's folder datasets read (JPEG names only,
+    empty classes kept, so labels match), only the ``usable`` ones when given: ``(image, label)``
+    by Pillow (:class:`PilLoader`)."""
+
+    def __init__(self, root: str | os.PathLike, accept_truncated: bool = False,
+                 usable: Sequence[str] | None = None) -> None:
+        import torchvision  # optional dependency (see the module docstring)
+
+        folder = torchvision.datasets.ImageFolder(str(root), allow_empty=True,
+                                                  is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS))
+        samples = folder.samples
+        if usable is not None:
+            keep = {os.path.normpath(p) for p in usable}
+            samples = [s for s in samples if os.path.normpath(s[0]) in keep]
+        super().__init__(samples, folder.classes, accept_truncated)
+        self.root, self.class_to_idx = str(root), folder.class_to_idx
+        self.imgs = self.samples
