@@ -148,4 +148,5 @@ def test_dctnet_train_runs_the_dct_arm_and_resumes(tmp_path):
     again = Trainer(load_recipe(None, spec), resume=True, log=lambda m: None)
     assert again.start_epoch == 1 and again.model.dctnet_stem == "dct-up"
     again.fit()
-    assert [r["epoch"] for r in [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]] == [1, 2]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]
