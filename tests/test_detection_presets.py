@@ -12,6 +12,8 @@ from torchvision.transforms import v2
 from dctnet.train.recipe import DetectConfig
 from dctnet.transforms import detection as TD
 
+from test_detection_geometry import samples  # noqa: F401,F811 (the per-op tests' images, a fixture)
+
 
 def names(ops) -> list[str]:
     ops = ops.transforms if isinstance(ops, v2.Compose) else ops
@@ -46,5 +48,18 @@ def test_the_segmentation_preset_builds_both_arms_from_its_op_list(train, hflip_
 def test_the_recipe_takes_the_tables_detection_presets():
     assert typing.get_args(typing.get_type_hints(DetectConfig)["preset"]) == TD.DETECTION_PRESETS
     assert set(TD.DETECTION_PRESETS) | {"segmentation"} == set(TD.PRESETS)
-    with pytest.raises(ValueError, match="known: hflip, lsj, multiscale, ssd, ssdlite"):
+    with pytest.raises(ValueError, match="known: hflip, lsj, multiscale, ssd, ssdlite, aerial"):
         TD.detection_preset("segmentation")
+
+
+def test_the_aerial_preset_flips_both_ways_as_torchvision(samples):  # noqa: F811 (the fixture)
+    """``aerial`` (overhead tiles: no "up") is torchvision's vertical then horizontal flip, each with the
+    preset's flip probability: the same boxes, masks and pixels as v2's classes replayed from each
+    sample's seed, and the rgb arm built of those classes."""
+    from test_detection_geometry import check, seeds_for
+
+    tv = [v2.RandomVerticalFlip(0.3), v2.RandomHorizontalFlip(0.3), v2.SanitizeBoundingBoxes()]
+    for round_ in range(3):
+        check(TD.detection_preset("aerial", 0.3), tv, samples, seeds_for(len(samples), round_))
+    rgb = TD.torchvision_detection_preset("aerial", 0.3).transforms
+    assert [type(o) for o in rgb] == [type(o) for o in tv] and [o.p for o in rgb[:2]] == [0.3, 0.3]

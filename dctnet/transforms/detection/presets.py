@@ -56,6 +56,8 @@ PRESETS: dict[str, Preset] = {
     "ssd": Preset("detection", ({"name": "RandomPhotometricDistort"}, {"name": "RandomZoomOut", "fill": Arg("mean")},
                                 {"name": "RandomIoUCrop"}, _FLIP)),
     "ssdlite": Preset("detection", ({"name": "RandomIoUCrop"}, _FLIP)),
+    # overhead imagery (aerial and satellite tiles, the tree crowns): no "up", so flips both ways
+    "aerial": Preset("detection", ({"name": "RandomVerticalFlip", "p": Arg("hflip_prob")}, _FLIP)),
     # torchvision's segmentation references' presets (SegmentationPresetTrain, SegmentationPresetEval); their
     # PadIfSmaller pads images with 0 and masks with 255
     "segmentation": Preset(
@@ -89,7 +91,9 @@ def preset_specs(name: str, task: str = "detection", *, train: bool = True, **ar
 def detection_preset(name: str, hflip_prob: float = 0.5, mean: Sequence[float] = MEAN) -> list[DetectionOp]:
     """torchvision's detection references' training presets (``DetectionPresetTrain``), then
     ``SanitizeBoundingBoxes`` as their v2 path ends: ``hflip``, ``lsj``, ``multiscale``, ``ssd``,
-    ``ssdlite`` (their v2 path fills the ``ssd`` zoom-out with the mean and masks with 0)."""
+    ``ssdlite`` (their v2 path fills the ``ssd`` zoom-out with the mean and masks with 0); and
+    ``aerial`` for overhead imagery, which has no "up": vertical and horizontal flips, each with
+    ``hflip_prob``."""
     return build_detection_ops(preset_specs(name, hflip_prob=hflip_prob, mean=list(mean)))
 
 
