@@ -93,3 +93,26 @@ def test_the_op_table_order_does_not_follow_the_import_order():
     assert ranks == sorted(ranks), modules
     assert list(T.TRANSFORMS)[:2] == ["RandomHorizontalFlip", "RandomVerticalFlip"]
     assert list(T.TRANSFORMS)[-3:] == ["RandomChoice", "RandomApply", "RandomOrder"]
+
+
+def test_every_detection_op_declared_in_the_package_is_registered_and_its_arguments_checked():
+    """A ``DetectionOp`` subclass declared in any module of ``dctnet.transforms.detection`` is in its
+    registry once the package is imported (the package walks its modules: no list to edit), except
+    ``DetectorResize`` (the model's own resize, not an op a list names); a recipe's op list is checked
+    against each op's signature and annotations, with a "did you mean"."""
+    from dctnet.transforms import detection as TD
+    from dctnet.transforms.detection.ops import RECIPE_OPS as DETECTION_OPS, DetectionOp
+
+    declared = {}
+    for info in pkgutil.iter_modules(TD.__path__, "dctnet.transforms.detection."):
+        for _, cls in inspect.getmembers(importlib.import_module(info.name), inspect.isclass):
+            if issubclass(cls, DetectionOp) and cls is not DetectionOp and not cls.__name__.startswith("_"):
+                declared[cls.__name__] = cls
+    assert set(declared) - set(DETECTION_OPS) == {"DetectorResize"}
+    assert len(DETECTION_OPS) >= 17 and all(DETECTION_OPS[n] is c for n, c in declared.items() if n in DETECTION_OPS)
+    for spec, says in [({"name": "RandomRotaton", "degrees": 5}, "did you mean 'RandomRotation'"),
+                       ({"name": "RandomRotation", "degree": 5}, "unknown argument 'degree'; did you mean 'degrees'"),
+                       ({"name": "RandomRotation", "degrees": "x"}, "argument 'degrees': expected a number")]:
+        with pytest.raises(ValueError, match=says):
+            TD.build_detection_ops([spec])
+    assert TD.build_detection_ops([{"name": "RandomRotation", "degrees": [-5, 5]}])[0].degrees == (-5.0, 5.0)

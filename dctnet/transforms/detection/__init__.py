@@ -72,3 +72,16 @@ __all__ = [
     "torchvision_detection_preset", "torchvision_ops", "torchvision_sanitize",
     "torchvision_segmentation_preset",
 ]
+
+
+def _import_op_modules() -> None:
+    """Every module of the package, imported for the ops it declares (a :class:`DetectionOp` subclass
+    registers itself): an op in a new module is registered with no list to edit."""
+    import importlib  # (used once, at import)
+    import pkgutil  # (as above)
+
+    for module in pkgutil.iter_modules(__path__, __name__ + "."):
+        importlib.import_module(module.name)
+
+
+_import_op_modules()

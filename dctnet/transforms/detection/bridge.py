@@ -4,13 +4,14 @@ classes (the ``rgb`` arm, with :func:`per_box_fields` keeping every per-box fiel
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Sequence
 from typing import Any
 
 from torch import Tensor
 
-# the modules that declare ops, imported for their registration (DetectionOp.__init_subclass__)
-from dctnet.transforms.detection import crop_ops  # noqa: F401
+from dctnet.coerce import coerce, did_you_mean
 from dctnet.transforms.detection.ops import RECIPE_OPS, DetectionOp, SanitizeBoundingBoxes
 
 __all__ = ["RECIPE_OPS", "ReferencePadIfSmaller", "build_detection_ops", "per_box_fields", "torchvision_ops",
@@ -20,22 +21,44 @@ __all__ = ["RECIPE_OPS", "ReferencePadIfSmaller", "build_detection_ops", "per_bo
 def build_detection_ops(specs: Sequence[dict[str, Any]], *, sanitize: bool = True) -> list[DetectionOp]:
     """Training ops from specs ``{"name": <torchvision's class name>, **its arguments}`` (a recipe's
     ``detect.ops``), in order, ending in ``SanitizeBoundingBoxes`` (appended unless last), as the
-    presets end (``sanitize=False``: nothing appended, as the segmentation presets)."""
+    presets end (``sanitize=False``: nothing appended, as the segmentation presets). Each argument is
+    checked against the op's signature and annotations (:func:`dctnet.coerce.coerce`, as the
+    classification ops' are); an unknown op or argument is a ``ValueError`` with a "did you mean"."""
     ops: list[DetectionOp] = []
     for i, spec in enumerate(specs):
         if not isinstance(spec, dict) or "name" not in spec:
             raise ValueError(f"op {i}: a mapping with a name, got {spec!r}")
-        args = {k: v for k, v in spec.items() if k != "name"}
-        cls = RECIPE_OPS.get(spec["name"])
+        name = spec["name"]
+        cls = RECIPE_OPS.get(name) if isinstance(name, str) else None
         if cls is None:
-            raise ValueError(f"op {i}: unknown detection op {spec['name']!r} (known: {', '.join(sorted(RECIPE_OPS))})")
+            raise ValueError(f"op {i}: unknown detection op {name!r}{_hint(name, RECIPE_OPS)} "
+                             f"(known: {', '.join(sorted(RECIPE_OPS))})")
         try:
-            ops.append(cls(**args))
+            ops.append(cls(**_arguments(i, cls, {k: v for k, v in spec.items() if k != "name"})))
         except TypeError as exc:
-            raise ValueError(f"op {i} ({spec['name']}): {exc}") from None
+            raise ValueError(f"op {i} ({name}): {exc}") from None
     if sanitize and (not ops or not isinstance(ops[-1], SanitizeBoundingBoxes)):
         ops.append(SanitizeBoundingBoxes())
     return ops
+
+
+def _hint(word: Any, choices: Sequence[str]) -> str:
+    close = did_you_mean(word, list(choices))
+    return f"; {close}" if close else ""
+
+
+def _arguments(i: int, cls: type[DetectionOp], args: dict[str, Any]) -> dict[str, Any]:
+    """Op ``i``'s arguments checked against ``cls``'s signature and annotations."""
+    params = {n: p for n, p in inspect.signature(cls.__init__).parameters.items()
+              if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    hints = typing.get_type_hints(cls.__init__)
+    out = {}
+    for arg, value in args.items():
+        if arg not in params:
+            raise ValueError(f"op {i} ({cls.__name__}): unknown argument {arg!r}{_hint(arg, params)} "
+                             f"(takes: {', '.join(params) or 'no arguments'})")
+        out[arg] = coerce(value, hints.get(arg, Any), f"op {i} ({cls.__name__}) argument {arg!r}")
+    return out
 
 
 #: ops whose ``fill`` torchvision v2 takes per type: the image's (8-bit levels), masks 0 as the references
