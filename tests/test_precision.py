@@ -1,6 +1,5 @@
 """How a run computes on its device (``dctnet.train.precision``): ``train.amp``'s autocast dtype and
-``train.channels_last``, one rule for the classification and detection trainers; the detection
-trainer trains under autocast."""
+``train.channels_last``, one rule for every task; a detection recipe trains under autocast."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ def test_channels_last_acts_on_cuda_convolutional_models_only():
 
 
 def test_detection_trains_under_bf16_autocast(tmp_path):
-    """train.amp acts in the detection trainer: bf16 autocast around the detector's forward (on the CPU
+    """train.amp acts in a detection run: bf16 autocast around the detector's forward (on the CPU
     here), finite float32 losses summed on the device and read at the end of the epoch."""
     pytest.importorskip("pycocotools")
     from dctnet.synthetic import make_instance_set
@@ -55,6 +54,7 @@ def test_detection_trains_under_bf16_autocast(tmp_path):
         "train": {"max_steps": 1, "amp": "bf16", "out": str(tmp_path / "run"), "checkpoint": False}})
     trainer = Trainer(recipe, log=lambda m: None)
     assert trainer.amp_dtype is torch.bfloat16
+    assert not trainer.opt.param_groups[0]["nesterov"]  # plain momentum, as torchvision's detection references
     seen = []
     forward = trainer.net.forward
 

@@ -64,6 +64,8 @@ class DetectionTask(Task):
     fixed_shapes = False
     #: the task's name in messages
     kind = "detection"
+    #: plain momentum, as torchvision's detection and segmentation references' SGD
+    nesterov = False
 
     def __init__(self, recipe: Recipe, process: RunProcess) -> None:
         super().__init__(recipe, process)
@@ -184,7 +186,7 @@ class DetectionTask(Task):
                 f"eval geometry: {self.eval_step!r}\n")
 
     # ------------------------------------------------------------------ data
-    def _rgb_transform(self, r: Recipe, train: bool) -> Any:
+    def rgb_transform(self, r: Recipe, train: bool) -> Any:
         """The rgb arm's torchvision v2 transform of a split (eval: none, the detector resizes)."""
         if not train:
             return None
@@ -197,7 +199,7 @@ class DetectionTask(Task):
         if self.plan_a:
             dataset, collate = ds, lambda items: collate_detection(items, pin_memory=pin)
         else:
-            dataset, collate = PillowCoco(ds, self._rgb_transform(r, train)), list_collate
+            dataset, collate = PillowCoco(ds, self.rgb_transform(r, train)), list_collate
         if not self.plan_a:  # torchvision's draws seeded per (seed, epoch, index): any workers, and --resume
             dataset = SeededDraws(dataset, r.train.seed)
         return torch.utils.data.DataLoader(

@@ -35,11 +35,15 @@ class Task:
     Attributes the trainer reads: ``model``; ``channels_last`` (the model and its pixel batches in
     channels_last); ``fixed_shapes`` (one input shape per batch size, so cudnn may tune each once);
     ``steps`` (full training batches in an epoch on this rank); ``held`` (training samples this rank
-    holds per epoch, for the note on what ``drop_last`` leaves out; 0: no note)."""
+    holds per epoch, for the note on what ``drop_last`` leaves out; 0: no note); ``nesterov`` (the
+    momentum of ``optim.optimizer: sgd``)."""
 
     channels_last: bool = False
     fixed_shapes: bool = True
     held: int = 0
+    #: SGD with Nesterov momentum (timm's and the classification recipes'); False: plain momentum, as
+    #: torchvision's detection and segmentation references train
+    nesterov: bool = True
 
     def __init__(self, recipe: Recipe, process: RunProcess) -> None:
         self.recipe = recipe

@@ -95,15 +95,16 @@ class Trainer:
             task.start_notes(not self.history, self.steps_per_epoch)
 
     def _build_optimizer(self, r: Recipe) -> None:
-        """SGD (Nesterov) or AdamW over the recipe's parameter groups, at ``optim.lr`` scaled by the global
-        batch over ``optim.lr_batch``."""
+        """SGD (Nesterov momentum unless the task trains with plain momentum) or AdamW over the recipe's
+        parameter groups, at ``optim.lr`` scaled by the global batch over ``optim.lr_batch``."""
         self.lr = r.optim.lr * r.data.batch_size * self.world_size / r.optim.lr_batch
         groups = optimizer_groups(self.model, r, self.lr)
         # fused kernels on CUDA: one launch for every parameter, and under fp16 the grad scaler hands them
         # its found-inf flag instead of reading it on the host each step (GradScaler._maybe_opt_step)
         fused = self.device.type == "cuda"
         if r.optim.optimizer == "sgd":
-            self.opt = torch.optim.SGD(groups, lr=self.lr, momentum=r.optim.momentum, nesterov=True, fused=fused)
+            self.opt = torch.optim.SGD(groups, lr=self.lr, momentum=r.optim.momentum, nesterov=self.task.nesterov,
+                                       fused=fused)
         else:
             self.opt = torch.optim.AdamW(groups, lr=self.lr, fused=fused)
 
