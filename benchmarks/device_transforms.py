@@ -175,7 +175,7 @@ def _op_argument(name: str, size: int) -> tuple[float, str]:
 def op_rows(tab: Table, x: torch.Tensor, labels: torch.Tensor, size: int) -> None:
     device, n = x.device, x.shape[0]
     timm_fill = torch.tensor(T.TimmAugment(DEIT_POLICY).fill, dtype=x.dtype, device=device)
-    tv_ctx, pil_ctx = AA._Context("nearest", None), AA._Context("bicubic", timm_fill)
+    tv_ctx, pil_ctx = AA.Context("nearest", None), AA.Context("bicubic", timm_fill)
     print("op kernels on the whole batch (torchvision's: nearest, black fill; timm's Pil*: bicubic, mean fill):")
     for name, kernel in AA.KERNELS.items():
         if kernel is None:

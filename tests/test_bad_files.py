@@ -200,7 +200,7 @@ def test_accept_trains_on_the_fill_in_in_both_arms(folder, tmp_path):
         pipe = build_pipeline(r, torch.device("cpu"))
         assert {p.rsplit("/", 1)[-1] for _, p, _ in pipe.excluded} == {"png.jpg", "empty.jpg"}
         assert {"truncated.jpg", "corrupt.jpg"} <= _train_files(pipe)
-    from dctnet.train.baseline import PilLoader
+    from dctnet.data.pillow import PilLoader
     img = PilLoader(accept_truncated=True)(str(folder / "train" / "a" / "truncated.jpg"))
     assert img.size == (48, 48)
     with pytest.raises(OSError, match="truncated"):

@@ -82,7 +82,7 @@ def test_detection_samples_and_their_boxes(tmp_path):
     coco = browse(recipe, split="train", n=4, out=tmp_path / "b")
     trainer = Trainer(load_recipe(ROOT / "recipes" / "detection" / "trees_fasterrcnn_mnv3_320.yaml", over),
                                log=lambda m: None)
-    images, targets = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
+    images, targets = next(trainer.task.batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
     index = COCO()
     index.dataset = coco
     index.createIndex()
@@ -113,7 +113,7 @@ def test_detection_masks_are_rle_of_the_steps_masks(tmp_path):
               "train": {"out": str(tmp_path / "run")}}
     coco = browse(load_recipe(None, values), n=3, out=tmp_path / "b")
     trainer = Trainer(load_recipe(None, values), log=lambda m: None)
-    _, targets = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
+    _, targets = next(trainer.task.batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
     anns = coco["annotations"]
     assert len(anns) == sum(len(t["boxes"]) for t in targets) > 0
     j = 0
@@ -136,7 +136,7 @@ def test_segmentation_samples_write_their_class_maps(tmp_path):
               "detect": {"base_size": 64, "crop_size": 56}, "train": {"out": str(tmp_path / "run")}}
     coco = browse(load_recipe(None, values), n=3, out=tmp_path / "b")
     trainer = Trainer(load_recipe(None, values), log=lambda m: None)
-    _, targets = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
+    _, targets = next(trainer.task.batches(trainer.task.train_loader, trainer.task.step, 0, {"cpu": 0.0, "n": 0.0}))
     for k, t in enumerate(targets):
         rebuilt = np.full(t["semantic"].shape, 255, np.uint8)
         for a in coco["annotations"]:

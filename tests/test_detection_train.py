@@ -236,9 +236,9 @@ def test_without_the_detector_resize_the_model_takes_the_ops_sizes(tmp_path, arm
                                                      "detect.ops": "[{name: RandomCrop, size: 160, pad_if_needed: true}]"}))
     trainer = Trainer(recipe, log=lambda m: None)
     cost = {"cpu": 0.0, "n": 0.0}
-    images, _ = next(trainer.task._batches(trainer.task.train_loader, trainer.task.step, 0, cost))
+    images, _ = next(trainer.task.batches(trainer.task.train_loader, trainer.task.step, 0, cost))
     assert [tuple(i.shape) for i in images] == [(3, 160, 160)] * 2
-    val, _ = next(trainer.task._batches(trainer.task.val_loader, trainer.task.eval_step, 0, cost))
+    val, _ = next(trainer.task.batches(trainer.task.val_loader, trainer.task.eval_step, 0, cost))
     sizes = [(im["height"], im["width"]) for im in trainer.task.val_set.coco.imgs.values()][:2]
     assert [tuple(i.shape[-2:]) for i in val] == sizes
     batched, _ = trainer.model.transform(images)

@@ -122,3 +122,16 @@ def test_an_arm_a_source_has_no_datasets_for_is_refused(tmp_path):
             load_recipe(write_recipe(tmp_path, str(tmp_path), data__source="coefficients-only", model__input="rgb"))
     finally:
         SOURCES.pop("coefficients-only")
+
+
+@pytest.mark.parametrize("over,says", [
+    ({"image_column": "path"}, r"data\.image_column is for data\.source: hf or csv \(not read by 'folder'\)"),
+    ({"buffer": 5}, r"data\.buffer is for data\.source: shards \(not read by 'folder'\)"),
+    ({"verify": "hash"}, r"data\.verify is for data\.source: cache"),
+    ({"synthetic_classes": 3}, r"data\.synthetic_classes is for data\.source: synthetic"),
+])
+def test_a_field_only_other_sources_read_is_refused_naming_them(tmp_path, over, says):
+    """A source-specific field set away from its default under a source that does not read it is
+    refused by the recipe check, naming the sources that do (it was silently ignored)."""
+    with pytest.raises(RecipeError, match=says):
+        load_recipe(None, {"data": {"source": "folder", "root": str(tmp_path), **over}})

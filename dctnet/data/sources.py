@@ -21,8 +21,10 @@ crops) and a split (``"train"`` or ``"val"``) and returns the split's dataset:
 
 The built-in sources register on ``import dctnet.data``: ``folder`` and ``synthetic``
 (:mod:`dctnet.data.folder`), ``cache`` (:mod:`dctnet.data.cache.dataset`), ``shards``
-(:mod:`dctnet.data.shards`), ``hf`` (:mod:`dctnet.data.hf`) and ``coco`` (:mod:`dctnet.data.coco`;
-trained by :mod:`dctnet.train.detection`, which reads it itself).
+(:mod:`dctnet.data.shards`), ``hf`` (:mod:`dctnet.data.hf`), ``csv`` (:mod:`dctnet.data.csv_list`)
+and ``coco`` (:mod:`dctnet.data.coco`; trained by :mod:`dctnet.train.detection`, which reads it
+itself: a detection source is COCO's for now, and a source registered with ``task="detection"``
+other than ``coco`` is refused).
 
 Adding a source: its module under ``dctnet/data/`` (its datasets and one :func:`register_source`
 call), one import of it in ``dctnet/data/__init__.py``, and its test. A source of your own
@@ -33,19 +35,17 @@ of its own takes more: the field in :class:`dctnet.train.recipe.DataConfig`, its
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dctnet.codec import available_cpus
+from dctnet.coerce import did_you_mean
 
 __all__ = ["SOURCES", "DataSource", "SourceContext", "get_source", "register_source", "source_names",
            "training_data_exists"]
 
-#: how close an unknown name must be to a source's for a "did you mean" (difflib's ratio)
-_SUGGEST_CUTOFF = 0.6
 
 
 @dataclass
@@ -136,6 +136,9 @@ class DataSource:
         if self.task not in ("classification", "detection"):
             raise ValueError(f"data source {self.name!r}: task must be 'classification' or 'detection', not "
                              f"{self.task!r}")
+        if self.task == "detection" and self.name != "coco":  # (the detection task reads COCO sets itself)
+            raise ValueError(f"data source {self.name!r}: a detection source other than coco is not supported: the "
+                             "detection task reads COCO sets (dctnet.data.CocoDataset)")
         extra = set(self.refused_elsewhere) - set(self.fields)
         if extra:
             raise ValueError(f"data source {self.name!r}: refused_elsewhere names fields it does not read: "
@@ -175,6 +178,6 @@ def get_source(name: str) -> DataSource:
     try:
         return SOURCES[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name), list(SOURCES), n=1, cutoff=_SUGGEST_CUTOFF)
-        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(SOURCES)})"
+        close = did_you_mean(name, list(SOURCES))
+        hint = f"; {close}" if close else f" (known: {', '.join(SOURCES)})"
         raise ValueError(f"unknown data source {name!r}{hint}") from None

@@ -20,7 +20,7 @@ import torch
 from dctnet import transforms as T
 from dctnet.codec import JpegError
 from dctnet.data.loader import RepeatedAugSampler
-from dctnet.data.pillow import PilLoader, PillowFolder
+from dctnet.data.pillow import PillowFolder
 from dctnet.data.sources import SourceContext, get_source
 from dctnet.train.accounting import RgbLoader, Skipped, WorkerCpu
 from dctnet.train.inputs import eval_config, limited_indices
@@ -29,15 +29,11 @@ from dctnet.train.rng import EpochKeys, SeededDraws
 from dctnet.kernels.normalization import input_mean_std
 from dctnet.transforms.timm_augment import pillow12_posterize, with_pillow12_posterize
 
-__all__ = ["PilLoader", "PillowSamples", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",
-           "pillow12_posterize", "spec_args", "torchvision_loaders", "train_transform", "with_pillow12_posterize"]
+__all__ = ["PillowSamples", "RankSlice", "baseline_augment", "baseline_mixing", "baseline_op", "jpeg_image_folder",
+           "pillow12_posterize", "torchvision_loaders", "train_transform", "with_pillow12_posterize"]
 
 
 # ---------------------------------------------------------------------- the recipe's list, mapped
-def spec_args(spec: dict) -> dict:
-    """A spec's arguments with the dctnet class's defaults filled in (what both arms then use)."""
-    return T.spec_arguments(spec)
-
 
 def baseline_op(spec: dict, r: Recipe, num_classes: int):
     """One augment entry as torchvision's or timm's own implementation, mapped one to one (same

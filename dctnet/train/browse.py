@@ -137,13 +137,13 @@ def _classification_samples(recipe: Recipe, split: str, n: int):
 def _detection_samples(recipe: Recipe, split: str, n: int, out: Path):
     """``(image (3, h, w) in [0, 1], target, dataset)`` as the detection step hands them to the model."""
     recipe.train.out = str(out)
-    trainer = build_task(recipe, start_process(recipe, lambda msg: None))  # the task's data, as training reads it
+    task = build_task(recipe, start_process(recipe, lambda msg: None))  # the task's data, as training reads it
     train = split == "train"
-    loader = trainer.train_loader if train else trainer.val_loader
-    step = trainer.step if train else trainer.eval_step
-    ds = trainer.train_set if train else trainer.val_set
+    loader = task.train_loader if train else task.val_loader
+    step = task.step if train else task.eval_step
+    ds = task.train_set if train else task.val_set
     cost = {"cpu": 0.0, "n": 0.0}
-    for images, targets in trainer._batches(loader, step, 0, cost):
+    for images, targets in task.batches(loader, step, 0, cost):
         for image, target in zip(images, targets):
             yield image, target, ds
             n -= 1

@@ -234,7 +234,7 @@ class DetectionTask(Task):
             for line in ds.box_warnings():
                 self.log(f"warning: {line}")
 
-    def _batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float], split: str = "train"):
+    def batches(self, loader, step: TD.DetectionStep, epoch: int, cost: dict[str, float], split: str = "train"):
         """``(images, targets)`` on the device; adds to ``cost`` the seconds waited for the loader
         (``wait``), the images (``n``) and the input pipeline's host CPU (``cpu``): the workers', the
         host's geometry draw and the device step's (on a GPU its kernel launches; on a CPU-only run the
@@ -279,7 +279,7 @@ class DetectionTask(Task):
         self.sampler.set_epoch(epoch)
 
     def train_batches(self, epoch: int) -> Iterator[Any]:
-        return self._batches(self.train_loader, self.step, epoch, self.cost)
+        return self.batches(self.train_loader, self.step, epoch, self.cost)
 
     def _model_input(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         """What the detector takes: the step's images, or (input dct) their coefficient mosaics."""
@@ -329,7 +329,7 @@ class DetectionTask(Task):
             set_roi_pool_scales(model, roi_pool_scales(self.model))
         ds, results, cost = self.val_set, [], {"cpu": 0.0, "n": 0.0}
         iou_types = ("bbox", "segm") if self.recipe.detect.masks else ("bbox",)
-        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
+        for images, targets in self.batches(self.val_loader, self.eval_step, 0, cost, "val"):
             outputs = self._forward(cost, model, self._model_input(images))
             with log_point(self.device):  # predictions leave the device per batch (COCO evaluation runs on the host)
                 results += batch_results(self.val_set, images, targets, outputs, in_canvas=self.prepared,

@@ -2,8 +2,8 @@
 
 Three input paths (``model.input``):
 
-* ``rgb`` — the baseline users come from: torchvision ``ImageFolder`` + Pillow decode +
-  ``v2`` RandomResizedCrop/flip/normalize in ``DataLoader`` worker processes
+* ``rgb`` — the baseline users come from: the source's Pillow dataset (torchvision's ``ImageFolder``
+  for folders) + ``v2`` RandomResizedCrop/flip/normalize in ``DataLoader`` worker processes
   (:mod:`dctnet.train.baseline`).
 * ``device-rgb`` (plan A) — dctnet's reader delivers MCU windows of coefficients; the device
   decodes, crops and resizes them, runs the recipe's augmentation and hands the model normalised
@@ -98,7 +98,7 @@ class Pipeline:
         #: labels come out of the augmentation already smoothed (timm's Mixup folds optim.label_smoothing
         #: into its targets, as timm's train.py does): the loss must not smooth them again
         mixers = list(self.augment.modules()) if self.augment is not None else self.rgb_mixing
-        self.targets_smoothed = any(type(m).__name__ == "Mixup" and getattr(m, "label_smoothing", 0) for m in mixers)
+        self.targets_smoothed = any(getattr(m, "label_smoothing", 0) for m in mixers)  # (only timm's Mixup smooths)
         #: seconds the training loop spent blocked on the host loaders (see :class:`dctnet.train.accounting.TimedLoader`)
         self.wait_seconds = 0.0
         self.set_epoch(0)

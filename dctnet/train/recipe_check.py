@@ -143,18 +143,24 @@ def check_recipe(r: Recipe, where: str) -> None:
 
 def _check_source(r: Recipe, bad) -> None:
     """The data source's own keys, and only with it, as its registration declares them
-    (:mod:`dctnet.data.sources`): an arm it has no datasets for, a field another source alone reads
-    (``refused_elsewhere``), its own check."""
+    (:mod:`dctnet.data.sources`): an arm it has no datasets for, a field that other sources read and
+    this one does not (in the words of their ``refused_elsewhere`` where they give some), its own check."""
     d = r.data
     source = get_source(d.source)
     if r.model.input == "rgb" and source.pillow is None:
         bad(f"data.source: {d.source!r} {source.rgb_refusal}; model.input 'rgb' (the torchvision baseline) reads "
             "image folders — use 'dct' or 'device-rgb'")
     default = DataConfig()
+    readers: dict[str, list[str]] = {}  # a source-specific field -> the sources that read it
     for other in SOURCES.values():
-        for key, why in other.refused_elsewhere.items():
-            if other is not source and key not in source.fields and getattr(d, key) != getattr(default, key):
-                bad(f"data.{key} is for data.source: {other.name} {why.format(source=d.source)}")
+        for key in other.fields:
+            readers.setdefault(key, []).append(other.name)
+    for key, names in readers.items():
+        if key in source.fields or getattr(d, key) == getattr(default, key):
+            continue
+        why = next((SOURCES[n].refused_elsewhere[key] for n in names if key in SOURCES[n].refused_elsewhere), None)
+        bad(f"data.{key} is for data.source: {' or '.join(names)} " +
+            (why.format(source=d.source) if why else f"(not read by {d.source!r}); remove it"))
     if source.check is not None:
         source.check(d, bad)
 

@@ -39,12 +39,13 @@ class RecipeError(ValueError):
 
 @dataclass
 class DataConfig:
-    # the registered data sources (dctnet.data.sources): folder, synthetic, cache, shards, hf, coco and any
+    # the registered data sources (dctnet.data.sources): folder, synthetic, csv, cache, shards, hf, coco and any
     # registered since (the annotation is read when a recipe is built)
     source: Literal[source_names()] = "folder"
     root: str = "${DCTNET_DATA:../shared/data/imagenette}"  # folder root, or synthetic output dir
     # under root: subfolder, cache directory, or shard glob (train-*.tar); source hf: a save_to_disk
-    # directory, or a parquet file, glob or folder; source coco: {images: DIR, annotations: FILE.json}
+    # directory, or a parquet file, glob or folder; source csv: a CSV table of image paths and class names;
+    # source coco: {images: DIR, annotations: FILE.json}
     # (relative to root unless absolute)
     train: str | dict[str, str] = "train"
     val: str | dict[str, str] = "val"

@@ -39,7 +39,7 @@ class SegmentationTask(DetectionTask):
         return (TD.segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob),
                 TD.segmentation_preset(r.detect.base_size, train=False))
 
-    def _rgb_transform(self, r: Recipe, train: bool) -> Any:
+    def rgb_transform(self, r: Recipe, train: bool) -> Any:
         return TD.torchvision_segmentation_preset(r.detect.base_size, r.detect.crop_size, r.detect.hflip_prob,
                                                   train=train)
 
@@ -72,7 +72,7 @@ class SegmentationTask(DetectionTask):
         # bincount would read the device's values back for every image)
         counts = torch.zeros(k * k + 1, dtype=torch.int64, device=self.device)
         cost = {"cpu": 0.0, "n": 0.0}
-        for images, targets in self._batches(self.val_loader, self.eval_step, 0, cost, "val"):
+        for images, targets in self.batches(self.val_loader, self.eval_step, 0, cost, "val"):
             for image, target in zip(images, targets):  # one at a time: eval sizes differ
                 pred = model(self._normalised([image]))["out"].argmax(1)[0]
                 truth = target["semantic"].long()

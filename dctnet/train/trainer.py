@@ -279,6 +279,9 @@ class Trainer:
                 self.log(f"--resume: no checkpoint at {path}; starting from scratch")
             return
         state = read_checkpoint(path, self.device)
+        if "opt" in state and "optimizer" not in state:  # the former detection trainer's keys
+            raise ValueError(f"--resume: {path} was written by the detection trainer of an earlier dctnet, whose "
+                             "checkpoints this one does not resume; start again with another --out")
         try:
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])

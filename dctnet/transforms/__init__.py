@@ -10,8 +10,8 @@
   groups of rows, in-place writes), :mod:`~dctnet.transforms.compose` (``Compose``),
   :mod:`~dctnet.transforms.compiled` (``compile_step``), :mod:`~dctnet.transforms.recipe_ops` (the live
   registry of op classes);
-- :mod:`dctnet.transforms.augment` — flips, colour, grayscale, chroma rotation, requantization,
-  frequency dropout;
+- :mod:`dctnet.transforms.augment` — flips, colour, grayscale, chroma rotation, perspective,
+  requantization, frequency dropout;
 - :mod:`dctnet.transforms.model_input` — what the model takes: ``ToRGB``, ``ToCoefficients``,
   per-(c,u,v) ``Normalize``, ``SelectFrequencies``;
 - :mod:`dctnet.transforms.auto_augment`, :mod:`dctnet.transforms.timm_augment` — torchvision's and

@@ -32,6 +32,3 @@ __all__ = ["Compose", "KERNEL_STAGES", "OVERFLOW", "Params", "RECIPE_OPS", "REPR
            "group_chunks", "image_size", "in_domain", "kernel", "may_overwrite", "owning", "pixel_shape",
            "plan_signature", "representation", "round_to_levels", "run_groups", "shape_representation",
            "shares_memory", "step_generator", "to_coefficients", "to_device", "to_pixels"]
-
-# the names these had while they were private here (for code written against them)
-_in_domain, _representation, _shape_representation = in_domain, representation, shape_representation

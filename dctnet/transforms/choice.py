@@ -29,12 +29,6 @@ from dctnet.transforms.counterparts import counterpart as counterpart_of
 __all__ = ["RandomApply", "RandomChoice", "RandomOrder"]
 
 
-def is_mixer(t: Transform) -> bool:
-    """Whether ``t`` acts on the batch as a whole (a mixer, or a container of mixers): its
-    :attr:`~dctnet.transforms.transform.Transform.acts_on_batch`."""
-    return bool(t.acts_on_batch)
-
-
 class _Container(Transform):
     """Children run on the whole batch; each sample (or the whole batch, for mixers) keeps the
     output its draw selects."""
@@ -46,7 +40,7 @@ class _Container(Transform):
         transforms = list(transforms)
         if not transforms or not all(isinstance(t, Transform) for t in transforms):
             raise ValueError(f"{type(self).__name__}: transforms must be a non-empty list of dctnet transforms")
-        kinds = {is_mixer(t) for t in transforms}
+        kinds = {bool(t.acts_on_batch) for t in transforms}  # mixers act on the batch as a whole
         if len(kinds) > 1:
             raise ValueError(f"{type(self).__name__}: mixers (which act on the batch) and per-sample transforms cannot "
                              "share one container")

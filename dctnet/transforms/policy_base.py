@@ -51,9 +51,6 @@ from dctnet.transforms.transform import Transform
 __all__ = ["KERNELS", "Context", "Kernel", "Policy", "capacities", "plan_masked", "plan_slots", "run_masked",
            "run_planned_slots", "to_device"]
 
-#: the former name of :class:`~dctnet.kernels.policy.Context` (ColorJitter and the benchmarks use it)
-_Context = Context
-
 
 class Policy(Transform):
     """Base of the policies: subclasses draw ``{"op": (B, S), "arg": (B, S)}`` over :attr:`ops` (names
