@@ -361,8 +361,11 @@ def test_presets_follow_torchvisions_references(samples, name):
           "ssdlite": [v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)],
           "lsj": [v2.ScaleJitter((1024, 1024)), RefFixedSizeCrop(1024, mean), v2.RandomHorizontalFlip(0.5)]}[name]
     chosen = [s for s in samples if len(s["boxes"])] if name in ("ssdlite", "ssd") else samples
-    check(TD.detection_preset(name), [*tv, v2.SanitizeBoundingBoxes()], chosen[:6], seeds_for(6, 2),
-          pixel_tol=2e-4 if name == "ssd" else 5e-5)  # (the hue shift: float32 HSV round trips)
+    if name == "ssd":  # its colour distortion: on the uint8 images of the references' pipeline
+        tv[1] = v2.RandomZoomOut({tv_tensors.Image: list(mean), tv_tensors.Mask: 0})
+        check_uint8(TD.detection_preset(name), [*tv, v2.SanitizeBoundingBoxes()], chosen[:6], seeds_for(6, 2))
+        return
+    check(TD.detection_preset(name), [*tv, v2.SanitizeBoundingBoxes()], chosen[:6], seeds_for(6, 2))
 
 
 def test_preset_draw_laws_equal_torchvisions_over_many_seeds(samples):
@@ -385,18 +388,37 @@ def test_preset_draw_laws_equal_torchvisions_over_many_seeds(samples):
     assert len(sizes) > 50
 
 
+def check_uint8(ops: list, tv_ops: list, samples: list[dict], seeds: list[int]) -> None:
+    """As :func:`check`, against torchvision's ops on the uint8 images its reference pipeline gives them
+    (Pillow's decode; ``ToDtype(float32, scale=True)`` at the end): the same levels, but for a rare
+    float tie that truncates the other way (a level, two once a later op scales it; under 0.5% of the
+    values)."""
+    plan, images, masks = ours(ops, samples, seeds)
+    for b, (s, k) in enumerate(zip(samples, seeds)):
+        torch.manual_seed(k)
+        want = v2.Compose(tv_ops)({**tv_sample(s), "image": tv_tensors.Image((s["pixels"] * 255).round().to(torch.uint8))})
+        where = f"{s['path']} seed {k}"
+        got, ref = images[b] * 255, want["image"].as_subclass(torch.Tensor).float()
+        assert got.shape == ref.shape, where
+        diff = (got - ref).abs()
+        assert diff.max().item() <= 2.0 + 1e-3 and (diff > 0.5).float().mean().item() < 5e-3, where
+        assert (got - got.round()).abs().max().item() < 1e-3, where  # whole levels, as uint8
+        assert torch.equal(plan.targets[b]["labels"], want["labels"]) and torch.equal(masks[b], want["masks"]), where
+
+
 @pytest.mark.parametrize("round_", range(2))
 def test_photometric_distort_draws_and_applies_as_torchvisions(samples, round_):
     """Each op drawn or not per sample, contrast before or after, a channel permutation: the
-    contrast mean over each sample's own canvas (the batch is padded to the largest)."""
-    check([TD.RandomPhotometricDistort(p=0.5), TD.RandomHorizontalFlip(0.5)],
-          [v2.RandomPhotometricDistort(p=0.5), v2.RandomHorizontalFlip(0.5)], samples, seeds_for(len(samples), round_),
-          pixel_tol=2e-4)
+    contrast mean over each sample's own canvas (the batch is padded to the largest); each op on the
+    image's 8-bit levels, truncated after each op, as torchvision's uint8 kernels in its references."""
+    check_uint8([TD.RandomPhotometricDistort(p=0.5), TD.RandomHorizontalFlip(0.5)],
+                [v2.RandomPhotometricDistort(p=0.5), v2.RandomHorizontalFlip(0.5)], samples,
+                seeds_for(len(samples), round_))
     # after geometry too: the distortion sees the padded canvas, as torchvision's does
     mean = (123.0, 117.0, 104.0)
-    check([TD.RandomZoomOut(mean, side_range=(1.0, 1.5), p=1.0), TD.RandomPhotometricDistort(p=1.0)],
-          [v2.RandomZoomOut({tv_tensors.Image: [m / 255 for m in mean], tv_tensors.Mask: 0}, side_range=(1.0, 1.5), p=1.0),
-           v2.RandomPhotometricDistort(p=1.0)], samples, seeds_for(len(samples), round_ + 3), pixel_tol=2e-4)
+    check_uint8([TD.RandomZoomOut(mean, side_range=(1.0, 1.5), p=1.0), TD.RandomPhotometricDistort(p=1.0)],
+                [v2.RandomZoomOut({tv_tensors.Image: list(mean), tv_tensors.Mask: 0}, side_range=(1.0, 1.5), p=1.0),
+                 v2.RandomPhotometricDistort(p=1.0)], samples, seeds_for(len(samples), round_ + 3))
 
 
 def test_unknown_presets_say_so():

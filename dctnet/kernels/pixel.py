@@ -184,6 +184,58 @@ def adjust_contrast(img: Tensor, factor: Tensor, *, sizes: Tensor | None = None)
     return blend(x, mean, per_sample(factor, x)).to(img.dtype)
 
 
+# -- torchvision's uint8 kernels --------------------------------------------------------------------------------------
+# On 8-bit images (``uint8``, what Pillow's decode gives torchvision's reference pipelines) torchvision's colour ops
+# compute in float32 and truncate each result to an integer level (``.to(uint8)``), and take the grey of contrast and
+# saturation floored. These run the same maths on levels 0..255 held in a float tensor.
+
+
+def to_levels(x: Tensor) -> Tensor:
+    """An image in [0, 1] as the 8-bit levels of the uint8 image it stands for: ``round(255·x)``."""
+    return x.mul(255.0).round_()
+
+
+def from_levels(levels: Tensor) -> Tensor:
+    """Levels 0..255 back in [0, 1]: torchvision's ``to_dtype(uint8 → float32, scale=True)``."""
+    return levels.mul(1.0 / 255.0)
+
+
+def _blend_levels(img1: Tensor, img2: Tensor, ratio: Tensor) -> Tensor:
+    """torchvision's ``_blend`` on uint8: ``img1·r + img2·(1 − r)`` clamped to [0, 255], truncated."""
+    return (img1 * ratio).add_(img2 * (1.0 - ratio)).clamp_(0.0, 255.0).trunc_()
+
+
+def adjust_brightness_levels(levels: Tensor, factor: Tensor) -> Tensor:
+    """torchvision's ``adjust_brightness`` on a uint8 image (as levels: :func:`to_levels`)."""
+    return (levels * per_sample(factor, levels)).clamp_(0.0, 255.0).trunc_()
+
+
+def adjust_saturation_levels(levels: Tensor, factor: Tensor) -> Tensor:
+    """torchvision's ``adjust_saturation`` on a uint8 image: blend with its floored grey."""
+    return _blend_levels(levels, gray(levels).floor_(), per_sample(factor, levels))
+
+
+def adjust_contrast_levels(levels: Tensor, factor: Tensor, *, sizes: Tensor | None = None) -> Tensor:
+    """torchvision's ``adjust_contrast`` on a uint8 image: blend with the mean of its floored grey
+    (over each sample's canvas ``sizes (n, 2)`` of a padded batch, as :func:`adjust_contrast`)."""
+    g = gray(levels).floor_()
+    if sizes is None:
+        mean = g.mean(dim=(-3, -2, -1), keepdim=True)
+    else:
+        s = sizes.to(levels.device, non_blocking=True)
+        rows = torch.arange(levels.shape[-2], device=levels.device)[None, :, None] < s[:, 0, None, None]
+        cols = torch.arange(levels.shape[-1], device=levels.device)[None, None, :] < s[:, 1, None, None]
+        inside = (rows & cols)[:, None].to(levels.dtype)
+        mean = (g * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
+    return _blend_levels(levels, mean, per_sample(factor, levels))
+
+
+def adjust_hue_levels(levels: Tensor, hue_factor: Tensor) -> Tensor:
+    """torchvision's ``adjust_hue`` on a uint8 image: to float (``/255``), the hue shift, back to
+    uint8 as its ``to_dtype`` does (``·(255 + 1 − 10⁻³)``, truncated)."""
+    return adjust_hue(from_levels(levels), hue_factor).mul_(256.0 - 1e-3).trunc_()
+
+
 def smooth_interior(x: Tensor) -> Tensor:
     """The interior ``(n, C, H − 2, W − 2)`` of ``x (n, C, H, W)`` smoothed by torchvision's (and PIL's)
     sharpness kernel ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]]/13``: the 3×3 sum ``·1/13`` plus the centre

@@ -36,9 +36,16 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
     """:class:`RandomPhotometricDistort`'s ops in torchvision's order, each sample keeping its own
     draws (an op it did not draw leaves it unchanged): no host sync (the masks are host tensors).
     Each op runs on the samples that drew it alone (at ``p = 0.5``, half the batch), written back
-    into ``x`` in place (the stage's own output)."""
+    into ``x`` in place (the stage's own output).
+
+    As on the uint8 images of torchvision's reference pipeline (Pillow's decode, the ops, then
+    ``ToDtype(float32, scale=True)``): the image as 8-bit levels, each op's result truncated to a
+    level as torchvision's uint8 kernels do (:func:`dctnet.kernels.pixel.adjust_brightness_levels`,
+    …). In float, the four ops would leave the images up to ~2 grey levels (mean) from the
+    reference's."""
     dev = x.device
     f, on, before = p["factors"], p["on"], p["before"]
+    x = P.to_levels(x)
 
     def each(mask: Tensor, op) -> None:
         """``op(images, rows)`` on the samples of the host ``mask`` (``rows``: their host indices)."""
@@ -53,14 +60,14 @@ def _photometric(x: Tensor, p: dict[str, Tensor], sizes: Tensor) -> Tensor:
     def factor(k: int, rows: Tensor) -> Tensor:
         return f[rows, k].to(dev, non_blocking=True).to(x.dtype)
 
-    each(on[:, 0], lambda v, r: P.adjust_brightness(v, factor(0, r)))
-    each(on[:, 1] & before, lambda v, r: P.adjust_contrast(v, factor(1, r), sizes=sizes[r]))
-    each(on[:, 2], lambda v, r: P.adjust_saturation(v, factor(2, r)))
-    each(on[:, 3], lambda v, r: P.adjust_hue(v, factor(3, r)))
-    each(on[:, 1] & ~before, lambda v, r: P.adjust_contrast(v, factor(1, r), sizes=sizes[r]))
+    each(on[:, 0], lambda v, r: P.adjust_brightness_levels(v, factor(0, r)))
+    each(on[:, 1] & before, lambda v, r: P.adjust_contrast_levels(v, factor(1, r), sizes=sizes[r]))
+    each(on[:, 2], lambda v, r: P.adjust_saturation_levels(v, factor(2, r)))
+    each(on[:, 3], lambda v, r: P.adjust_hue_levels(v, factor(3, r)))
+    each(on[:, 1] & ~before, lambda v, r: P.adjust_contrast_levels(v, factor(1, r), sizes=sizes[r]))
     each(p["permute"], lambda v, r: torch.gather(v, 1, p["permutation"][r].to(dev, non_blocking=True)
                                                  [:, :, None, None].expand_as(v)))
-    return x
+    return P.from_levels(x)
 
 
 def _fill_padding(x: Tensor, stage: Tensor, fill: Tensor, flips: Tensor) -> Tensor:
