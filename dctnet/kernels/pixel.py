@@ -172,16 +172,19 @@ def adjust_contrast(img: Tensor, factor: Tensor, *, sizes: Tensor | None = None)
     ``sizes (n, 2)``: each sample's image is its top-left ``(h, w)`` of a padded batch (detection's
     canvases): ``m`` is the mean over that canvas alone, not the batch's padding."""
     x = as_compute_dtype(img)
-    g = gray(x)
+    return blend(x, _canvas_mean(gray(x), sizes), per_sample(factor, x)).to(img.dtype)
+
+
+def _canvas_mean(g: Tensor, sizes: Tensor | None) -> Tensor:
+    """The mean of ``g (n, 1, H, W)`` per sample ``(n, 1, 1, 1)``: over the whole image, or over each
+    sample's top-left canvas ``sizes (n, 2)`` of a padded batch."""
     if sizes is None:
-        mean = g.mean(dim=(-3, -2, -1), keepdim=True)
-    else:
-        s = sizes.to(x.device, non_blocking=True)
-        rows = torch.arange(x.shape[-2], device=x.device)[None, :, None] < s[:, 0, None, None]
-        cols = torch.arange(x.shape[-1], device=x.device)[None, None, :] < s[:, 1, None, None]
-        inside = (rows & cols)[:, None].to(x.dtype)                                      # (n, 1, H, W)
-        mean = (g * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
-    return blend(x, mean, per_sample(factor, x)).to(img.dtype)
+        return g.mean(dim=(-3, -2, -1), keepdim=True)
+    s = sizes.to(g.device, non_blocking=True)
+    rows = torch.arange(g.shape[-2], device=g.device)[None, :, None] < s[:, 0, None, None]
+    cols = torch.arange(g.shape[-1], device=g.device)[None, None, :] < s[:, 1, None, None]
+    inside = (rows & cols)[:, None].to(g.dtype)                                          # (n, 1, H, W)
+    return (g * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
 
 
 # -- torchvision's uint8 kernels --------------------------------------------------------------------------------------
@@ -218,16 +221,7 @@ def adjust_saturation_levels(levels: Tensor, factor: Tensor) -> Tensor:
 def adjust_contrast_levels(levels: Tensor, factor: Tensor, *, sizes: Tensor | None = None) -> Tensor:
     """torchvision's ``adjust_contrast`` on a uint8 image: blend with the mean of its floored grey
     (over each sample's canvas ``sizes (n, 2)`` of a padded batch, as :func:`adjust_contrast`)."""
-    g = gray(levels).floor_()
-    if sizes is None:
-        mean = g.mean(dim=(-3, -2, -1), keepdim=True)
-    else:
-        s = sizes.to(levels.device, non_blocking=True)
-        rows = torch.arange(levels.shape[-2], device=levels.device)[None, :, None] < s[:, 0, None, None]
-        cols = torch.arange(levels.shape[-1], device=levels.device)[None, None, :] < s[:, 1, None, None]
-        inside = (rows & cols)[:, None].to(levels.dtype)
-        mean = (g * inside).sum(dim=(-3, -2, -1), keepdim=True) / inside.sum(dim=(-3, -2, -1), keepdim=True)
-    return _blend_levels(levels, mean, per_sample(factor, levels))
+    return _blend_levels(levels, _canvas_mean(gray(levels).floor_(), sizes), per_sample(factor, levels))
 
 
 def adjust_hue_levels(levels: Tensor, hue_factor: Tensor) -> Tensor:
