@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/xxhash/*.[ch
 # lint first (ruff: pyflakes and pycodestyle, pyproject.toml's [tool.ruff]), then the suite
 test: setup
 	$(VPY) -m ruff check dctnet tests benchmarks
-	OMP_NUM_THREADS=1 $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not cuda" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not cuda" --durations=15 $(PYTEST_ARGS)
 
 # The main job: generate a small labelled JPEG dataset and train a DCT-stem ResNet-18 on it.
 demo: setup
