@@ -104,14 +104,14 @@ def _idct_exact(planes, sampling, size, *, color_space="YCbCr", upsampling="fanc
 
 
 def _patched(rung: str):
-    def to_rgb(planes, sampling, size, *, exact=False, **kw):
-        if rung == "idct-float":
+    def to_rgb(planes, sampling, size, *, exact=False, column_major=False, **kw):
+        if rung == "idct-float":  # the exact decode's layout: rows
             return _idct_float(planes, sampling, size, **kw)
-        if rung == "idct-exact":
-            return _idct_exact(planes, sampling, size, **kw)
-        if rung == "float-rows":
-            kw["column_major"] = False
-        return _SHIPPED_TO_RGB(planes, sampling, size, exact=exact, **kw)
+        if rung == "idct-exact":  # the float decode's layout: columns where the CPU's resize asks for them
+            rgb = _idct_exact(planes, sampling, size, **kw)
+            return rgb.transpose(-1, -2).contiguous().transpose(-1, -2) if column_major else rgb
+        return _SHIPPED_TO_RGB(planes, sampling, size, exact=exact, column_major=column_major and rung != "float-rows",
+                               **kw)
     return to_rgb
 
 
@@ -214,10 +214,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     from dctnet.cli import main as cli  # noqa: PLC0415
 
     torch.set_num_threads(2)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "rung").write_text(args.rung)  # the recipe.yaml says decode: float for every patched rung
     with rung_decode(args.rung) as decode:
         cli(["train", str(RECIPE), "--out", str(args.out), "--set", "train.progress=false",
-             "--set", f"train.seed={args.seed}", "--set", f"data.decode={decode}"])
-    (Path(args.out) / "rung").write_text(args.rung)
+             "--set", f"train.seed={args.seed}", "--set", f"data.decode={decode}"])  # exits the process
 
 
 def cmd_swap(args: argparse.Namespace) -> None:
@@ -252,13 +253,19 @@ def cmd_swap(args: argparse.Namespace) -> None:
 
 
 def cmd_table(args: argparse.Namespace) -> None:
+    from dctnet.train.recipe import load_recipe  # noqa: PLC0415
+
     runs: dict[str, dict[int, float]] = {}
-    for run in map(Path, args.runs):
+    for run in (r for r in map(Path, args.runs) if r.is_dir()):
         metrics = run / "metrics.jsonl"
-        if not metrics.is_file() or "-s" not in run.name:
+        rung, _, seed = run.name.rpartition("-s")
+        if not metrics.is_file() or not rung or not seed.isdigit():
+            print(f"(left out: {run}, not a RUNG-sSEED run folder)", file=sys.stderr)
             continue
         rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-        rung, seed = run.name.rsplit("-s", 1)
+        if len(rows) < load_recipe(run / "recipe.yaml").optim.epochs:
+            print(f"(left out: {run}, unfinished at epoch {len(rows)})", file=sys.stderr)
+            continue
         runs.setdefault(rung, {})[int(seed)] = rows[-1]["val_top1"] * 100
     seeds = sorted({s for v in runs.values() for s in v})
     rgb = runs.get("rgb", {})
