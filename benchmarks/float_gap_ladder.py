@@ -59,7 +59,7 @@ from dctnet.kernels.color import CENTRED_COMPONENTS, unit_planes_to_rgb  # noqa:
 from dctnet.kernels.dct import as_sizes, component_extent, unit_samples, upsample_pixels  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "imagenette" / "resnet18_exact_cpu.yaml"
-#: rung → (the recipe's data.decode, the patch of to_rgb or None)
+#: the rungs, by the stage each changes (module docstring); :func:`rung_decode` applies one
 RUNGS = ("exact", "float", "idct-float", "idct-exact", "float-rows")
 _SHIPPED_TO_RGB = IM.to_rgb
 
@@ -186,8 +186,12 @@ def _window_vs_whole(samples: int) -> None:
     from dctnet import read_coefficients  # noqa: PLC0415
     from dctnet.transforms import crops_to_rgb  # noqa: PLC0415
 
-    files = sorted((Path(load_root()) / "train").rglob("*.JPEG"))[:: max(1, 9469 // samples)][:samples]
-    crop = D.RandomResizedCrop(scale=(0.25, 1.0))
+    from dctnet.train.recipe import load_recipe  # noqa: PLC0415
+
+    data = load_recipe(RECIPE).data
+    every = sorted((Path(data.root) / "train").rglob("*.JPEG"))
+    files = every[:: max(1, len(every) // samples)][:samples]  # spread over the classes' folders
+    crop = D.RandomResizedCrop(scale=tuple(data.scale))
     ds = D.ImageFolderDataset.from_files(files, crop=crop)
     worst, total, n = 0.0, 0.0, 0
     for start in range(0, len(files), 64):
@@ -203,11 +207,6 @@ def _window_vs_whole(samples: int) -> None:
             worst, total, n = max(worst, d.max().item()), total + d.sum().item(), n + d.numel()
     print(f"\nfloat decode, MCU window vs whole image then resized_crop ({len(files)} training crops): "
           f"mean |Δ| {total / n:.2e}, max {worst:.2e} grey levels")
-
-
-def load_root() -> str:
-    from dctnet.train.recipe import load_recipe  # noqa: PLC0415
-    return str(load_recipe(RECIPE).data.root)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -230,8 +229,9 @@ def cmd_swap(args: argparse.Namespace) -> None:
     torch.set_num_threads(2)
     print("| run (trained with) | val top-1, exact decode | val top-1, float decode | predictions agree |")
     print("|---|---:|---:|---:|")
-    for run in args.runs:
-        run = Path(run)
+    for run in map(Path, args.runs):
+        if not (run / "last.pt").is_file() or not (run / "recipe.yaml").is_file():
+            raise SystemExit(f"{run}: not a finished run (it needs last.pt and recipe.yaml)")
         state = load_state_dict(run / "last.pt")
         preds = {}
         for decode in ("exact", "float"):
